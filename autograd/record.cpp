@@ -1,0 +1,56 @@
+// Attaching autograd nodes to op outputs.
+#include "autograd/record.h"
+
+#include "autograd/grad_mode.h"
+#include "runtime/dispatch.h"
+
+namespace kiln::autograd {
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  for (const auto& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+namespace {
+
+void attach(Tensor& output, std::shared_ptr<Node> node, const std::vector<Tensor>& inputs) {
+  std::vector<Edge> edges;
+  for (const auto& t : inputs) edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
+  node->set_next_edges(std::move(edges));
+  TensorImpl& impl = output.impl();
+  impl.grad_fn = std::move(node);
+  impl.output_nr = 0;
+  impl.requires_grad = true;
+}
+
+// A backend or composite may hand back one of its inputs unchanged; history must then go on a
+// fresh alias, never on the input itself.
+Tensor unaliased(const Tensor& out, const std::vector<Tensor>& inputs) {
+  for (const auto& t : inputs)
+    if (out.same(t) || out.grad_fn()) return make_view(out, out.shape(), out.strides(), out.offset());
+  return out;
+}
+
+}  // namespace
+
+Tensor record(OpId op, std::vector<Tensor> inputs, const OpAttrs& attrs) {
+  Tensor out = dispatch1(op, inputs, attrs);
+  if (!grad_enabled() || !is_differentiable(op) || !is_floating(out.dtype()) ||
+      !any_requires_grad(inputs))
+    return out;
+  out = unaliased(out, inputs);
+  attach(out, std::make_shared<OpNode>(op, attrs, inputs), inputs);
+  return out;
+}
+
+Tensor record_function(Tensor output, std::string name, const std::vector<Tensor>& inputs,
+                       FunctionNode::Backward rule) {
+  if (!grad_enabled() || !any_requires_grad(inputs) || !is_floating(output.dtype()))
+    return output;
+  output = unaliased(output, inputs);
+  attach(output, std::make_shared<FunctionNode>(std::move(name), std::move(rule)), inputs);
+  return output;
+}
+
+}  // namespace kiln::autograd

@@ -1,0 +1,206 @@
+// Tensor's autograd state and its method forms of the ops, all routed through autograd/ops.h.
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "autograd/record.h"
+#include "runtime/dispatch.h"
+
+namespace kiln {
+
+// ---- autograd state ----
+
+Tensor& Tensor::requires_grad_(bool required) {
+  KILN_CHECK_AS(AutogradError, is_leaf(),
+                "requires_grad_: only leaf tensors can change requires_grad; this one (shape {}) "
+                "was made by {}",
+                shape_str(shape()), grad_fn()->name());
+  KILN_CHECK_AS(AutogradError, !required || is_floating(dtype()),
+                "requires_grad_: only floating-point tensors can require gradients, got {}",
+                dtype());
+  impl().requires_grad = required;
+  return *this;
+}
+
+Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
+void Tensor::set_grad(const Tensor& g) const {
+  if (g.defined())
+    KILN_CHECK_AS(ShapeError, g.shape() == shape(), "set_grad: gradient shape {} != tensor {}",
+                  shape_str(g.shape()), shape_str(shape()));
+  impl().grad = g.defined() ? g.impl_ptr() : nullptr;
+}
+bool Tensor::is_leaf() const { return impl().grad_fn == nullptr; }
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  Tensor g = gradient;
+  if (!g.defined()) {
+    KILN_CHECK_AS(AutogradError, numel() == 1,
+                  "backward: a gradient can be implied only for one-element outputs; this one "
+                  "has shape {}, so pass a gradient of that shape",
+                  shape_str(shape()));
+    g = ones_like(*this);
+  }
+  KILN_CHECK_AS(ShapeError, g.shape() == shape(),
+                "backward: gradient shape {} does not match output shape {}", shape_str(g.shape()),
+                shape_str(shape()));
+  autograd::run_backward({*this}, {g}, retain_graph, create_graph);
+}
+
+Tensor Tensor::detach() const {
+  auto d = std::make_shared<TensorImpl>();
+  d->storage = impl().storage;
+  d->shape = shape();
+  d->strides = strides();
+  d->offset = offset();
+  d->dtype = dtype();
+  return Tensor(std::move(d));
+}
+
+// ---- views ----
+
+Tensor Tensor::reshape(const Shape& s) const { return kiln::reshape(*this, s); }
+Tensor Tensor::view(const Shape& s) const {
+  Shape target = infer_reshape(shape(), s, "view");
+  KILN_CHECK_AS(ShapeError, view_strides(shape(), strides(), target).ok,
+                "view: shape {} with strides {} cannot be viewed as {} without a copy; use "
+                "reshape",
+                shape_str(shape()), shape_str(strides()), shape_str(target));
+  return kiln::reshape(*this, target);
+}
+Tensor Tensor::permute(const std::vector<std::int64_t>& dims) const {
+  return kiln::permute(*this, dims);
+}
+Tensor Tensor::transpose(std::int64_t d0, std::int64_t d1) const {
+  return kiln::transpose(*this, d0, d1);
+}
+Tensor Tensor::t() const {
+  KILN_CHECK_AS(ShapeError, dim() <= 2, "t: expects a tensor of rank <= 2, got shape {}",
+                shape_str(shape()));
+  return dim() < 2 ? *this : kiln::transpose(*this, 0, 1);
+}
+Tensor Tensor::expand(const Shape& s) const { return kiln::expand(*this, s); }
+Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end,
+                     std::int64_t step) const {
+  return kiln::slice(*this, d, start, end, step);
+}
+Tensor Tensor::select(std::int64_t d, std::int64_t index) const {
+  return kiln::select(*this, d, index);
+}
+Tensor Tensor::squeeze() const { return kiln::squeeze(*this); }
+Tensor Tensor::squeeze(std::int64_t d) const { return kiln::squeeze(*this, d); }
+Tensor Tensor::unsqueeze(std::int64_t d) const { return kiln::unsqueeze(*this, d); }
+Tensor Tensor::flatten(std::int64_t s, std::int64_t e) const { return kiln::flatten(*this, s, e); }
+
+// ---- copies and conversion ----
+
+Tensor Tensor::contiguous() const {
+  return is_contiguous() ? *this : autograd::record(OpId::copy, {*this});
+}
+Tensor Tensor::clone() const { return autograd::record(OpId::copy, {*this}); }
+Tensor Tensor::to(DType t) const { return cast(*this, t); }
+Tensor Tensor::to(Device d) const {
+  KILN_CHECK(d == device(), "to: copies from {} to {} are not available in this build",
+             device().str(), d.str());
+  return *this;
+}
+
+// ---- reductions and common elementwise ops ----
+
+Tensor Tensor::sum(const std::vector<std::int64_t>& d, bool k) const { return kiln::sum(*this, d, k); }
+Tensor Tensor::mean(const std::vector<std::int64_t>& d, bool k) const {
+  return kiln::mean(*this, d, k);
+}
+Tensor Tensor::prod(const std::vector<std::int64_t>& d, bool k) const {
+  return kiln::prod(*this, d, k);
+}
+Tensor Tensor::max(const std::vector<std::int64_t>& d, bool k) const { return amax(*this, d, k); }
+Tensor Tensor::min(const std::vector<std::int64_t>& d, bool k) const { return amin(*this, d, k); }
+Tensor Tensor::argmax(std::int64_t d, bool k) const { return kiln::argmax(*this, d, k); }
+Tensor Tensor::argmin(std::int64_t d, bool k) const { return kiln::argmin(*this, d, k); }
+Tensor Tensor::exp() const { return kiln::exp(*this); }
+Tensor Tensor::log() const { return kiln::log(*this); }
+Tensor Tensor::sqrt() const { return kiln::sqrt(*this); }
+Tensor Tensor::abs() const { return kiln::abs(*this); }
+Tensor Tensor::pow(double e) const { return kiln::pow(*this, e); }
+
+// ---- in-place ----
+
+namespace {
+
+void check_inplace(const Tensor& self, const char* op) {
+  KILN_CHECK_AS(AutogradError, !(grad_enabled() && self.requires_grad() && self.is_leaf()),
+                "{}: a leaf tensor of shape {} that requires grad is used in an in-place "
+                "operation; do the update under NoGradGuard",
+                op, shape_str(self.shape()));
+}
+
+// Writes `result` into `self` and, when the result has history, moves that history onto self.
+// `result` was computed from a clone of self, so nodes saved before keep their values.
+Tensor& assign(Tensor& self, const Tensor& result, const char* op) {
+  KILN_CHECK_AS(ShapeError, result.shape() == self.shape(),
+                "{}: the result's shape {} cannot be written into self of shape {}", op,
+                shape_str(result.shape()), shape_str(self.shape()));
+  bool history = grad_enabled() && result.requires_grad();
+  KILN_CHECK_AS(AutogradError, !history || !self.impl().is_view,
+                "{}: in-place operation on a view (shape {}) that needs grad is not supported; "
+                "use the out-of-place op",
+                op, shape_str(self.shape()));
+  copy_data(self, result.dtype() == self.dtype() ? result : result.detach().to(self.dtype()));
+  self.impl().storage->bump_version();
+  if (history) {
+    TensorImpl& impl = self.impl();
+    Tensor r = result.dtype() == self.dtype() ? result : result.to(self.dtype());
+    impl.grad_fn = r.impl().grad_fn;
+    impl.output_nr = r.impl().output_nr;
+    impl.requires_grad = true;
+  }
+  return self;
+}
+
+Tensor operand(const Tensor& self, const Tensor& other) {
+  bool history = grad_enabled() && (self.requires_grad() || other.requires_grad());
+  return history ? self.clone() : self.detach();
+}
+
+}  // namespace
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  check_inplace(*this, "add_");
+  Tensor o = alpha == 1.0 ? other : mul(other, alpha);
+  return assign(*this, add(operand(*this, o), o), "add_");
+}
+
+Tensor& Tensor::mul_(const Tensor& other) {
+  check_inplace(*this, "mul_");
+  return assign(*this, mul(operand(*this, other), other), "mul_");
+}
+
+Tensor& Tensor::mul_(double value) {
+  check_inplace(*this, "mul_");
+  Tensor o = scalar_tensor(value, dtype());
+  return assign(*this, mul(operand(*this, o), o), "mul_");
+}
+
+Tensor& Tensor::fill_(double value) {
+  check_inplace(*this, "fill_");
+  copy_data(*this, scalar_tensor(value, DType::f64));
+  impl().storage->bump_version();
+  if (grad_enabled() && !is_leaf()) {
+    // The new values no longer depend on anything.
+    impl().grad_fn = nullptr;
+    impl().requires_grad = false;
+  }
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
+  Tensor s = src.dtype() == dtype() ? src : src.to(dtype());
+  if (grad_enabled() && src.requires_grad())
+    return assign(*this, add(zeros_like(*this), s), "copy_");
+  copy_data(*this, s.detach());
+  impl().storage->bump_version();
+  return *this;
+}
+
+}  // namespace kiln

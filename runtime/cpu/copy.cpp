@@ -1,0 +1,90 @@
+// Strided, converting copies: the one place CPU kernels touch non-contiguous memory. Every other
+// kernel materializes its inputs contiguous and computes with Eigen on flat arrays.
+#include <cstring>
+
+#include "runtime/cpu/kernels.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+template <typename To, typename From>
+To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return static_cast<float>(v) != 0.0f;
+  } else if constexpr (std::is_same_v<From, f16> || std::is_same_v<From, bf16>) {
+    return static_cast<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, f16> || std::is_same_v<To, bf16>) {
+    return static_cast<To>(static_cast<float>(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+// Walks two equally shaped strided views in row-major order; the innermost dim is a tight loop.
+template <typename To, typename From>
+void strided_copy(To* dst, const Strides& ds, const From* src, const Strides& ss,
+                  const Shape& shape) {
+  std::int64_t n = numel(shape);
+  if (n == 0) return;
+  if (shape.empty()) {
+    dst[0] = convert<To>(src[0]);
+    return;
+  }
+  std::size_t rank = shape.size();
+  std::int64_t inner = shape[rank - 1], dsi = ds[rank - 1], ssi = ss[rank - 1];
+  std::vector<std::int64_t> index(rank, 0);
+  std::int64_t doff = 0, soff = 0;
+  for (std::int64_t row = 0; row < n / inner; ++row) {
+    for (std::int64_t i = 0; i < inner; ++i) dst[doff + i * dsi] = convert<To>(src[soff + i * ssi]);
+    for (std::size_t d = rank - 1; d-- > 0;) {
+      if (++index[d] < shape[d]) {
+        doff += ds[d];
+        soff += ss[d];
+        break;
+      }
+      doff -= ds[d] * (shape[d] - 1);
+      soff -= ss[d] * (shape[d] - 1);
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+void copy_into(const Tensor& dst, const Tensor& src) {
+  KILN_CHECK_AS(ShapeError, dst.shape() == src.shape(), "copy: shape {} cannot be copied into {}",
+                shape_str(src.shape()), shape_str(dst.shape()));
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    std::memcpy(dst.raw_data(), src.raw_data(), dst.numel() * itemsize(dst.dtype()));
+    return;
+  }
+  visit_dtype(dst.dtype(), [&](auto to_tag) {
+    using To = decltype(to_tag);
+    visit_dtype(src.dtype(), [&](auto from_tag) {
+      using From = decltype(from_tag);
+      strided_copy(static_cast<To*>(dst.raw_data()), dst.strides(),
+                   static_cast<const From*>(src.raw_data()), src.strides(), dst.shape());
+    });
+  });
+}
+
+Tensor materialize(const Tensor& x, const Shape& shape, DType dtype) {
+  if (x.shape() == shape && x.dtype() == dtype && x.is_contiguous()) return x;
+  Tensor src = x;
+  if (x.shape() != shape) {
+    // Broadcast by zero strides (shapes were validated by infer_meta).
+    Strides s(shape.size(), 0);
+    std::size_t lead = shape.size() - x.shape().size();
+    for (std::size_t i = lead; i < shape.size(); ++i)
+      s[i] = x.shape()[i - lead] == shape[i] ? x.strides()[i - lead] : 0;
+    src = make_view(x, shape, s, x.offset());
+  }
+  Tensor out = empty(shape, dtype);
+  copy_into(out, src);
+  return out;
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,196 @@
+// Elementwise CPU kernels on Eigen arrays. Inputs are materialized contiguous in the compute
+// dtype (f16/bf16 widen to f32), computed, then rounded once to the output dtype.
+#include <cmath>
+#include <numbers>
+
+#include "runtime/cpu/kernels.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+template <typename T>
+using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+template <typename T>
+ConstArrayMap<T> flat(const Tensor& t) {
+  return ConstArrayMap<T>(static_cast<const T*>(t.raw_data()), t.numel());
+}
+template <typename T>
+ArrayMap<T> flat_mut(const Tensor& t) {
+  return ArrayMap<T>(static_cast<T*>(t.raw_data()), t.numel());
+}
+
+// Rounds a result computed in the compute dtype to the op's output dtype.
+Tensor finish(const Tensor& computed, DType out_dtype) {
+  if (computed.dtype() == out_dtype) return computed;
+  return materialize(computed, computed.shape(), out_dtype);
+}
+
+template <typename T>
+T sigmoid_of(T x) {
+  // Two branches keep exp() from overflowing for large |x|.
+  return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
+}
+
+template <typename T>
+void unary_float(OpId op, ConstArrayMap<T> x, ArrayMap<T> y) {
+  switch (op) {
+    case OpId::exp: y = x.exp(); break;
+    case OpId::log: y = x.log(); break;
+    case OpId::log1p: y = x.log1p(); break;
+    case OpId::expm1: y = x.expm1(); break;
+    case OpId::sqrt: y = x.sqrt(); break;
+    case OpId::rsqrt: y = x.rsqrt(); break;
+    case OpId::reciprocal: y = x.inverse(); break;
+    case OpId::sin: y = x.sin(); break;
+    case OpId::cos: y = x.cos(); break;
+    case OpId::tanh: y = x.tanh(); break;
+    case OpId::sigmoid: y = x.unaryExpr([](T v) { return sigmoid_of(v); }); break;
+    case OpId::silu: y = x.unaryExpr([](T v) { return v * sigmoid_of(v); }); break;
+    case OpId::erf: y = x.unaryExpr([](T v) { return std::erf(v); }); break;
+    case OpId::gelu:
+      y = x.unaryExpr([](T v) { return T(0.5) * v * (T(1) + std::erf(v * T(std::numbers::sqrt2 / 2))); });
+      break;
+    case OpId::gelu_tanh:
+      y = x.unaryExpr([](T v) {
+        const T k = T(std::sqrt(2.0 / std::numbers::pi));
+        return T(0.5) * v * (T(1) + std::tanh(k * (v + T(0.044715) * v * v * v)));
+      });
+      break;
+    default: throw Error(fmt::format("{}: not a floating unary op", op));
+  }
+}
+
+template <typename T>
+void unary_any(OpId op, ConstArrayMap<T> x, ArrayMap<T> y) {
+  switch (op) {
+    case OpId::neg: y = -x; break;
+    case OpId::abs: y = x.abs(); break;
+    case OpId::relu: y = x.max(T(0)); break;
+    case OpId::sign: y = x.unaryExpr([](T v) { return T((T(0) < v) - (v < T(0))); }); break;
+    default:
+      if constexpr (std::is_floating_point_v<T>) unary_float(op, x, y);
+      else throw Error(fmt::format("{}: not an integer unary op", op));
+  }
+}
+
+template <typename T>
+T int_pow(T base, T exp) {
+  KILN_CHECK(exp >= 0, "pow: integer {} to the negative integer power {} is not allowed", base,
+             exp);
+  T result = 1;
+  while (exp > 0) {
+    if (exp & 1) result *= base;
+    base *= base;
+    exp >>= 1;
+  }
+  return result;
+}
+
+template <typename T>
+void binary_arith(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<T> y) {
+  switch (op) {
+    case OpId::add: y = a + b; break;
+    case OpId::sub: y = a - b; break;
+    case OpId::mul: y = a * b; break;
+    case OpId::div: y = a / b; break;
+    case OpId::pow:
+      if constexpr (std::is_floating_point_v<T>) y = a.pow(b);
+      else y = a.binaryExpr(b, [](T u, T v) { return int_pow(u, v); });
+      break;
+    // maximum/minimum propagate NaN, as PyTorch does.
+    case OpId::maximum:
+      y = a.binaryExpr(b, [](T u, T v) { return (u != u || u > v) ? u : v; });
+      break;
+    case OpId::minimum:
+      y = a.binaryExpr(b, [](T u, T v) { return (u != u || u < v) ? u : v; });
+      break;
+    default: throw Error(fmt::format("{}: not an arithmetic op", op));
+  }
+}
+
+template <typename T>
+void binary_compare(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<bool> y) {
+  switch (op) {
+    case OpId::eq: y = (a == b); break;
+    case OpId::ne: y = (a != b); break;
+    case OpId::lt: y = (a < b); break;
+    case OpId::le: y = (a <= b); break;
+    case OpId::gt: y = (a > b); break;
+    case OpId::ge: y = (a >= b); break;
+    default: throw Error(fmt::format("{}: not a comparison", op));
+  }
+}
+
+}  // namespace
+
+Tensor unary(OpId op, const Tensor& x, const TensorMeta& out) {
+  if (op == OpId::logical_not) {
+    Tensor xb = materialize(x, x.shape(), DType::bool_);
+    Tensor y = empty(out.shape, DType::bool_);
+    flat_mut<bool>(y) = !flat<bool>(xb);
+    return y;
+  }
+  DType ct = compute_dtype(out.dtype);
+  Tensor xc = materialize(x, x.shape(), ct);
+  Tensor y = empty(out.shape, ct);
+  visit_dtype(ct, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, f16> || std::is_same_v<T, bf16>)
+      throw DTypeError(fmt::format("{}: not supported for dtype {}", op, ct));
+    else
+      unary_any<T>(op, flat<T>(xc), flat_mut<T>(y));
+  });
+  return finish(y, out.dtype);
+}
+
+Tensor binary(OpId op, const Tensor& a, const Tensor& b, const TensorMeta& out) {
+  if (op == OpId::logical_and || op == OpId::logical_or) {
+    Tensor ab = materialize(a, out.shape, DType::bool_), bb = materialize(b, out.shape, DType::bool_);
+    Tensor y = empty(out.shape, DType::bool_);
+    if (op == OpId::logical_and) flat_mut<bool>(y) = flat<bool>(ab) && flat<bool>(bb);
+    else flat_mut<bool>(y) = flat<bool>(ab) || flat<bool>(bb);
+    return y;
+  }
+  bool compare = out.dtype == DType::bool_;
+  DType ct = compute_dtype(compare ? promote_types(a.dtype(), b.dtype()) : out.dtype);
+  Tensor ac = materialize(a, out.shape, ct), bc = materialize(b, out.shape, ct);
+  Tensor y = empty(out.shape, compare ? DType::bool_ : ct);
+  visit_dtype(ct, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
+      throw DTypeError(fmt::format("{}: unexpected compute dtype {}", op, ct));
+    } else if constexpr (std::is_same_v<T, bool>) {
+      // Only comparisons reach here with bool operands (arithmetic on bool is rejected).
+      auto ai = flat<bool>(ac).template cast<int>(), bi = flat<bool>(bc).template cast<int>();
+      Eigen::Array<int, Eigen::Dynamic, 1> ae = ai, be = bi;
+      binary_compare<int>(op, ConstArrayMap<int>(ae.data(), ae.size()),
+                          ConstArrayMap<int>(be.data(), be.size()), flat_mut<bool>(y));
+    } else if (compare) {
+      binary_compare<T>(op, flat<T>(ac), flat<T>(bc), flat_mut<bool>(y));
+    } else {
+      binary_arith<T>(op, flat<T>(ac), flat<T>(bc), flat_mut<T>(y));
+    }
+  });
+  return finish(y, out.dtype);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, const TensorMeta& out) {
+  DType ct = compute_dtype(out.dtype);
+  Tensor cc = materialize(cond, out.shape, DType::bool_);
+  Tensor ac = materialize(a, out.shape, ct), bc = materialize(b, out.shape, ct);
+  Tensor y = empty(out.shape, ct);
+  visit_dtype(ct, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>)
+      throw DTypeError(fmt::format("where: unexpected compute dtype {}", ct));
+    else
+      flat_mut<T>(y) = flat<bool>(cc).select(flat<T>(ac), flat<T>(bc));
+  });
+  return finish(y, out.dtype);
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,32 @@
+// The CPU reference kernels: the ground truth every generated kernel is compared against.
+// Each takes validated inputs and the inferred output metadata (runtime/op.h).
+#pragma once
+
+#include <span>
+
+#include "runtime/op.h"
+#include "runtime/tensor.h"
+
+namespace kiln::cpu {
+
+// Copies `src` into `dst` elementwise, converting dtype; shapes must match, strides are free
+// (a zero stride in `src` broadcasts).
+void copy_into(const Tensor& dst, const Tensor& src);
+// `x` broadcast to `shape` and converted to `dtype`, as a fresh contiguous tensor (or `x`
+// itself when it already is one).
+Tensor materialize(const Tensor& x, const Shape& shape, DType dtype);
+
+Tensor unary(OpId op, const Tensor& x, const TensorMeta& out);
+Tensor binary(OpId op, const Tensor& a, const Tensor& b, const TensorMeta& out);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, const TensorMeta& out);
+Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& out);
+Tensor matmul(const Tensor& a, const Tensor& b, const TensorMeta& out);
+Tensor gather(const Tensor& x, const Tensor& index, std::int64_t dim, const TensorMeta& out);
+Tensor index_select(const Tensor& x, const Tensor& index, std::int64_t dim,
+                    const TensorMeta& out);
+Tensor scatter_add(const Tensor& self, const Tensor& index, const Tensor& src, std::int64_t dim);
+Tensor index_add(const Tensor& self, const Tensor& index, const Tensor& src, std::int64_t dim);
+Tensor cat(std::span<const Tensor> inputs, std::int64_t dim, const TensorMeta& out);
+Tensor pad(const Tensor& x, const OpAttrs& attrs, const TensorMeta& out);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,101 @@
+// Reductions: permute the reduced dims innermost, materialize, and reduce the rows of an
+// (outer x inner) row-major Eigen matrix.
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/cpu/kernels.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+template <typename T>
+using RowMatrix = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+template <typename T>
+bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
+  else return false;
+}
+
+// Index of the extreme element of a row; NaN wins, as in PyTorch; ties keep the first.
+template <typename T, typename Better>
+std::int64_t arg_extreme(const T* row, std::int64_t n, Better better) {
+  std::int64_t best = 0;
+  for (std::int64_t i = 1; i < n; ++i) {
+    if (is_nan(row[best])) break;
+    if (is_nan(row[i]) || better(row[i], row[best])) best = i;
+  }
+  return best;
+}
+
+}  // namespace
+
+Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& out) {
+  auto dims = normalize_dims(attrs.dims, x.dim(), op_name(op));
+  std::vector<std::int64_t> order;
+  std::int64_t inner = 1;
+  for (std::int64_t d = 0; d < x.dim(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) order.push_back(d);
+  for (auto d : dims) {
+    order.push_back(d);
+    inner *= x.shape()[d];
+  }
+  std::int64_t outer = inner == 0 ? numel(out.shape) : x.numel() / std::max<std::int64_t>(inner, 1);
+  if (x.dim() == 0) outer = 1;
+
+  bool is_arg = op == OpId::argmax || op == OpId::argmin;
+  DType ct = compute_dtype(is_arg ? x.dtype() : out.dtype);
+  if (ct == DType::bool_) ct = DType::i64;  // amax/amin of bool compute as integers
+  Shape permuted_shape;
+  Strides permuted_strides;
+  for (auto d : order) {
+    permuted_shape.push_back(x.shape()[d]);
+    permuted_strides.push_back(x.strides()[d]);
+  }
+  Tensor permuted = make_view(x, permuted_shape, permuted_strides, x.offset());
+  Tensor xc = materialize(permuted, permuted_shape, ct);
+
+  Tensor y = empty(out.shape, is_arg ? DType::i64 : ct);
+  visit_dtype(ct, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16> || std::is_same_v<T, bool>) {
+      throw DTypeError(fmt::format("{}: unexpected compute dtype {}", op, ct));
+    } else {
+      const T* src = static_cast<const T*>(xc.raw_data());
+      if (is_arg) {
+        auto* dst = static_cast<std::int64_t*>(y.raw_data());
+        for (std::int64_t r = 0; r < outer; ++r)
+          dst[r] = op == OpId::argmax
+                       ? arg_extreme(src + r * inner, inner, [](T a, T b) { return a > b; })
+                       : arg_extreme(src + r * inner, inner, [](T a, T b) { return a < b; });
+        return;
+      }
+      T* dst = static_cast<T*>(y.raw_data());
+      RowMatrix<T> m(src, outer, inner);
+      switch (op) {
+        case OpId::sum:
+          for (std::int64_t r = 0; r < outer; ++r) dst[r] = inner ? m.row(r).sum() : T(0);
+          break;
+        case OpId::prod:
+          for (std::int64_t r = 0; r < outer; ++r) dst[r] = inner ? m.row(r).prod() : T(1);
+          break;
+        case OpId::amax:
+          for (std::int64_t r = 0; r < outer; ++r)
+            dst[r] = src[r * inner + arg_extreme(src + r * inner, inner,
+                                                  [](T a, T b) { return a > b; })];
+          break;
+        case OpId::amin:
+          for (std::int64_t r = 0; r < outer; ++r)
+            dst[r] = src[r * inner + arg_extreme(src + r * inner, inner,
+                                                  [](T a, T b) { return a < b; })];
+          break;
+        default: throw Error(fmt::format("{}: not a reduction", op));
+      }
+    }
+  });
+  if (y.dtype() == out.dtype) return y;
+  return materialize(y, y.shape(), out.dtype);
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,88 @@
+// The CUDA backend interface: the slice of the driver API kiln uses, with two implementations,
+// `driver` (libcuda.so.1 through dlopen) and `virtual` (a PTX interpreter on the host).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace kiln::cuda {
+
+// A device address. On the virtual GPU it is a host address of a checked allocation.
+using DevicePtr = std::uint64_t;
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+struct DeviceProperties {
+  std::string name;
+  int compute_major = 0;
+  int compute_minor = 0;
+  int sm_count = 0;
+  int warp_size = 32;
+  int max_threads_per_block = 1024;
+  Dim3 max_block_dim{1024, 1024, 64};
+  Dim3 max_grid_dim{2147483647u, 65535u, 65535u};
+  std::size_t shared_mem_per_block = 48 * 1024;        // without opt-in
+  std::size_t shared_mem_per_block_optin = 227 * 1024;  // with cuFuncSetAttribute opt-in
+  int registers_per_block = 65536;
+  std::size_t total_memory = 0;
+  bool is_virtual = false;
+};
+
+// Opaque handles owned by the backend that created them.
+struct ModuleImpl;
+struct FunctionImpl;
+struct StreamImpl;
+struct EventImpl;
+using Module = ModuleImpl*;
+using Function = FunctionImpl*;
+using Stream = StreamImpl*;  // nullptr is the default (legacy) stream
+using Event = EventImpl*;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view kind() const = 0;  // "driver" or "virtual"
+  virtual int device_count() = 0;
+  virtual const DeviceProperties& properties(int device = 0) = 0;
+
+  virtual DevicePtr alloc(std::size_t bytes) = 0;
+  virtual void free(DevicePtr ptr) = 0;
+  virtual void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes,
+                              Stream stream = nullptr) = 0;
+  virtual void copy_to_host(void* dst, DevicePtr src, std::size_t bytes,
+                            Stream stream = nullptr) = 0;
+  virtual void copy_device(DevicePtr dst, DevicePtr src, std::size_t bytes,
+                           Stream stream = nullptr) = 0;
+  virtual void memset8(DevicePtr dst, std::uint8_t value, std::size_t bytes,
+                       Stream stream = nullptr) = 0;
+
+  // `image` is PTX text or a cubin; the driver JITs PTX, the virtual GPU only takes PTX.
+  virtual Module load_module(std::string_view image) = 0;
+  virtual void unload_module(Module module) = 0;
+  virtual Function get_function(Module module, const std::string& name) = 0;
+  // `params` is exactly what cuLaunchKernel takes: one pointer per kernel parameter.
+  virtual void launch(Function fn, Dim3 grid, Dim3 block, unsigned dynamic_shared_bytes,
+                      Stream stream, void** params) = 0;
+
+  virtual Stream create_stream() = 0;
+  virtual void destroy_stream(Stream stream) = 0;
+  virtual void synchronize_stream(Stream stream) = 0;
+  virtual Event create_event() = 0;
+  virtual void destroy_event(Event event) = 0;
+  virtual void record_event(Event event, Stream stream) = 0;
+  virtual void wait_event(Stream stream, Event event) = 0;
+  virtual void synchronize_event(Event event) = 0;
+  virtual float elapsed_ms(Event start, Event end) = 0;
+  virtual void synchronize() = 0;
+};
+
+// The process-wide backend chosen by KILN_CUDA=driver|virtual|auto (default auto).
+Backend& backend();
+
+}  // namespace kiln::cuda

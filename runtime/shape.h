@@ -1,0 +1,41 @@
+// Shapes and strides, and the shape rules shared by every backend: broadcasting, reduction
+// shapes, dim normalization. One implementation serves eager execution and tracing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln {
+
+using Shape = std::vector<std::int64_t>;
+using Strides = std::vector<std::int64_t>;
+
+std::int64_t numel(const Shape& shape);
+Strides contiguous_strides(const Shape& shape);
+std::string shape_str(const Shape& shape);  // "[2, 3]"
+
+// Maps a possibly negative `dim` into [0, rank); IndexError naming `op` otherwise.
+std::int64_t normalize_dim(std::int64_t dim, std::int64_t rank, std::string_view op);
+// Normalizes and sorts a dim list; an empty list means every dim. Rejects duplicates.
+std::vector<std::int64_t> normalize_dims(const std::vector<std::int64_t>& dims, std::int64_t rank,
+                                         std::string_view op);
+
+// NumPy broadcasting; ShapeError naming `op` and both shapes when they do not broadcast.
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
+// The shape of reducing `dims` (normalized) of `shape`.
+Shape reduced_shape(const Shape& shape, const std::vector<std::int64_t>& dims, bool keepdim);
+
+// Strides that view a tensor of (shape, strides) as `new_shape` without copying, or an empty
+// optional-like result (`ok == false`) when the memory layout does not allow it.
+struct ViewStrides {
+  bool ok = false;
+  Strides strides;
+};
+ViewStrides view_strides(const Shape& shape, const Strides& strides, const Shape& new_shape);
+
+// Resolves one -1 in a reshape target; ShapeError if numel differs.
+Shape infer_reshape(const Shape& shape, Shape target, std::string_view op);
+
+}  // namespace kiln

@@ -1,0 +1,148 @@
+// kiln::Tensor: a shared handle to a strided view of a Storage, with the autograd state a
+// differentiable op needs. Math and view methods are defined with the ops (autograd/ops.h), so
+// that every way of calling an op goes through the same dispatch point.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+#include "runtime/shape.h"
+#include "runtime/storage.h"
+
+namespace kiln {
+
+namespace autograd {
+class Node;
+}
+
+// The state behind a Tensor handle; several handles (and views) may share one storage.
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Strides strides;
+  std::int64_t offset = 0;  // in elements
+  DType dtype = DType::f32;
+
+  // Autograd: a leaf has no grad_fn; a non-leaf is output `output_nr` of `grad_fn`.
+  bool requires_grad = false;
+  std::shared_ptr<autograd::Node> grad_fn;
+  std::uint32_t output_nr = 0;
+  std::shared_ptr<TensorImpl> grad;
+  std::weak_ptr<autograd::Node> grad_accumulator;  // the leaf's AccumulateGrad, if any
+  bool is_view = false;  // shares storage with the tensor a view op made it from
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // an undefined tensor: no storage, `defined()` is false
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- metadata ----
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl().shape; }
+  std::int64_t size(std::int64_t dim) const;
+  std::int64_t dim() const { return static_cast<std::int64_t>(impl().shape.size()); }
+  std::int64_t numel() const { return kiln::numel(impl().shape); }
+  const Strides& strides() const { return impl().strides; }
+  std::int64_t offset() const { return impl().offset; }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().storage->device(); }
+  bool is_contiguous() const;
+  TensorImpl& impl() const;
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool same(const Tensor& other) const { return impl_ == other.impl_; }
+
+  // ---- host data access (CPU tensors) ----
+  // Address of element 0 of this view.
+  void* raw_data() const;
+  // Typed pointer to element 0; DTypeError if T is not this tensor's storage type.
+  template <typename T>
+  T* data() const;
+  // The single value of a one-element tensor, converted to double / T.
+  double item() const;
+  template <typename T>
+  T item() const {
+    return static_cast<T>(item());
+  }
+  // All elements in row-major order, converted to T.
+  template <typename T>
+  std::vector<T> to_vector() const;
+
+  // ---- autograd ----
+  bool requires_grad() const { return impl().requires_grad; }
+  // Marks a leaf as needing .grad; AutogradError on a non-leaf or a non-floating dtype.
+  Tensor& requires_grad_(bool required = true);
+  Tensor grad() const;
+  void set_grad(const Tensor& grad) const;
+  bool is_leaf() const;
+  const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
+  // Backpropagates from this tensor; `gradient` may be omitted only for one-element tensors.
+  void backward(const Tensor& gradient = {}, bool retain_graph = false,
+                bool create_graph = false) const;
+  // Same data, no history, requires_grad false.
+  Tensor detach() const;
+
+  // ---- views (no copy) ----
+  Tensor reshape(const Shape& shape) const;  // a view when strides allow, else a copy
+  Tensor view(const Shape& shape) const;     // ShapeError when a view is impossible
+  Tensor permute(const std::vector<std::int64_t>& dims) const;
+  Tensor transpose(std::int64_t dim0, std::int64_t dim1) const;
+  Tensor t() const;  // transpose of a rank <= 2 tensor
+  Tensor expand(const Shape& shape) const;
+  Tensor broadcast_to(const Shape& shape) const { return expand(shape); }
+  Tensor slice(std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step = 1) const;
+  Tensor select(std::int64_t dim, std::int64_t index) const;
+  Tensor squeeze() const;
+  Tensor squeeze(std::int64_t dim) const;
+  Tensor unsqueeze(std::int64_t dim) const;
+  Tensor flatten(std::int64_t start_dim = 0, std::int64_t end_dim = -1) const;
+
+  // ---- copies and conversion ----
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+
+  // ---- reductions (an empty dim list means every dim) ----
+  Tensor sum(const std::vector<std::int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor mean(const std::vector<std::int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor prod(const std::vector<std::int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor max(const std::vector<std::int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor min(const std::vector<std::int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor argmax(std::int64_t dim, bool keepdim = false) const;
+  Tensor argmin(std::int64_t dim, bool keepdim = false) const;
+
+  // ---- a few common elementwise ops as methods ----
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor abs() const;
+  Tensor pow(double exponent) const;
+
+  // ---- in-place (bump the storage version; rejected on leaves that require grad) ----
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& sub_(const Tensor& other) { return add_(other, -1.0); }
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double value);
+  Tensor& fill_(double value);
+  Tensor& zero_() { return fill_(0.0); }
+  Tensor& copy_(const Tensor& src);
+
+  std::string str() const;  // PyTorch-like printing
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Allocates an uninitialized-looking (zeroed) contiguous tensor.
+Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+// A view of `base`'s storage with the given geometry (no autograd); for op implementations.
+Tensor make_view(const Tensor& base, Shape shape, Strides strides, std::int64_t offset);
+
+}  // namespace kiln
