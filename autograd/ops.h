@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "runtime/factories.h"
 #include "runtime/op.h"
 #include "runtime/random.h"
