@@ -5,15 +5,24 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "autograd/record.h"
+#include "runtime/trace_hooks.h"
 
 namespace kiln {
 
 namespace {
 
-std::int64_t reduced_count(const Tensor& x, const Dims& dims) {
+// The number of elements reduced over `dims`, minus `correction`, as a divisor. While tracing it
+// is computed by the graph (a sum over an expanded one), so it follows dynamic sizes instead of
+// baking in the traced ones.
+Tensor reduced_count(const Tensor& x, const Dims& dims, bool keepdim, double correction = 0) {
+  KILN_OP_SCOPE;
+  if (x.impl().trace_value >= 0) {
+    Tensor count = sum(expand(scalar_tensor(1.0, x.dtype()), x.shape()), dims, keepdim);
+    return correction == 0 ? count : maximum(count - correction, 0.0);
+  }
   std::int64_t n = 1;
   for (auto d : normalize_dims(dims, x.dim(), "reduce")) n *= x.shape()[d];
-  return n;
+  return scalar_tensor(std::max(static_cast<double>(n) - correction, 0.0), x.dtype());
 }
 
 void check_floating(const Tensor& x, const char* op) {
@@ -25,22 +34,25 @@ void check_floating(const Tensor& x, const char* op) {
 }  // namespace
 
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
+  KILN_OP_SCOPE;
   check_floating(x, "mean");
-  return sum(x, dims, keepdim) / static_cast<double>(reduced_count(x, dims));
+  return sum(x, dims, keepdim) / reduced_count(x, dims, keepdim);
 }
 
 Tensor var(const Tensor& x, const Dims& dims, double correction, bool keepdim) {
+  KILN_OP_SCOPE;
   check_floating(x, "var");
   Tensor centered = x - mean(x, dims, /*keepdim=*/true);
-  double n = static_cast<double>(reduced_count(x, dims)) - correction;
-  return sum(centered * centered, dims, keepdim) / std::max(n, 0.0);
+  return sum(centered * centered, dims, keepdim) / reduced_count(x, dims, keepdim, correction);
 }
 
 Tensor std(const Tensor& x, const Dims& dims, double correction, bool keepdim) {
+  KILN_OP_SCOPE;
   return sqrt(var(x, dims, correction, keepdim));
 }
 
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
+  KILN_OP_SCOPE;
   check_floating(x, "logsumexp");
   // Shifting by the (detached) max keeps exp() finite; the result does not depend on the shift.
   Tensor m = amax(x.detach(), dims, /*keepdim=*/true);
@@ -56,6 +68,7 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
 }
 
 Tensor softmax(const Tensor& x_in, std::int64_t dim) {
+  KILN_OP_SCOPE;
   Tensor x = is_floating(x_in.dtype()) ? x_in : x_in.to(DType::f32);
   dim = normalize_dim(dim, x.dim(), "softmax");
   Tensor y;
@@ -64,14 +77,19 @@ Tensor softmax(const Tensor& x_in, std::int64_t dim) {
     Tensor e = exp(x - amax(x, {dim}, true));
     y = e / sum(e, {dim}, true);
   }
-  return autograd::record_function(y, "SoftmaxBackward", {x}, [x, y, dim](const Tensor& g) {
+  // The output is saved detached (capturing y itself would make it own its own grad_fn, a
+  // cycle never freed) and version-checked like a primitive's saved inputs.
+  autograd::SavedTensor saved(y.detach());
+  return autograd::record_function(y, "SoftmaxBackward", {x}, [x, saved, dim](const Tensor& g) {
+    Tensor out = saved.unpack("SoftmaxBackward");
     // Under create_graph, recompute y with history so second derivatives stay exact.
-    Tensor yy = grad_enabled() ? softmax(x, dim) : y;
+    Tensor yy = grad_enabled() ? softmax(x, dim) : out;
     return std::vector<Tensor>{yy * (g - sum(g * yy, {dim}, true))};
   });
 }
 
 Tensor log_softmax(const Tensor& x_in, std::int64_t dim) {
+  KILN_OP_SCOPE;
   Tensor x = is_floating(x_in.dtype()) ? x_in : x_in.to(DType::f32);
   dim = normalize_dim(dim, x.dim(), "log_softmax");
   Tensor y;
@@ -80,8 +98,10 @@ Tensor log_softmax(const Tensor& x_in, std::int64_t dim) {
     Tensor shifted = x - amax(x, {dim}, true);
     y = shifted - log(sum(exp(shifted), {dim}, true));
   }
-  return autograd::record_function(y, "LogSoftmaxBackward", {x}, [x, y, dim](const Tensor& g) {
-    Tensor yy = grad_enabled() ? log_softmax(x, dim) : y;
+  autograd::SavedTensor saved(y.detach());  // as in softmax
+  return autograd::record_function(y, "LogSoftmaxBackward", {x}, [x, saved, dim](const Tensor& g) {
+    Tensor out = saved.unpack("LogSoftmaxBackward");
+    Tensor yy = grad_enabled() ? log_softmax(x, dim) : out;
     return std::vector<Tensor>{g - exp(yy) * sum(g, {dim}, true)};
   });
 }
@@ -89,6 +109,7 @@ Tensor log_softmax(const Tensor& x_in, std::int64_t dim) {
 namespace {
 
 Dims trailing_dims(const Tensor& x, const Shape& normalized_shape, const char* op) {
+  KILN_OP_SCOPE;
   auto k = static_cast<std::int64_t>(normalized_shape.size());
   bool ok = k >= 1 && k <= x.dim() &&
             Shape(x.shape().end() - k, x.shape().end()) == normalized_shape;
@@ -110,6 +131,7 @@ void check_affine(const Tensor& p, const Shape& normalized_shape, const char* op
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  KILN_OP_SCOPE;
   check_floating(x, "layer_norm");
   Dims dims = trailing_dims(x, normalized_shape, "layer_norm");
   check_affine(weight, normalized_shape, "layer_norm", "weight");
@@ -123,6 +145,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                 double eps) {
+  KILN_OP_SCOPE;
   check_floating(x, "rms_norm");
   Dims dims = trailing_dims(x, normalized_shape, "rms_norm");
   check_affine(weight, normalized_shape, "rms_norm", "weight");
@@ -132,6 +155,7 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 
 namespace {
 Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
+  KILN_OP_SCOPE;
   switch (reduction) {
     case Reduction::none: return loss;
     case Reduction::sum: return sum(loss);
@@ -143,6 +167,7 @@ Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ignore_index,
                      Reduction reduction) {
+  KILN_OP_SCOPE;
   KILN_CHECK_AS(DTypeError, is_integral(target.dtype()),
                 "cross_entropy: target must hold class indices (i64 or i32), got {}",
                 target.dtype());
@@ -171,6 +196,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ig
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, input.shape() == target.shape(),
                 "mse_loss: input shape {} and target shape {} differ", shape_str(input.shape()),
                 shape_str(target.shape()));
@@ -179,6 +205,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  KILN_OP_SCOPE;
   KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got {}", p);
   check_floating(x, "dropout");
   if (!training || p == 0.0) return x;

@@ -27,6 +27,29 @@ bool is_differentiable(OpId op) {
   }
 }
 
+bool reads_input_values(OpId op, std::size_t i) {
+  switch (op) {
+    case OpId::neg:
+    case OpId::add:
+    case OpId::sub:
+    case OpId::sum:
+    case OpId::reshape:
+    case OpId::permute:
+    case OpId::expand:
+    case OpId::slice:
+    case OpId::cast:
+    case OpId::copy:
+    case OpId::cat:
+    case OpId::pad: return false;
+    case OpId::where: return i == 0;  // the condition
+    case OpId::gather:
+    case OpId::index_select:
+    case OpId::scatter_add:
+    case OpId::index_add: return i == 1;  // the index
+    default: return true;
+  }
+}
+
 namespace {
 
 // The gradient of a reduction's output, broadcast back over the reduced dims of `x`.

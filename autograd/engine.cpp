@@ -75,7 +75,9 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
     const auto& edges = node->next_edges();
     for (std::size_t i = 0; i < edges.size() && i < next.size(); ++i)
       if (edges[i].valid() && next[i].defined()) add_to(buffers, edges[i].fn.get(), next[i]);
-    if (!retain_graph) node->release();
+    // The graph built under create_graph refers back to this one (PyTorch's retain_graph
+    // defaults to create_graph for the same reason).
+    if (!retain_graph && !create_graph) node->release();
   }
 }
 

@@ -7,7 +7,8 @@
 
 namespace kiln::autograd {
 
-// Backpropagates `grads` (one per root, same shapes) into the leaves' .grad.
+// Backpropagates `grads` (one per root, same shapes) into the leaves' .grad. The graph is freed
+// as it runs unless `retain_graph` or `create_graph` (whose gradient graph reuses it) is set.
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
                   bool retain_graph, bool create_graph);
 

@@ -27,12 +27,13 @@ void Node::release() {
   release_saved();
 }
 
-SavedTensor::SavedTensor(const Tensor& t) : tensor_(t) {
+SavedTensor::SavedTensor(const Tensor& t, bool check_version)
+    : tensor_(t), check_version_(check_version) {
   if (t.defined()) version_ = t.impl().storage->version();
 }
 
 Tensor SavedTensor::unpack(const std::string& node_name) const {
-  if (tensor_.defined())
+  if (tensor_.defined() && check_version_)
     KILN_CHECK_AS(AutogradError, tensor_.impl().storage->version() == version_,
                   "backward: a tensor of shape {} saved by {} was modified by an in-place "
                   "operation (version {} now, {} when saved)",
@@ -43,9 +44,9 @@ Tensor SavedTensor::unpack(const std::string& node_name) const {
 
 OpNode::OpNode(OpId op, OpAttrs attrs, std::span<const Tensor> inputs)
     : op_(op), attrs_(std::move(attrs)) {
-  for (const auto& t : inputs) {
-    inputs_.emplace_back(t);
-    input_meta_.push_back({t.shape(), t.dtype()});
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    inputs_.emplace_back(inputs[i], reads_input_values(op, i));
+    input_meta_.push_back({inputs[i].shape(), inputs[i].dtype()});
   }
 }
 
@@ -71,12 +72,22 @@ void OpNode::release_saved() {
 }
 
 std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
+  // The engine hands over a gradient it alone holds, unless the same tensor also goes to other
+  // leaves (add passes its gradient through) or belongs to the caller (an explicit gradient):
+  // .grad may then only take a copy, or an in-place update of one .grad would change the others.
+  bool sole_owner =
+      grad_output.impl_ptr().use_count() == 1 && grad_output.impl().storage.use_count() == 1;
   Tensor g = grad_enabled() ? grad_output : grad_output.detach();
-  if (g.dtype() != leaf_->dtype) g = g.to(leaf_->dtype);
+  if (g.dtype() != leaf_->dtype) {
+    g = g.to(leaf_->dtype);
+    sole_owner = true;
+  }
   if (leaf_->grad)
     leaf_->grad = add(Tensor(leaf_->grad), g).impl_ptr();
+  else if (sole_owner && g.is_contiguous() && !g.impl().is_view)
+    leaf_->grad = g.impl_ptr();
   else
-    leaf_->grad = (g.is_contiguous() && !g.impl().is_view ? g : g.contiguous()).impl_ptr();
+    leaf_->grad = g.clone().impl_ptr();
   return {};
 }
 

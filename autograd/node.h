@@ -53,17 +53,20 @@ class Node : public std::enable_shared_from_this<Node> {
 };
 
 // A tensor kept for backward, with the storage version it had; unpacking after an in-place
-// change of that storage is an AutogradError, as silent wrong gradients would be worse.
+// change of that storage is an AutogradError, as silent wrong gradients would be worse. A rule
+// that reads only the tensor's metadata (shape, dtype) saves it with `check_version` false, so
+// that later in-place writes to its values do not fail a backward they cannot affect.
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t);
+  explicit SavedTensor(const Tensor& t, bool check_version = true);
   Tensor unpack(const std::string& node_name) const;
   void reset() { tensor_ = Tensor(); }
 
  private:
   Tensor tensor_;
   std::uint64_t version_ = 0;
+  bool check_version_ = true;
 };
 
 // The backward of a primitive op: one derivative rule per OpId (derivatives.cpp).
@@ -120,5 +123,7 @@ Edge gradient_edge(const Tensor& t);
 Tensor derivative(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& inputs,
                   std::size_t i, const Tensor& grad);
 bool is_differentiable(OpId op);
+// Whether the rule of `op` reads the values of input `i` (not only its shape and dtype).
+bool reads_input_values(OpId op, std::size_t i);
 
 }  // namespace kiln::autograd

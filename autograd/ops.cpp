@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "autograd/record.h"
+#include "runtime/trace_hooks.h"
 
 namespace kiln {
 
@@ -17,6 +18,7 @@ Tensor binary(OpId op, const Tensor& a, const Tensor& b) { return record(op, {a,
 
 // A C++ scalar as a 0-d tensor of the dtype the promotion rules give it next to `t`.
 Tensor wrap_scalar(double value, const Tensor& t) {
+  KILN_OP_SCOPE;
   bool integral = std::isfinite(value) && value == std::floor(value);
   return scalar_tensor(value, scalar_result_type(t.dtype(), integral));
 }
@@ -46,10 +48,12 @@ KILN_DEFINE_UNARY(logical_not)
 #undef KILN_DEFINE_UNARY
 
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
+  KILN_OP_SCOPE;
   return unary(approximate == GeluApproximation::tanh ? OpId::gelu_tanh : OpId::gelu, x);
 }
 
 Tensor cast(const Tensor& x, DType dtype) {
+  KILN_OP_SCOPE;
   if (x.dtype() == dtype) return x;
   OpAttrs attrs;
   attrs.dtype = dtype;
@@ -79,12 +83,15 @@ Tensor logical_and(const Tensor& a, const Tensor& b) { return binary(OpId::logic
 Tensor logical_or(const Tensor& a, const Tensor& b) { return binary(OpId::logical_or, a, b); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  KILN_OP_SCOPE;
   return record(OpId::where, {cond, a, b});
 }
 Tensor where(const Tensor& cond, const Tensor& a, double b) {
+  KILN_OP_SCOPE;
   return where(cond, a, wrap_scalar(b, a));
 }
 Tensor where(const Tensor& cond, double a, const Tensor& b) {
+  KILN_OP_SCOPE;
   return where(cond, wrap_scalar(a, b), b);
 }
 
@@ -92,6 +99,7 @@ Tensor where(const Tensor& cond, double a, const Tensor& b) {
 
 namespace {
 Tensor reduction(OpId op, const Tensor& x, const Dims& dims, bool keepdim) {
+  KILN_OP_SCOPE;
   OpAttrs attrs;
   attrs.dims = dims;
   attrs.keepdim = keepdim;
@@ -100,25 +108,32 @@ Tensor reduction(OpId op, const Tensor& x, const Dims& dims, bool keepdim) {
 }  // namespace
 
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
+  KILN_OP_SCOPE;
   return reduction(OpId::sum, x, dims, keepdim);
 }
 Tensor prod(const Tensor& x, const Dims& dims, bool keepdim) {
+  KILN_OP_SCOPE;
   return reduction(OpId::prod, x, dims, keepdim);
 }
 Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) {
+  KILN_OP_SCOPE;
   return reduction(OpId::amax, x, dims, keepdim);
 }
 Tensor amin(const Tensor& x, const Dims& dims, bool keepdim) {
+  KILN_OP_SCOPE;
   return reduction(OpId::amin, x, dims, keepdim);
 }
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) {
+  KILN_OP_SCOPE;
   return reduction(OpId::argmax, x, {dim}, keepdim);
 }
 Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) {
+  KILN_OP_SCOPE;
   return reduction(OpId::argmin, x, {dim}, keepdim);
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
+  KILN_OP_SCOPE;
   if (x.shape() == shape) return x;
   std::size_t lead = x.shape().size() - shape.size();
   KILN_CHECK_AS(ShapeError, x.shape().size() >= shape.size(),
@@ -140,6 +155,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 // ---- views ----
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
+  KILN_OP_SCOPE;
   Shape target = infer_reshape(x.shape(), shape, "reshape");
   if (target == x.shape()) return x;
   OpAttrs attrs;
@@ -148,12 +164,14 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 }
 
 Tensor permute(const Tensor& x, const Dims& dims) {
+  KILN_OP_SCOPE;
   OpAttrs attrs;
   attrs.dims = dims;
   return record(OpId::permute, {x}, attrs);
 }
 
 Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1) {
+  KILN_OP_SCOPE;
   if (x.dim() == 0) return x;
   dim0 = normalize_dim(dim0, x.dim(), "transpose");
   dim1 = normalize_dim(dim1, x.dim(), "transpose");
@@ -164,6 +182,7 @@ Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1) {
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {
+  KILN_OP_SCOPE;
   if (shape == x.shape()) return x;
   OpAttrs attrs;
   attrs.shape = shape;
@@ -172,6 +191,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
 
 Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_t end,
              std::int64_t step) {
+  KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, x.dim() > 0, "slice: cannot slice a 0-d tensor");
   dim = normalize_dim(dim, x.dim(), "slice");
   std::int64_t size = x.shape()[dim];
@@ -188,6 +208,7 @@ Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_t
 }
 
 Tensor select(const Tensor& x, std::int64_t dim, std::int64_t index) {
+  KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, x.dim() > 0, "select: cannot select from a 0-d tensor");
   dim = normalize_dim(dim, x.dim(), "select");
   std::int64_t size = x.shape()[dim];
@@ -199,6 +220,7 @@ Tensor select(const Tensor& x, std::int64_t dim, std::int64_t index) {
 }
 
 Tensor squeeze(const Tensor& x) {
+  KILN_OP_SCOPE;
   Shape s;
   for (auto d : x.shape())
     if (d != 1) s.push_back(d);
@@ -206,6 +228,7 @@ Tensor squeeze(const Tensor& x) {
 }
 
 Tensor squeeze(const Tensor& x, std::int64_t dim) {
+  KILN_OP_SCOPE;
   dim = normalize_dim(dim, x.dim(), "squeeze");
   if (x.dim() == 0 || x.shape()[dim] != 1) return x;
   Shape s = x.shape();
@@ -214,6 +237,7 @@ Tensor squeeze(const Tensor& x, std::int64_t dim) {
 }
 
 Tensor unsqueeze(const Tensor& x, std::int64_t dim) {
+  KILN_OP_SCOPE;
   dim = normalize_dim(dim, x.dim() + 1, "unsqueeze");
   Shape s = x.shape();
   s.insert(s.begin() + dim, 1);
@@ -221,6 +245,7 @@ Tensor unsqueeze(const Tensor& x, std::int64_t dim) {
 }
 
 Tensor flatten(const Tensor& x, std::int64_t start_dim, std::int64_t end_dim) {
+  KILN_OP_SCOPE;
   if (x.dim() == 0) return reshape(x, {1});
   start_dim = normalize_dim(start_dim, x.dim(), "flatten");
   end_dim = normalize_dim(end_dim, x.dim(), "flatten");
@@ -245,35 +270,48 @@ OpAttrs dim_attr(std::int64_t dim) {
 }  // namespace
 
 Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
+  KILN_OP_SCOPE;
   return record(OpId::gather, {x, index}, dim_attr(dim));
 }
 Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
+  KILN_OP_SCOPE;
   return record(OpId::index_select, {x, index}, dim_attr(dim));
 }
 Tensor scatter_add(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& src) {
+  KILN_OP_SCOPE;
   return record(OpId::scatter_add, {self, index, src}, dim_attr(dim));
 }
 Tensor index_add(const Tensor& self, std::int64_t dim, const Tensor& index,
                  const Tensor& source) {
+  KILN_OP_SCOPE;
   return record(OpId::index_add, {self, index, source}, dim_attr(dim));
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, weight.dim() == 2, "embedding: weight must be 2-D, got shape {}",
                 shape_str(weight.shape()));
   KILN_CHECK_AS(DTypeError, is_integral(indices.dtype()),
                 "embedding: indices must have dtype i64 or i32, got {}", indices.dtype());
-  Tensor rows = index_select(weight, 0, reshape(indices, {-1}));
+  Tensor rows;
+  try {
+    rows = index_select(weight, 0, reshape(indices, {-1}));
+  } catch (const IndexError& e) {
+    throw IndexError(fmt::format("embedding: an index is out of range for a table of {} rows ({})",
+                                 weight.shape()[0], e.what()));
+  }
   Shape out = indices.shape();
   out.push_back(weight.shape()[1]);
   return reshape(rows, out);
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) {
+  KILN_OP_SCOPE;
   return record(OpId::cat, tensors, dim_attr(dim));
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
+  KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, !tensors.empty(), "stack: expects at least one tensor");
   for (std::size_t i = 1; i < tensors.size(); ++i)
     KILN_CHECK_AS(ShapeError, tensors[i].shape() == tensors[0].shape(),
@@ -286,6 +324,7 @@ Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
 }
 
 Tensor pad(const Tensor& x, const Dims& pads, double value) {
+  KILN_OP_SCOPE;
   OpAttrs attrs;
   attrs.dims = pads;
   attrs.value = value;
@@ -295,9 +334,15 @@ Tensor pad(const Tensor& x, const Dims& pads, double value) {
 // ---- linear algebra ----
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, a.dim() >= 1 && b.dim() >= 1,
                 "matmul: both operands need at least one dim, got shapes {} and {}",
                 shape_str(a.shape()), shape_str(b.shape()));
+  // Check the contraction here, so the message shows the shapes the caller passed.
+  std::int64_t k_a = a.shape().back(), k_b = b.dim() == 1 ? b.shape()[0] : b.shape()[b.dim() - 2];
+  KILN_CHECK_AS(ShapeError, k_a == k_b,
+                "matmul: shapes {} and {} cannot be multiplied (inner dims {} and {})",
+                shape_str(a.shape()), shape_str(b.shape()), k_a, k_b);
   Tensor a2 = a.dim() == 1 ? unsqueeze(a, 0) : a;
   Tensor b2 = b.dim() == 1 ? unsqueeze(b, 1) : b;
   Tensor out = record(OpId::matmul, {a2, b2});
@@ -307,6 +352,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, weight.dim() == 2, "linear: weight must be 2-D, got shape {}",
                 shape_str(weight.shape()));
   Tensor y = matmul(x, transpose(weight, 0, 1));
@@ -314,19 +360,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
-  if (broadcast_shapes(a.shape(), b.shape(), "allclose") != a.shape() &&
-      a.shape() != b.shape())
-    return false;
-  auto va = expand(a.detach(), broadcast_shapes(a.shape(), b.shape(), "allclose"))
-                .to_vector<double>();
-  auto vb = expand(b.detach(), broadcast_shapes(a.shape(), b.shape(), "allclose"))
-                .to_vector<double>();
+  KILN_OP_SCOPE;
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), "allclose");
+  auto va = expand(a.detach(), shape).to_vector<double>();
+  auto vb = expand(b.detach(), shape).to_vector<double>();
   for (std::size_t i = 0; i < va.size(); ++i) {
     if (std::isnan(va[i]) || std::isnan(vb[i])) {
       if (!(equal_nan && std::isnan(va[i]) && std::isnan(vb[i]))) return false;
       continue;
     }
-    if (va[i] == vb[i]) continue;  // equal infinities
+    if (va[i] == vb[i]) continue;
+    // An infinity matches only the same infinity (the tolerance below would be infinite).
+    if (std::isinf(va[i]) || std::isinf(vb[i])) return false;
     if (std::abs(va[i] - vb[i]) > atol + rtol * std::abs(vb[i])) return false;
   }
   return true;

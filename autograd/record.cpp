@@ -3,6 +3,7 @@
 
 #include "autograd/grad_mode.h"
 #include "runtime/dispatch.h"
+#include "runtime/trace_hooks.h"
 
 namespace kiln::autograd {
 
@@ -35,6 +36,7 @@ Tensor unaliased(const Tensor& out, const std::vector<Tensor>& inputs) {
 }  // namespace
 
 Tensor record(OpId op, std::vector<Tensor> inputs, const OpAttrs& attrs) {
+  KILN_OP_SCOPE;
   Tensor out = dispatch1(op, inputs, attrs);
   if (!grad_enabled() || !is_differentiable(op) || !is_floating(out.dtype()) ||
       !any_requires_grad(inputs))
@@ -46,6 +48,7 @@ Tensor record(OpId op, std::vector<Tensor> inputs, const OpAttrs& attrs) {
 
 Tensor record_function(Tensor output, std::string name, const std::vector<Tensor>& inputs,
                        FunctionNode::Backward rule) {
+  KILN_OP_SCOPE;
   if (!grad_enabled() || !any_requires_grad(inputs) || !is_floating(output.dtype()))
     return output;
   output = unaliased(output, inputs);

@@ -53,6 +53,7 @@ Tensor Tensor::detach() const {
   d->strides = strides();
   d->offset = offset();
   d->dtype = dtype();
+  d->trace_value = impl().trace_value;  // under tracing, detaching is the identity
   return Tensor(std::move(d));
 }
 

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "runtime/cpu/kernels.h"
+#include "runtime/trace_hooks.h"
 
 namespace kiln {
 
@@ -54,6 +55,8 @@ void register_backend(Device::Type type, BackendFn fn) {
 }
 
 void copy_data(const Tensor& dst, const Tensor& src) {
+  KILN_OP_SCOPE;
+  check_not_tracing("in-place write");
   Shape shape = broadcast_shapes(dst.shape(), src.shape(), "copy_");
   KILN_CHECK_AS(ShapeError, shape == dst.shape(), "copy_: source shape {} does not broadcast to {}",
                 shape_str(src.shape()), shape_str(dst.shape()));
@@ -72,11 +75,12 @@ void copy_data(const Tensor& dst, const Tensor& src) {
 std::vector<TensorMeta> metas_of(std::span<const Tensor> inputs) {
   std::vector<TensorMeta> metas;
   metas.reserve(inputs.size());
-  for (const auto& t : inputs) metas.push_back({t.shape(), t.dtype()});
+  for (const auto& t : inputs) metas.push_back({t.impl().shape, t.dtype()});
   return metas;
 }
 
 std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
+  KILN_OP_SCOPE;
   for (const auto& t : inputs)
     KILN_CHECK(t.defined(), "{}: an input tensor is undefined", op);
   auto metas = metas_of(inputs);
@@ -85,6 +89,7 @@ std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const OpAt
   for (const auto& t : inputs)
     KILN_CHECK(t.device() == device, "{}: inputs are on different devices ({} and {})", op,
                device.str(), t.device().str());
+  if (OpInterceptor* tracer = active_interceptor()) return tracer->intercept(op, inputs, attrs, outputs);
   if (op_class(op) == OpClass::view) return {run_view(op, inputs[0], attrs, outputs[0])};
   BackendFn fn = backends()[static_cast<std::size_t>(device.type)];
   KILN_CHECK(fn != nullptr, "{}: no kernels are registered for device {}", op, device.str());

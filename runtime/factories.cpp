@@ -32,10 +32,11 @@ Tensor linspace(double start, double end, std::int64_t steps, DType dtype) {
   KILN_CHECK(steps >= 0, "linspace: steps must be non-negative, got {}", steps);
   std::vector<double> values(steps);
   double delta = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
-  // Fill from both ends so the last value is exactly `end`, as in PyTorch.
+  // Fill from both ends so the last value is exactly `end`, as in PyTorch; a single step is
+  // `start`.
   for (std::int64_t i = 0; i < steps; ++i)
-    values[i] = i < steps / 2 ? start + delta * static_cast<double>(i)
-                              : end - delta * static_cast<double>(steps - 1 - i);
+    values[i] = i < steps / 2 || steps == 1 ? start + delta * static_cast<double>(i)
+                                            : end - delta * static_cast<double>(steps - 1 - i);
   return from_vector(values).to(dtype);
 }
 

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "runtime/factories.h"
+#include "runtime/trace_hooks.h"
 
 namespace kiln {
 
@@ -53,6 +54,13 @@ std::vector<std::uint32_t> random_words(std::int64_t n, Generator* gen) {
 // 24 random bits -> a float on [0, 1) exactly representable in f32.
 double to_unit(std::uint32_t w) { return static_cast<double>(w >> 8) * 0x1.0p-24; }
 
+// As many random bits as `dtype` has significand bits, so that every value on [0, 1) is exact
+// in it: rounding a 24-bit uniform to f16/bf16 could otherwise give 1.0.
+double to_unit(std::uint32_t w, DType dtype) {
+  int bits = dtype == DType::f16 ? 11 : dtype == DType::bf16 ? 8 : 24;
+  return std::ldexp(static_cast<double>(w >> (32 - bits)), -bits);
+}
+
 void check_float(DType dtype, const char* op) {
   KILN_CHECK_AS(DTypeError, is_floating(dtype), "{}: dtype must be floating, got {}", op, dtype);
 }
@@ -60,14 +68,16 @@ void check_float(DType dtype, const char* op) {
 }  // namespace
 
 Tensor rand(const Shape& shape, DType dtype, Generator* gen) {
+  check_not_tracing("rand");
   check_float(dtype, "rand");
   auto words = random_words(numel(shape), gen);
   std::vector<double> values(words.size());
-  for (std::size_t i = 0; i < words.size(); ++i) values[i] = to_unit(words[i]);
+  for (std::size_t i = 0; i < words.size(); ++i) values[i] = to_unit(words[i], dtype);
   return from_vector(values, shape).to(dtype);
 }
 
 Tensor randn(const Shape& shape, DType dtype, Generator* gen) {
+  check_not_tracing("randn");
   check_float(dtype, "randn");
   std::int64_t n = numel(shape);
   auto words = random_words(n + (n & 1), gen);
@@ -84,6 +94,7 @@ Tensor randn(const Shape& shape, DType dtype, Generator* gen) {
 
 Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dtype,
                Generator* gen) {
+  check_not_tracing("randint");
   KILN_CHECK(low < high, "randint: low ({}) must be less than high ({})", low, high);
   KILN_CHECK_AS(DTypeError, dtype != DType::bool_, "randint: dtype bool is not supported");
   auto words = random_words(2 * numel(shape), gen);

@@ -1,6 +1,8 @@
 // Tensor metadata, host data access and printing. Ops live in autograd/ops.cpp.
 #include "runtime/tensor.h"
 
+#include "runtime/trace_hooks.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <ostream>
@@ -22,20 +24,24 @@ TensorImpl& Tensor::impl() const {
 }
 
 std::int64_t Tensor::size(std::int64_t d) const {
-  return shape()[normalize_dim(d, dim(), "size")];
+  d = normalize_dim(d, dim(), "size");
+  note_size_read(d);
+  return impl().shape[d];
 }
 
 bool Tensor::is_contiguous() const {
+  const Shape& s = impl().shape;
   std::int64_t expected = 1;
-  for (std::size_t i = shape().size(); i-- > 0;) {
-    if (shape()[i] == 1) continue;
+  for (std::size_t i = s.size(); i-- > 0;) {
+    if (s[i] == 1) continue;
     if (strides()[i] != expected) return false;
-    expected *= shape()[i];
+    expected *= s[i];
   }
   return true;
 }
 
 void* Tensor::raw_data() const {
+  check_not_traced(*this, "data access");
   return static_cast<char*>(impl().storage->data()) + offset() * itemsize(dtype());
 }
 
@@ -79,6 +85,7 @@ void for_each_offset(const Shape& shape, const Strides& strides, Fn&& fn) {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  check_not_traced(*this, "to_vector");
   if (!device().is_cpu()) return to(Device::cpu()).to_vector<T>();
   std::vector<T> out;
   out.reserve(numel());
@@ -101,6 +108,7 @@ template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<double> Tensor::to_vector<double>() const;
 
 double Tensor::item() const {
+  check_not_traced(*this, "item");
   KILN_CHECK_AS(ShapeError, numel() == 1,
                 "item: only a one-element tensor converts to a scalar; got shape {}",
                 shape_str(shape()));
@@ -166,6 +174,7 @@ void print_rec(std::string& out, const std::vector<double>& values, const Shape&
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
+  check_not_traced(*this, "printing");
   std::vector<double> values = to_vector<double>();
   std::string body;
   constexpr int kPrefix = 7;  // strlen("tensor(")

@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/device.h"
@@ -34,7 +35,15 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;
   std::weak_ptr<autograd::Node> grad_accumulator;  // the leaf's AccumulateGrad, if any
   bool is_view = false;  // shares storage with the tensor a view op made it from
+
+  // >= 0 for a placeholder recorded by a tracer (graph/tracer.h): it has metadata, no data.
+  std::int64_t trace_value = -1;
+  // Bit d set: jit::mark_dynamic asked for dim d to be traced as a symbolic size.
+  std::uint64_t dynamic_dims = 0;
 };
+
+// Tells an active tracer that user code read a size of a traced tensor (runtime/trace_hooks.h).
+void report_size_read(const TensorImpl& impl, std::int64_t dim);
 
 class Tensor {
  public:
@@ -43,10 +52,17 @@ class Tensor {
 
   // ---- metadata ----
   bool defined() const { return impl_ != nullptr; }
-  const Shape& shape() const { return impl().shape; }
+  // Reading sizes of a traced tensor is noted: it may specialize dynamic dims.
+  const Shape& shape() const {
+    note_size_read(-1);
+    return impl().shape;
+  }
   std::int64_t size(std::int64_t dim) const;
   std::int64_t dim() const { return static_cast<std::int64_t>(impl().shape.size()); }
-  std::int64_t numel() const { return kiln::numel(impl().shape); }
+  std::int64_t numel() const {
+    note_size_read(-1);
+    return kiln::numel(impl().shape);
+  }
   const Strides& strides() const { return impl().strides; }
   std::int64_t offset() const { return impl().offset; }
   DType dtype() const { return impl().dtype; }
@@ -66,7 +82,12 @@ class Tensor {
   double item() const;
   template <typename T>
   T item() const {
-    return static_cast<T>(item());
+    double v = item();  // checks that there is exactly one element
+    // Integers are read without a detour through double, which would round i64 beyond 2^53.
+    if constexpr (std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>)
+      return to_vector<T>()[0];
+    else
+      return static_cast<T>(v);
   }
   // All elements in row-major order, converted to T.
   template <typename T>
@@ -135,6 +156,10 @@ class Tensor {
   std::string str() const;  // PyTorch-like printing
 
  private:
+  void note_size_read(std::int64_t dim) const {
+    if (impl().trace_value >= 0) report_size_read(*impl_, dim);
+  }
+
   std::shared_ptr<TensorImpl> impl_;
 };
 

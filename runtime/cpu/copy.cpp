@@ -13,7 +13,11 @@ To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
     return v;
   } else if constexpr (std::is_same_v<To, bool>) {
-    return static_cast<float>(v) != 0.0f;
+    // Compare in the source type: narrowing first would turn a tiny f64 (1e-50) into false.
+    if constexpr (std::is_same_v<From, f16> || std::is_same_v<From, bf16>)
+      return static_cast<float>(v) != 0.0f;
+    else
+      return v != From(0);
   } else if constexpr (std::is_same_v<From, f16> || std::is_same_v<From, bf16>) {
     return static_cast<To>(static_cast<float>(v));
   } else if constexpr (std::is_same_v<To, f16> || std::is_same_v<To, bf16>) {

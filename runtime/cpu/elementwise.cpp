@@ -38,11 +38,13 @@ T sigmoid_of(T x) {
 template <typename T>
 void unary_float(OpId op, ConstArrayMap<T> x, ArrayMap<T> y) {
   switch (op) {
-    case OpId::exp: y = x.exp(); break;
+    // exp and sqrt use libm: Eigen 3.4's vectorized versions clamp exp's argument (exp(-inf)
+    // gave 2.9e-39 in f32) and, under EIGEN_FAST_MATH, compute f32 sqrt(inf) as NaN.
+    case OpId::exp: y = x.unaryExpr([](T v) { return std::exp(v); }); break;
     case OpId::log: y = x.log(); break;
     case OpId::log1p: y = x.log1p(); break;
     case OpId::expm1: y = x.expm1(); break;
-    case OpId::sqrt: y = x.sqrt(); break;
+    case OpId::sqrt: y = x.unaryExpr([](T v) { return std::sqrt(v); }); break;
     case OpId::rsqrt: y = x.rsqrt(); break;
     case OpId::reciprocal: y = x.inverse(); break;
     case OpId::sin: y = x.sin(); break;

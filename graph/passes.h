@@ -1,0 +1,25 @@
+// Graph-to-graph passes run on every traced graph before it is executed. Each preserves the
+// graph's results exactly (no reassociation, no precision change).
+#pragma once
+
+#include "graph/graph.h"
+
+namespace kiln::graph {
+
+// Removes nodes no output depends on, and non-argument inputs nothing reads.
+void eliminate_dead_code(Graph& g);
+// Merges nodes with the same op, inputs and attributes.
+void eliminate_common_subexpressions(Graph& g);
+// Evaluates nodes whose inputs are all constants (and whose sizes are static) at compile time.
+void fold_constants(Graph& g);
+// x*1, 1*x, x/1, x+0, 0+x, x-0 (when the result's shape and dtype equal x's), neg(neg(x)), casts
+// to the same dtype, round trips through a wider dtype, reshapes to the same shape, reshape
+// chains, identity permutes and expands.
+void simplify(Graph& g);
+// All of the above, to a fixed point.
+void optimize(Graph& g);
+
+// Points every use of value `from` (node inputs and graph outputs) at `to`.
+void replace_uses(Graph& g, int from, int to);
+
+}  // namespace kiln::graph

@@ -1,0 +1,87 @@
+// The per-function cache of compiled entries (GuardSet -> graph) behind jit::compile: guard
+// checking, tracing and retracing with explained reasons, dynamic dims, the recompile limit.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <set>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/graph.h"
+#include "jit/call_args.h"
+#include "jit/guards.h"
+#include "jit/options.h"
+
+namespace kiln::jit {
+
+// A non-owning reference to "run the user's function on these arguments".
+class InvokeRef {
+ public:
+  template <typename F>
+  InvokeRef(F& f)  // NOLINT: implicit on purpose, like function_ref
+      : object_(&f), call_([](void* o, std::span<const CallArg> a) {
+          return (*static_cast<F*>(o))(a);
+        }) {}
+  std::vector<Tensor> operator()(std::span<const CallArg> args) const {
+    return call_(object_, args);
+  }
+
+ private:
+  void* object_;
+  std::vector<Tensor> (*call_)(void*, std::span<const CallArg>);
+};
+
+struct CompiledStats {
+  std::int64_t calls = 0;
+  std::int64_t hits = 0;        // calls served by an existing entry
+  std::int64_t compiles = 0;    // traces that produced an entry
+  std::int64_t eager_calls = 0; // calls past the recompile limit
+};
+
+class CompiledFunctionCore {
+ public:
+  explicit CompiledFunctionCore(CompileOptions options);
+
+  std::vector<Tensor> call(std::span<const CallArg> args, InvokeRef invoke);
+  // The entry this call would use, or -1; runs nothing (for benchmarks and tests).
+  int lookup(std::span<const CallArg> args) const;
+
+  std::string explain() const;
+  std::string graph_dot(int entry = -1) const;  // -1: the newest entry
+  std::size_t num_entries() const;
+  const graph::Graph& graph(int entry) const;
+  const GuardSet& guards(int entry) const;
+  std::vector<std::string> recompile_reasons() const;
+  CompiledStats stats() const;
+  const CompileOptions& options() const { return options_; }
+
+ private:
+  struct Entry {
+    GuardSet guards;
+    graph::Graph graph;
+    std::int64_t hits = 0;
+    std::string reason;  // why it was traced
+  };
+  using DimSet = std::set<std::pair<int, int>>;  // (argument, dim)
+
+  Entry make_entry(std::span<const CallArg> args, InvokeRef invoke, DimSet dynamic);
+  std::string arg_name(std::size_t i) const;
+  void report(const Entry& e, std::size_t index) const;
+
+  CompileOptions options_;
+  mutable std::mutex mutex_;
+  std::vector<std::shared_ptr<Entry>> entries_;
+  DimSet dynamic_;      // dims made symbolic after size-induced recompiles
+  DimSet specialized_;  // dims shown size-dependent: never symbolic again
+  CompiledStats stats_;
+  bool warned_limit_ = false;
+  std::string last_reason_;
+};
+
+// Asks for dim `dim` of `t` to be traced as a symbolic size from the first compile on.
+void mark_dynamic(const Tensor& t, std::int64_t dim);
+
+}  // namespace kiln::jit

@@ -1,0 +1,16 @@
+// The reference executor: runs a graph node by node on kiln's eager ops (with autograd), the
+// stand-in for compiled kernel plans until the fuser and code generator land.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "graph/graph.h"
+#include "jit/call_args.h"
+
+namespace kiln::jit {
+
+std::vector<Tensor> execute(const graph::Graph& g, std::span<const CallArg> args,
+                            const std::vector<std::int64_t>& symbol_values);
+
+}  // namespace kiln::jit

@@ -1,0 +1,158 @@
+// Guard checking. The pass path allocates nothing; reasons are formatted only on failure.
+#include "jit/guards.h"
+
+namespace kiln::jit {
+
+StrideClass stride_class(const Tensor& t) {
+  if (t.is_contiguous()) return StrideClass::contiguous;
+  const Shape& shape = t.impl().shape;
+  if (shape.size() >= 2) {
+    // Contiguous once the last two dims are swapped: a transposed matrix (or batch of them).
+    Shape s = shape;
+    Strides st = t.strides();
+    std::swap(s[s.size() - 1], s[s.size() - 2]);
+    std::swap(st[st.size() - 1], st[st.size() - 2]);
+    if (contiguous_strides(s) == st) return StrideClass::transposed;
+  }
+  return StrideClass::general;
+}
+
+std::string_view stride_class_name(StrideClass c) {
+  switch (c) {
+    case StrideClass::contiguous:
+      return "contiguous";
+    case StrideClass::transposed:
+      return "transposed";
+    case StrideClass::general:
+      return "general";
+  }
+  return "?";
+}
+
+namespace {
+
+bool fail(GuardFailure* failure, GuardFailure::Kind kind, std::string reason, int passed) {
+  if (failure) {
+    failure->kind = kind;
+    failure->reason = std::move(reason);
+    failure->passed = passed;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& symbol_values,
+                     GuardFailure* failure) const {
+  using Kind = GuardFailure::Kind;
+  int passed = 0;
+  if (args.size() != arg_is_tensor.size())
+    return fail(failure, Kind::signature,
+                fmt::format("argument count mismatch: expected {}, actual {}", arg_is_tensor.size(),
+                            args.size()),
+                passed);
+  for (std::size_t i = 0; i < args.size(); ++i)
+    if (args[i].is_tensor != arg_is_tensor[i])
+      return fail(failure, Kind::signature,
+                  fmt::format("argument '{}' kind mismatch: expected {}, actual {}", arg_names[i],
+                              arg_is_tensor[i] ? "tensor" : "scalar",
+                              args[i].is_tensor ? "tensor" : "scalar"),
+                  passed);
+  symbol_values.assign(num_symbols, -1);
+  for (const TensorGuard& g : tensors) {
+    const Tensor& t = g.arg_index >= 0 ? args[g.arg_index].tensor : g.captured;
+    const TensorImpl& impl = t.impl();
+    if (t.device() != g.device)
+      return fail(failure, Kind::device,
+                  fmt::format("tensor '{}' device mismatch: expected {}, actual {}", g.name,
+                              g.device.str(), t.device().str()),
+                  passed);
+    ++passed;
+    if (impl.dtype != g.dtype)
+      return fail(failure, Kind::dtype,
+                  fmt::format("tensor '{}' dtype mismatch: expected {}, actual {}", g.name, g.dtype,
+                              impl.dtype),
+                  passed);
+    ++passed;
+    if (impl.shape.size() != g.sizes.size())
+      return fail(failure, Kind::rank,
+                  fmt::format("tensor '{}' rank mismatch: expected {}, actual {}", g.name,
+                              g.sizes.size(), impl.shape.size()),
+                  passed);
+    ++passed;
+    for (std::size_t d = 0; d < g.sizes.size(); ++d, ++passed) {
+      std::int64_t actual = impl.shape[d];
+      int s = g.symbols[d];
+      if (s < 0) {
+        if (actual != g.sizes[d])
+          return fail(failure, Kind::size,
+                      fmt::format("tensor '{}' size mismatch at index {}: expected {}, actual {}",
+                                  g.name, d, g.sizes[d], actual),
+                      passed);
+      } else if (symbol_values[s] < 0) {
+        if (actual < 2)
+          return fail(failure, Kind::size,
+                      fmt::format("tensor '{}' size at index {} is dynamic (s{}) and must be >= "
+                                  "2, actual {}",
+                                  g.name, d, s, actual),
+                      passed);
+        symbol_values[s] = actual;
+      } else if (actual != symbol_values[s]) {
+        return fail(failure, Kind::size,
+                    fmt::format("tensor '{}' size mismatch at index {}: expected s{} = {}, "
+                                "actual {}",
+                                g.name, d, s, symbol_values[s], actual),
+                    passed);
+      }
+    }
+    ++passed;
+    StrideClass sc = stride_class(t);
+    if (sc != g.strides)
+      return fail(failure, Kind::strides,
+                  fmt::format("tensor '{}' stride mismatch: expected {}, actual {}", g.name,
+                              stride_class_name(g.strides), stride_class_name(sc)),
+                  passed);
+    ++passed;
+    if (impl.requires_grad != g.requires_grad)
+      return fail(failure, Kind::requires_grad,
+                  fmt::format("tensor '{}' requires_grad mismatch: expected {}, actual {}", g.name,
+                              g.requires_grad, impl.requires_grad),
+                  passed);
+  }
+  for (const ScalarGuard& g : scalars) {
+    ++passed;
+    double actual = args[g.arg_index].scalar;
+    if (!(actual == g.value))
+      return fail(failure, Kind::scalar,
+                  fmt::format("scalar '{}' value mismatch: expected {}, actual {}", g.name, g.value,
+                              actual),
+                  passed);
+  }
+  return true;
+}
+
+std::size_t GuardSet::count() const {
+  std::size_t n = 1 + arg_is_tensor.size() + scalars.size();
+  for (const auto& g : tensors) n += 5 + g.sizes.size();
+  return n;
+}
+
+std::string GuardSet::str() const {
+  std::string out;
+  for (const TensorGuard& g : tensors) {
+    std::vector<std::string> dims;
+    for (std::size_t d = 0; d < g.sizes.size(); ++d)
+      dims.push_back(g.symbols[d] >= 0 ? fmt::format("s{}>=2", g.symbols[d])
+                                       : std::to_string(g.sizes[d]));
+    out += fmt::format(
+        "  tensor '{}'{}: device={} dtype={} sizes=[{}] strides={} "
+        "requires_grad={}\n",
+        g.name, g.arg_index < 0 ? " (captured)" : "", g.device.str(), g.dtype,
+        fmt::join(dims, ", "), stride_class_name(g.strides), g.requires_grad);
+  }
+  for (const ScalarGuard& g : scalars)
+    out += fmt::format("  scalar '{}': value == {}\n", g.name, g.value);
+  return out;
+}
+
+}  // namespace kiln::jit

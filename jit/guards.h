@@ -1,0 +1,61 @@
+// A GuardSet states what one trace assumed about a call: for each tensor (argument or captured)
+// its device, dtype, rank, sizes (static, or symbolic >= 2), stride class and requires_grad; for
+// each scalar argument its value. Checked in that fixed order, stopping at the first failure,
+// whose reason reads like PyTorch's: "tensor 'x' size mismatch at index 0: expected 3, actual 4".
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "jit/call_args.h"
+
+namespace kiln::jit {
+
+enum class StrideClass { contiguous, transposed, general };
+StrideClass stride_class(const Tensor& t);
+std::string_view stride_class_name(StrideClass c);
+
+struct TensorGuard {
+  int arg_index = -1;  // the call argument, or -1 for a captured tensor
+  Tensor captured;     // read when arg_index == -1
+  std::string name;
+  Device device;
+  DType dtype = DType::f32;
+  Shape sizes;               // traced sizes; ignored where `symbols` names a symbol
+  std::vector<int> symbols;  // per dim: symbol id or -1
+  StrideClass strides = StrideClass::contiguous;
+  bool requires_grad = false;
+};
+
+struct ScalarGuard {
+  int arg_index = 0;
+  double value = 0.0;
+  std::string name;
+};
+
+// What kind of guard failed, and where (for automatic dynamic dims).
+struct GuardFailure {
+  enum class Kind { none, signature, device, dtype, rank, size, strides, requires_grad, scalar };
+  Kind kind = Kind::none;
+  std::string reason;
+  int passed = 0;  // checks that passed before this one: the larger, the closer the entry
+};
+
+class GuardSet {
+ public:
+  std::vector<bool> arg_is_tensor;  // the call signature
+  std::vector<std::string> arg_names;
+  std::vector<TensorGuard> tensors;
+  std::vector<ScalarGuard> scalars;
+  int num_symbols = 0;
+
+  // True when every guard passes; then `symbol_values` holds each symbol's size in this call.
+  // On failure, `failure` (if given) says why.
+  bool check(std::span<const CallArg> args, std::vector<std::int64_t>& symbol_values,
+             GuardFailure* failure = nullptr) const;
+  std::size_t count() const;  // individual checks, for reporting
+  std::string str() const;
+};
+
+}  // namespace kiln::jit

@@ -1,0 +1,49 @@
+// KILN_LOG parsing.
+#include "jit/log.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "runtime/error.h"
+
+namespace kiln::jit {
+
+namespace {
+
+int parse(const char* spec) {
+  if (!spec) return 0;
+  int mask = 0;
+  std::string s(spec);
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    std::size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    std::string topic = s.substr(start, end - start);
+    if (topic == "recompiles") mask |= static_cast<int>(LogTopic::recompiles);
+    else if (topic == "guards") mask |= static_cast<int>(LogTopic::guards);
+    else if (topic == "graph") mask |= static_cast<int>(LogTopic::graph);
+    else if (topic == "all") mask |= 7;
+    else if (!topic.empty())
+      std::fprintf(stderr, "kiln: KILN_LOG topic '%s' is unknown (known: recompiles, guards, "
+                   "graph, all)\n", topic.c_str());
+    start = end + 1;
+  }
+  return mask;
+}
+
+std::atomic<int>& mask() {
+  static std::atomic<int> m{parse(std::getenv("KILN_LOG"))};
+  return m;
+}
+
+}  // namespace
+
+bool log_enabled(LogTopic topic) { return (mask().load() & static_cast<int>(topic)) != 0; }
+void log_line(std::string_view text) {
+  std::fprintf(stderr, "%.*s\n", static_cast<int>(text.size()), text.data());
+}
+void reload_log_settings() { mask().store(parse(std::getenv("KILN_LOG"))); }
+
+}  // namespace kiln::jit

@@ -1,0 +1,15 @@
+// KILN_LOG=recompiles,guards,graph (comma list, or "all"): what jit::compile reports on stderr.
+#pragma once
+
+#include <string_view>
+
+namespace kiln::jit {
+
+enum class LogTopic { recompiles = 1, guards = 2, graph = 4 };
+
+bool log_enabled(LogTopic topic);
+void log_line(std::string_view text);
+// Re-reads KILN_LOG (tests change it at run time).
+void reload_log_settings();
+
+}  // namespace kiln::jit

@@ -1,0 +1,41 @@
+// Per-thread tracing state.
+#include "runtime/trace_hooks.h"
+
+namespace kiln {
+
+namespace {
+thread_local OpInterceptor* current_interceptor = nullptr;
+thread_local int shape_read_depth = 0;
+}  // namespace
+
+OpInterceptor* active_interceptor() { return current_interceptor; }
+
+InterceptorScope::InterceptorScope(OpInterceptor* interceptor) : previous_(current_interceptor) {
+  current_interceptor = interceptor;
+}
+InterceptorScope::~InterceptorScope() { current_interceptor = previous_; }
+
+ShapeReadScope::ShapeReadScope() { ++shape_read_depth; }
+ShapeReadScope::~ShapeReadScope() { --shape_read_depth; }
+bool in_shape_read_scope() { return shape_read_depth > 0; }
+
+void check_not_traced(const Tensor& t, std::string_view what) {
+  KILN_CHECK_AS(NotTraceableError, !t.defined() || t.impl().trace_value < 0,
+                "{}: the function being compiled reads the data of a traced tensor (shape {}, "
+                "dtype {}); values are unknown while tracing, so data-dependent code is not "
+                "traceable. Move it outside the compiled function.",
+                what, shape_str(t.impl().shape), t.impl().dtype);
+}
+
+void check_not_tracing(std::string_view what) {
+  KILN_CHECK_AS(NotTraceableError, current_interceptor == nullptr,
+                "{}: not traceable inside a compiled function yet; call it outside and pass the "
+                "result in as an argument",
+                what);
+}
+
+void report_size_read(const TensorImpl& impl, std::int64_t dim) {
+  if (current_interceptor && shape_read_depth == 0) current_interceptor->on_size_read(impl, dim);
+}
+
+}  // namespace kiln

@@ -1,0 +1,65 @@
+// What tracing (graph/tracer.h) needs from runtime, without runtime knowing about graphs: a
+// per-thread interceptor that records ops instead of running them, and a report of every size
+// read that user code makes on a traced tensor (such reads specialize dynamic dims).
+#pragma once
+
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "runtime/op.h"
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+// An operation that needs tensor data (item(), printing, host copies, random numbers, in-place
+// writes) was reached while tracing a function for compilation.
+class NotTraceableError : public Error {
+ public:
+  using Error::Error;
+};
+
+class OpInterceptor {
+ public:
+  virtual ~OpInterceptor() = default;
+  // Records `op` and returns placeholder outputs with the inferred metadata.
+  virtual std::vector<Tensor> intercept(OpId op, std::span<const Tensor> inputs,
+                                        const OpAttrs& attrs,
+                                        std::span<const TensorMeta> outputs) = 0;
+  // User code read size `dim` (-1: the whole shape) of a traced tensor.
+  virtual void on_size_read(const TensorImpl& tensor, std::int64_t dim) = 0;
+};
+
+// The interceptor active on this thread, or nullptr when not tracing.
+OpInterceptor* active_interceptor();
+
+class InterceptorScope {
+ public:
+  explicit InterceptorScope(OpInterceptor* interceptor);
+  ~InterceptorScope();
+  InterceptorScope(const InterceptorScope&) = delete;
+  InterceptorScope& operator=(const InterceptorScope&) = delete;
+
+ private:
+  OpInterceptor* previous_;
+};
+
+// Size reads made inside kiln's own op implementations are not user reads: ops whose results
+// depend on sizes are checked another way (graph/tracer.h). Open one at the top of such an op.
+class ShapeReadScope {
+ public:
+  ShapeReadScope();
+  ~ShapeReadScope();
+  ShapeReadScope(const ShapeReadScope&) = delete;
+  ShapeReadScope& operator=(const ShapeReadScope&) = delete;
+};
+bool in_shape_read_scope();
+
+#define KILN_OP_SCOPE ::kiln::ShapeReadScope kiln_op_scope_
+
+// Throws NotTraceableError naming `what` when `t` is a traced placeholder.
+void check_not_traced(const Tensor& t, std::string_view what);
+// Throws NotTraceableError naming `what` when a trace is being recorded on this thread.
+void check_not_tracing(std::string_view what);
+
+}  // namespace kiln

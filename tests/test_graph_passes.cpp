@@ -1,0 +1,139 @@
+// The graph IR and its passes, on traced graphs whose optimized form is known: dead code,
+// common subexpressions, constant folding, algebraic simplification; printing; the registry.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+
+#include "autograd/ops.h"
+#include "graph/op_registry.h"
+#include "graph/passes.h"
+#include "jit/compile.h"
+
+using namespace kiln;
+
+namespace {
+
+template <typename Fn, typename... Args>
+std::vector<OpId> traced_ops(Fn fn, const Args&... args) {
+  auto f = jit::compile(fn);
+  f(args...);
+  std::vector<OpId> ops;
+  for (const auto& n : f.core().graph(0).nodes) ops.push_back(n.op);
+  return ops;
+}
+
+using Ops = std::vector<OpId>;
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(passes)
+
+BOOST_AUTO_TEST_CASE(dead_code_is_removed) {
+  auto ops = traced_ops([](const Tensor& x) {
+    Tensor unused = exp(x) * 3.0;
+    (void)unused;
+    return sin(x);
+  }, tensor({1, 2}));
+  BOOST_TEST(ops == Ops{OpId::sin});
+}
+
+BOOST_AUTO_TEST_CASE(common_subexpressions_are_merged) {
+  auto ops = traced_ops([](const Tensor& x) { return exp(x) + exp(x) + exp(x * 2.0); }, tensor({1}));
+  // C++ leaves the evaluation order of operands open: count ops rather than list them.
+  BOOST_TEST(std::count(ops.begin(), ops.end(), OpId::exp) == 2);
+  BOOST_TEST(std::count(ops.begin(), ops.end(), OpId::add) == 2);
+  BOOST_TEST(ops.size() == 5u);
+}
+
+BOOST_AUTO_TEST_CASE(constants_fold_and_keep_their_values) {
+  auto fn = [](const Tensor& x) { return x + (tensor({1, 2, 3}) * 2.0 + 1.0).sum(); };
+  auto f = jit::compile(fn);
+  Tensor x = tensor({10, 20});
+  BOOST_TEST(f(x).to_vector<float>() == (std::vector<float>{25, 35}));
+  const auto& g = f.core().graph(0);
+  BOOST_TEST(g.nodes.size() == 1u);  // only the add of x and the folded 15
+  BOOST_TEST(g.str().find("= 15") != std::string::npos, g.str());
+}
+
+BOOST_AUTO_TEST_CASE(captured_tensors_are_not_folded) {
+  Tensor w = tensor({1, 2});  // held outside: may change between calls
+  auto f = jit::compile([&](const Tensor& x) { return x + w * 2.0; });
+  BOOST_TEST(f(tensor({0, 0})).to_vector<float>() == (std::vector<float>{2, 4}));
+  BOOST_TEST(f.core().graph(0).nodes.size() == 2u);
+  {
+    NoGradGuard no_grad;
+    w.fill_(5);
+  }
+  BOOST_TEST(f(tensor({0, 0})).to_vector<float>() == (std::vector<float>{10, 10}));
+}
+
+BOOST_AUTO_TEST_CASE(algebraic_identities_simplify_away) {
+  Tensor x = tensor({1, -2, 3});
+  BOOST_TEST(traced_ops([](const Tensor& t) { return (t * 1.0 + 0.0 - 0.0) / 1.0; }, x).empty());
+  BOOST_TEST(traced_ops([](const Tensor& t) { return 1.0 * (0.0 + t); }, x).empty());
+  BOOST_TEST(traced_ops([](const Tensor& t) { return neg(neg(t)); }, x).empty());
+  BOOST_TEST(traced_ops([](const Tensor& t) { return t.to(DType::f64).to(DType::f32); }, x).empty());
+  BOOST_TEST(traced_ops([](const Tensor& t) { return t.reshape({3, 1}).reshape({3}); }, x).empty());
+  BOOST_TEST(traced_ops([](const Tensor& t) { return t.permute({0}); }, x).empty());
+  BOOST_TEST((traced_ops([](const Tensor& t) { return t.reshape({1, 3}).reshape({3, 1}); }, x) ==
+              Ops{OpId::reshape}));
+}
+
+BOOST_AUTO_TEST_CASE(identities_that_would_change_results_are_kept) {
+  Tensor x = tensor({1, -2, 3});
+  // Rounding through f16 is not the identity.
+  BOOST_TEST((traced_ops([](const Tensor& t) { return t.to(DType::f16).to(DType::f32); }, x) ==
+              Ops{OpId::cast, OpId::cast}));
+  // Multiplying by a broadcast one changes the shape.
+  BOOST_TEST((traced_ops([](const Tensor& t) { return t * ones({2, 3}); }, x) == Ops{OpId::mul}));
+  // Multiplying by 1.0 promotes an integer tensor.
+  Tensor xi = from_vector(std::vector<std::int32_t>{1, 2});
+  BOOST_TEST(traced_ops([](const Tensor& t) { return t * 1.5; }, xi) == Ops{OpId::mul});
+  BOOST_TEST(traced_ops([](const Tensor& t) { return t * 2.0; }, x) == Ops{OpId::mul});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(graph_ir)
+
+BOOST_AUTO_TEST_CASE(text_printing_is_deterministic_and_exact) {
+  jit::CompileOptions options;
+  options.name = "affine";
+  options.arg_names = {"x", "w"};
+  auto f = jit::compile([](const Tensor& x, const Tensor& w) { return relu(matmul(x, w)).sum({1}); },
+                        options);
+  f(ones({2, 3}), ones({3, 4}));
+  std::string expected =
+      "graph affine(%0: f32[2, 3] argument 'x',\n"
+      "             %1: f32[3, 4] argument 'w'):\n"
+      "  %2: f32[2, 4] = matmul(%0, %1)\n"
+      "  %3: f32[2, 4] = relu(%2)\n"
+      "  %4: f32[2] = sum(%3, dims=[1], keepdim=false)\n"
+      "  return (%4)\n";
+  BOOST_TEST(f.core().graph(0).str() == expected);
+  std::string dot = f.core().graph(0).dot();
+  BOOST_TEST(dot.find("v0 -> v2;") != std::string::npos);
+  BOOST_TEST(dot.find("v4 -> out0;") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(registry_describes_every_primitive) {
+  const auto& ops = graph::all_ops();
+  BOOST_TEST(ops.size() > 50u);
+  BOOST_TEST(graph::op_info(OpId::matmul).name == "matmul");
+  BOOST_TEST(graph::op_info(OpId::where).arity == 3);
+  BOOST_TEST(graph::op_info(OpId::cat).arity == -1);
+  BOOST_TEST((graph::op_info(OpId::sum).op_class == OpClass::reduction));
+  BOOST_TEST((graph::op_info(OpId::slice).attributes ==
+              std::vector<std::string_view>{"dim", "start", "end", "step"}));
+  BOOST_TEST(!graph::op_info(OpId::argmax).differentiable);
+  std::vector<TensorMeta> in = {{{2, 3}, DType::f32}, {{3}, DType::f64}};
+  auto out = graph::op_info(OpId::add).infer(in, {});
+  BOOST_TEST(out[0].shape == (Shape{2, 3}));
+  BOOST_TEST((out[0].dtype == DType::f64));
+  bool softmax_listed = false;
+  for (const auto& c : graph::all_composites())
+    if (c.name == "softmax") softmax_listed = c.closed_form_backward;
+  BOOST_TEST(softmax_listed);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
