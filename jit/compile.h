@@ -12,6 +12,7 @@
 // Tensor, std::vector<Tensor>, std::pair or std::tuple of Tensors.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <tuple>
 #include <type_traits>
@@ -28,10 +29,10 @@ template <typename T>
 CallArg to_call_arg(const T& value) {
   if constexpr (std::is_same_v<T, Tensor>) {
     KILN_CHECK(value.defined(), "compile: an argument is an undefined tensor");
-    return {true, value, 0.0};
+    return {true, &value, 0.0};
   } else {
     static_assert(std::is_arithmetic_v<T>, "compiled functions take Tensors and scalars");
-    return {false, Tensor(), static_cast<double>(value)};
+    return {false, nullptr, static_cast<double>(value)};
   }
 }
 
@@ -40,7 +41,7 @@ CallArg to_call_arg(const T& value) {
 template <std::size_t I, typename T>
 decltype(auto) pick(std::span<const CallArg> args, const T& original) {
   if constexpr (std::is_same_v<T, Tensor>)
-    return static_cast<const Tensor&>(args[I].tensor);
+    return static_cast<const Tensor&>(*args[I].tensor);
   else
     return static_cast<const T&>(original);
 }
@@ -90,7 +91,7 @@ class CompiledFunction {
   template <typename... Args>
   auto operator()(const Args&... args) {
     using R = std::decay_t<std::invoke_result_t<Fn&, const Args&...>>;
-    std::vector<CallArg> call_args{detail::to_call_arg(args)...};
+    std::array<CallArg, sizeof...(Args)> call_args{detail::to_call_arg(args)...};
     auto invoke = [&](std::span<const CallArg> in) {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
         return detail::Outputs<R>::flatten(fn_(detail::pick<I>(in, args)...));
@@ -102,7 +103,7 @@ class CompiledFunction {
   // The entry index a call with these arguments would use, or -1; runs nothing.
   template <typename... Args>
   int lookup(const Args&... args) const {
-    std::vector<CallArg> call_args{detail::to_call_arg(args)...};
+    std::array<CallArg, sizeof...(Args)> call_args{detail::to_call_arg(args)...};
     return core_->lookup(call_args);
   }
 

@@ -42,13 +42,15 @@ Trace run_trace(const std::string& name, std::span<const CallArg> args, InvokeRe
                 const std::vector<std::int64_t>& symbol_sizes) {
   graph::Tracer tracer(name);
   std::vector<CallArg> traced(args.begin(), args.end());
+  std::vector<Tensor> placeholders(args.size());
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (!args[i].is_tensor) continue;
-    Shape shape = args[i].tensor.impl().shape;
+    Shape shape = args[i].tensor->impl().shape;
     for (std::size_t d = 0; d < shape.size(); ++d)
       if (arg_symbols[i][d] >= 0) shape[d] = symbol_sizes[arg_symbols[i][d]];
-    traced[i].tensor = tracer.add_argument(args[i].tensor, static_cast<int>(i), arg_names[i], shape,
-                                           arg_symbols[i]);
+    placeholders[i] = tracer.add_argument(*args[i].tensor, static_cast<int>(i), arg_names[i],
+                                          shape, arg_symbols[i]);
+    traced[i].tensor = &placeholders[i];
   }
   {
     InterceptorScope scope(&tracer);
@@ -57,6 +59,7 @@ Trace run_trace(const std::string& name, std::span<const CallArg> args, InvokeRe
     tracer.set_outputs(outputs);
   }
   traced.clear();
+  placeholders.clear();
   tracer.classify_lifted();
   return {std::move(tracer.graph()), tracer.size_reads()};
 }
@@ -140,7 +143,7 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
     std::vector<graph::Symbol> symbols;
     for (std::size_t i = 0; i < args.size(); ++i) {
       if (!args[i].is_tensor) continue;
-      const Shape& shape = args[i].tensor.impl().shape;
+      const Shape& shape = args[i].tensor->impl().shape;
       arg_symbols[i].assign(shape.size(), -1);
       for (std::size_t d = 0; d < shape.size(); ++d) {
         if (!candidates.count({static_cast<int>(i), static_cast<int>(d)})) continue;
@@ -198,7 +201,7 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
         gs.scalars.push_back({static_cast<int>(i), args[i].scalar, names[i]});
         continue;
       }
-      const Tensor& t = args[i].tensor;
+      const Tensor& t = *args[i].tensor;
       gs.tensors.push_back({static_cast<int>(i), Tensor(), names[i], t.device(), t.dtype(),
                             t.impl().shape, arg_symbols[i], stride_class(t), t.requires_grad()});
     }
@@ -277,7 +280,7 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
             failure.kind == GuardFailure::Kind::size) {
           for (const auto& g : closest->guards.tensors) {
             if (g.arg_index < 0) continue;
-            const Shape& now = args[g.arg_index].tensor.impl().shape;
+            const Shape& now = args[g.arg_index].tensor->impl().shape;
             if (now.size() != g.sizes.size()) continue;
             for (std::size_t d = 0; d < now.size(); ++d)
               if (g.symbols[d] < 0 && now[d] != g.sizes[d])
@@ -287,7 +290,7 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
         DimSet candidates;
         for (std::size_t i = 0; i < args.size(); ++i) {
           if (!args[i].is_tensor) continue;
-          const TensorImpl& impl = args[i].tensor.impl();
+          const TensorImpl& impl = args[i].tensor->impl();
           for (std::size_t d = 0; d < impl.shape.size(); ++d) {
             std::pair<int, int> key{static_cast<int>(i), static_cast<int>(d)};
             bool wanted = options_.dynamic == DynamicMode::always || dynamic_.count(key) ||

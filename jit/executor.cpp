@@ -10,7 +10,7 @@ std::vector<Tensor> execute(const graph::Graph& g, std::span<const CallArg> args
   std::vector<Tensor> values(g.values.size());
   for (const auto& in : g.inputs)
     values[in.value] =
-        in.kind == graph::InputKind::argument ? args[in.arg_index].tensor : in.tensor;
+        in.kind == graph::InputKind::argument ? *args[in.arg_index].tensor : in.tensor;
   std::vector<Tensor> operands;
   for (const auto& n : g.nodes) {
     operands.clear();

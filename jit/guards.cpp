@@ -3,19 +3,36 @@
 
 namespace kiln::jit {
 
-StrideClass stride_class(const Tensor& t) {
-  if (t.is_contiguous()) return StrideClass::contiguous;
-  const Shape& shape = t.impl().shape;
+namespace {
+
+// Row-major contiguity, ignoring the strides of size-1 dims (as Tensor::is_contiguous does).
+bool contiguous(const Shape& shape, const Strides& strides) {
+  std::int64_t expected = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+StrideClass classify(const TensorImpl& impl) {
+  if (contiguous(impl.shape, impl.strides)) return StrideClass::contiguous;
+  const Shape& shape = impl.shape;
   if (shape.size() >= 2) {
     // Contiguous once the last two dims are swapped: a transposed matrix (or batch of them).
     Shape s = shape;
-    Strides st = t.strides();
+    Strides st = impl.strides;
     std::swap(s[s.size() - 1], s[s.size() - 2]);
     std::swap(st[st.size() - 1], st[st.size() - 2]);
-    if (contiguous_strides(s) == st) return StrideClass::transposed;
+    if (contiguous(s, st)) return StrideClass::transposed;
   }
   return StrideClass::general;
 }
+
+}  // namespace
+
+StrideClass stride_class(const Tensor& t) { return classify(t.impl()); }
 
 std::string_view stride_class_name(StrideClass c) {
   switch (c) {
@@ -60,9 +77,10 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
                   passed);
   symbol_values.assign(num_symbols, -1);
   for (const TensorGuard& g : tensors) {
-    const Tensor& t = g.arg_index >= 0 ? args[g.arg_index].tensor : g.captured;
-    const TensorImpl& impl = t.impl();
-    if (t.device() != g.device)
+    const Tensor& t = g.arg_index >= 0 ? *args[g.arg_index].tensor : g.captured;
+    const TensorImpl& impl = *t.impl_ptr();
+    Device device = impl.storage->device();
+    if (device != g.device)
       return fail(failure, Kind::device,
                   fmt::format("tensor '{}' device mismatch: expected {}, actual {}", g.name,
                               g.device.str(), t.device().str()),
@@ -106,7 +124,7 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
       }
     }
     ++passed;
-    StrideClass sc = stride_class(t);
+    StrideClass sc = classify(impl);
     if (sc != g.strides)
       return fail(failure, Kind::strides,
                   fmt::format("tensor '{}' stride mismatch: expected {}, actual {}", g.name,
