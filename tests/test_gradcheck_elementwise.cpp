@@ -11,6 +11,7 @@
 
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "support/gradcheck_support.h"
 
 namespace {
 
@@ -18,28 +19,7 @@ using kiln::DType;
 using kiln::Generator;
 using kiln::Shape;
 using kiln::Tensor;
-using Inputs = std::vector<Tensor>;
-using Fn = std::function<Tensor(const Inputs&)>;
-
-// An f64 leaf that requires grad, uniform on [lo, hi).
-Tensor uniform(const Shape& shape, double lo, double hi, std::uint64_t seed) {
-  Generator gen(seed);
-  Tensor x = kiln::rand(shape, DType::f64, &gen) * (hi - lo) + lo;
-  x.requires_grad_();
-  return x;
-}
-
-// An f64 leaf that requires grad, holding `values`.
-Tensor leaf(const std::vector<double>& values, const Shape& shape) {
-  Tensor x = kiln::from_vector(values, shape);
-  x.requires_grad_();
-  return x;
-}
-
-void check(const std::string& what, const Fn& fn, const Inputs& inputs) {
-  auto result = kiln::autograd::gradcheck(fn, inputs);
-  BOOST_TEST(result.ok, what << ": " << result.report);
-}
+using namespace kiln::test;
 
 // Values in (-2, 2) whose magnitude stays at least 0.25 away from 0 (kinks of abs, relu).
 Tensor away_from_zero(std::uint64_t seed) {

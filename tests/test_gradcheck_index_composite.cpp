@@ -10,6 +10,7 @@
 
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "support/gradcheck_support.h"
 
 namespace {
 
@@ -17,23 +18,10 @@ using kiln::DType;
 using kiln::Generator;
 using kiln::Shape;
 using kiln::Tensor;
-using Inputs = std::vector<Tensor>;
-using Fn = std::function<Tensor(const Inputs&)>;
-
-Tensor uniform(const Shape& shape, double lo, double hi, std::uint64_t seed) {
-  Generator gen(seed);
-  Tensor x = kiln::rand(shape, DType::f64, &gen) * (hi - lo) + lo;
-  x.requires_grad_();
-  return x;
-}
+using namespace kiln::test;
 
 Tensor indices(const std::vector<std::int64_t>& values, const Shape& shape) {
   return kiln::from_vector(values, shape);
-}
-
-void check(const std::string& what, const Fn& fn, const Inputs& inputs) {
-  auto result = kiln::autograd::gradcheck(fn, inputs);
-  BOOST_TEST(result.ok, what << ": " << result.report);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "support/gradcheck_support.h"
 
 namespace {
 
@@ -18,27 +19,7 @@ using kiln::DType;
 using kiln::Generator;
 using kiln::Shape;
 using kiln::Tensor;
-using Inputs = std::vector<Tensor>;
-using Fn = std::function<Tensor(const Inputs&)>;
-
-// An f64 leaf that requires grad, uniform on [lo, hi) (distinct values almost surely).
-Tensor uniform(const Shape& shape, double lo, double hi, std::uint64_t seed) {
-  Generator gen(seed);
-  Tensor x = kiln::rand(shape, DType::f64, &gen) * (hi - lo) + lo;
-  x.requires_grad_();
-  return x;
-}
-
-Tensor leaf(const std::vector<double>& values, const Shape& shape) {
-  Tensor x = kiln::from_vector(values, shape);
-  x.requires_grad_();
-  return x;
-}
-
-void check(const std::string& what, const Fn& fn, const Inputs& inputs) {
-  auto result = kiln::autograd::gradcheck(fn, inputs);
-  BOOST_TEST(result.ok, what << ": " << result.report);
-}
+using namespace kiln::test;
 
 std::string dims_str(const Dims& dims, bool keepdim) {
   std::string s = "dims [";
