@@ -4,7 +4,9 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/record.h"
+#include "runtime/cuda_memory.h"
 #include "runtime/dispatch.h"
+#include "runtime/trace_hooks.h"
 
 namespace kiln {
 
@@ -100,9 +102,13 @@ Tensor Tensor::contiguous() const {
 Tensor Tensor::clone() const { return autograd::record(OpId::copy, {*this}); }
 Tensor Tensor::to(DType t) const { return cast(*this, t); }
 Tensor Tensor::to(Device d) const {
-  KILN_CHECK(d == device(), "to: copies from {} to {} are not available in this build",
-             device().str(), d.str());
-  return *this;
+  if (d == device()) return *this;
+  check_not_tracing("to(device)");
+  Tensor out = copy_to_device(*this, d);
+  Device from = device();
+  return autograd::record_function(out, "ToDeviceBackward", {*this}, [from](const Tensor& g) {
+    return std::vector<Tensor>{g.to(from)};
+  });
 }
 
 // ---- reductions and common elementwise ops ----

@@ -53,7 +53,10 @@ std::string dims_str(const Shape& shape, const std::vector<int>& symbols) {
 }
 
 std::string type_str(const Value& v) {
-  return fmt::format("{}{}", v.meta.dtype, dims_str(v.meta.shape, v.symbols));
+  std::string out = fmt::format("{}{}", v.meta.dtype, dims_str(v.meta.shape, v.symbols));
+  if (v.strides != StrideClass::contiguous) out += fmt::format("{{{}}}", stride_class_name(v.strides));
+  if (!v.device.is_cpu()) out += "@" + v.device.str();
+  return out;
 }
 
 std::string constant_str(const Tensor& t) {

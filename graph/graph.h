@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/stride_class.h"
 #include "runtime/op.h"
 #include "runtime/tensor.h"
 
@@ -20,6 +21,8 @@ struct Value {
   TensorMeta meta;           // sizes as traced
   std::vector<int> symbols;  // per dim: the symbol it equals, -1 if static, -2 if derived
   int producer = -1;         // node index, or -1 for a graph input
+  Device device;
+  StrideClass strides = StrideClass::contiguous;
 };
 
 struct Input {

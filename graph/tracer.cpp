@@ -3,6 +3,34 @@
 
 namespace kiln::graph {
 
+namespace {
+
+// The layout an op's output has on the backends: views keep or permute their input's layout,
+// every other op writes a fresh contiguous tensor.
+StrideClass output_strides(OpId op, const OpAttrs& attrs, StrideClass input) {
+  switch (op) {
+    case OpId::reshape: return input == StrideClass::contiguous ? input : StrideClass::general;
+    case OpId::permute: {
+      auto rank = static_cast<std::int64_t>(attrs.dims.size());
+      bool identity = true, swaps_last_two = rank >= 2;
+      for (std::int64_t i = 0; i < rank; ++i) {
+        identity = identity && attrs.dims[i] == i;
+        std::int64_t swapped = i == rank - 1 ? rank - 2 : i == rank - 2 ? rank - 1 : i;
+        swaps_last_two = swaps_last_two && attrs.dims[i] == swapped;
+      }
+      if (identity) return input;
+      if (swaps_last_two && input == StrideClass::contiguous) return StrideClass::transposed;
+      if (swaps_last_two && input == StrideClass::transposed) return StrideClass::contiguous;
+      return StrideClass::general;
+    }
+    case OpId::expand:
+    case OpId::slice: return StrideClass::general;
+    default: return StrideClass::contiguous;
+  }
+}
+
+}  // namespace
+
 Tracer::Tracer(std::string name) { graph_.name = std::move(name); }
 
 Tensor Tracer::placeholder(int value, Device device) {
@@ -23,6 +51,8 @@ Tensor Tracer::add_argument(const Tensor& real, int arg_index, std::string name,
   in.name = std::move(name);
   int v = graph_.add_input(std::move(in), {shape, real.dtype()});
   graph_.values[v].symbols = symbols;
+  graph_.values[v].device = real.device();
+  graph_.values[v].strides = stride_class(real);
   return placeholder(v, real.device());
 }
 
@@ -40,6 +70,8 @@ int Tracer::value_of(const Tensor& t) {
   in.tensor = t;
   in.name = fmt::format("captured{}", lifted_.size());
   int v = graph_.add_input(std::move(in), {impl.shape, impl.dtype});
+  graph_.values[v].device = t.device();
+  graph_.values[v].strides = stride_class(impl);
   lifted_.emplace(&impl, v);
   return v;
 }
@@ -51,7 +83,11 @@ std::vector<Tensor> Tracer::intercept(OpId op, std::span<const Tensor> inputs,
   node.attrs = attrs;
   Device device = inputs.empty() ? Device::cpu() : inputs[0].device();
   for (const auto& t : inputs) node.inputs.push_back(value_of(t));
+  StrideClass strides = output_strides(op, attrs, node.inputs.empty() ? StrideClass::contiguous
+                                                    : graph_.values[node.inputs[0]].strides);
   int v = graph_.add_node(std::move(node), outputs[0]);
+  graph_.values[v].device = device;
+  graph_.values[v].strides = strides;
   return {placeholder(v, device)};
 }
 

@@ -8,13 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "graph/stride_class.h"
 #include "jit/call_args.h"
 
 namespace kiln::jit {
 
-enum class StrideClass { contiguous, transposed, general };
-StrideClass stride_class(const Tensor& t);
-std::string_view stride_class_name(StrideClass c);
 
 struct TensorGuard {
   int arg_index = -1;  // the call argument, or -1 for a captured tensor

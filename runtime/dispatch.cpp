@@ -48,6 +48,12 @@ Tensor run_view(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta
   throw Error(fmt::format("{}: not a view op", op));
 }
 
+std::vector<std::string> metas_shapes(const std::vector<TensorMeta>& metas) {
+  std::vector<std::string> out;
+  for (const auto& m : metas) out.push_back(shape_str(m.shape));
+  return out;
+}
+
 }  // namespace
 
 void register_backend(Device::Type type, BackendFn fn) {
@@ -92,7 +98,10 @@ std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const OpAt
   if (OpInterceptor* tracer = active_interceptor()) return tracer->intercept(op, inputs, attrs, outputs);
   if (op_class(op) == OpClass::view) return {run_view(op, inputs[0], attrs, outputs[0])};
   BackendFn fn = backends()[static_cast<std::size_t>(device.type)];
-  KILN_CHECK(fn != nullptr, "{}: no kernels are registered for device {}", op, device.str());
+  KILN_CHECK(fn != nullptr,
+             "{}: no kernels for {} tensors in this build (shapes {}); CUDA kernels come from the "
+             "code generator, which is not here yet: copy to the host with to(Device::cpu())",
+             op, device.str(), fmt::join(metas_shapes(metas), ", "));
   return fn(op, inputs, attrs, outputs);
 }
 

@@ -1,6 +1,7 @@
 // Tensor metadata, host data access and printing. Ops live in autograd/ops.cpp.
 #include "runtime/tensor.h"
 
+#include "runtime/cuda_memory.h"
 #include "runtime/trace_hooks.h"
 
 #include <cstdlib>
@@ -118,9 +119,9 @@ double Tensor::item() const {
 Tensor empty(const Shape& shape, DType dtype, Device device) {
   for (auto d : shape)
     KILN_CHECK_AS(ShapeError, d >= 0, "empty: negative size in shape {}", shape_str(shape));
-  KILN_CHECK(device.is_cpu(), "empty: device {} is not available in this build", device.str());
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage::allocate_cpu(static_cast<std::size_t>(numel(shape)) * itemsize(dtype));
+  std::size_t nbytes = static_cast<std::size_t>(numel(shape)) * itemsize(dtype);
+  impl->storage = device.is_cpu() ? Storage::allocate_cpu(nbytes) : allocate_cuda_storage(nbytes, device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -1,0 +1,312 @@
+// The `driver` CUDA backend: kiln::cuda::Backend over the driver API (libcuda.so.1 via dlopen)
+// on device 0's primary context.
+#include <cuda.h>
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "runtime/cuda/backends.h"
+#include "runtime/cuda/driver/driver_api.h"
+#include "runtime/error.h"
+
+namespace kiln::cuda {
+namespace {
+
+using driver::DriverApi;
+
+// Handles are the driver's own handles cast to the opaque kiln types, except functions, which
+// also remember the dynamic shared memory they were opted in to.
+struct DriverFunction {
+  CUfunction fn = nullptr;
+  std::string name;
+  int static_shared = 0;
+  std::mutex mutex;
+  int max_dynamic_shared = 0;  // the current CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+};
+
+CUstream cu(Stream s) {
+  return reinterpret_cast<CUstream>(s);
+}
+CUevent cu(Event e) {
+  return reinterpret_cast<CUevent>(e);
+}
+CUmodule cu(Module m) {
+  return reinterpret_cast<CUmodule>(m);
+}
+DriverFunction* cu(Function f) {
+  return reinterpret_cast<DriverFunction*>(f);
+}
+
+class DriverBackend final : public Backend {
+ public:
+  DriverBackend() : api_(driver::driver_api()) {
+    int count = 0;
+    check(api_.device_get_count(&count), "cuDeviceGetCount");
+    KILN_CHECK(count > 0, "the CUDA driver (version {}) reports no GPU", api_.driver_version);
+    props_.resize(count);
+    loaded_.resize(count);
+    check(api_.device_get(&device_, 0), "cuDeviceGet(0)");
+    check(api_.primary_ctx_retain(&ctx_, device_), "cuDevicePrimaryCtxRetain(device 0)");
+    make_current();
+  }
+
+  ~DriverBackend() override {
+    // Errors are ignored: at process exit the driver may already be deinitialized.
+    for (auto* f : functions_) delete f;
+    if (ctx_) api_.primary_ctx_release(device_);
+  }
+
+  std::string_view kind() const override { return "driver"; }
+  int device_count() override { return static_cast<int>(props_.size()); }
+
+  const DeviceProperties& properties(int device) override {
+    KILN_CHECK(device >= 0 && device < device_count(),
+               "properties({}): device out of range, the driver reports {} device(s)", device,
+               device_count());
+    std::lock_guard lock(mutex_);
+    if (!loaded_[device]) {
+      props_[device] = query_properties(device);
+      loaded_[device] = true;
+    }
+    return props_[device];
+  }
+
+  DevicePtr alloc(std::size_t bytes) override {
+    make_current();
+    CUdeviceptr p = 0;
+    check(api_.mem_alloc(&p, bytes == 0 ? 1 : bytes), "cuMemAlloc_v2",
+          fmt::format("{} bytes", bytes));
+    return p;
+  }
+  void free(DevicePtr ptr) override {
+    if (!ptr) return;
+    make_current();
+    check(api_.mem_free(ptr), "cuMemFree_v2", fmt::format("{:#x}", ptr));
+  }
+
+  void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes, Stream s) override {
+    make_current();
+    auto what = fmt::format("{} bytes to {:#x}", bytes, dst);
+    if (s)
+      check(api_.memcpy_htod_async(dst, src, bytes, cu(s)), "cuMemcpyHtoDAsync_v2", what);
+    else
+      check(api_.memcpy_htod(dst, src, bytes), "cuMemcpyHtoD_v2", what);
+  }
+  // The host buffer is filled when this returns, on any stream.
+  void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, Stream s) override {
+    make_current();
+    auto what = fmt::format("{} bytes from {:#x}", bytes, src);
+    if (s) {
+      check(api_.memcpy_dtoh_async(dst, src, bytes, cu(s)), "cuMemcpyDtoHAsync_v2", what);
+      check(api_.stream_synchronize(cu(s)), "cuStreamSynchronize", "after cuMemcpyDtoHAsync_v2");
+    } else {
+      check(api_.memcpy_dtoh(dst, src, bytes), "cuMemcpyDtoH_v2", what);
+    }
+  }
+  void copy_device(DevicePtr dst, DevicePtr src, std::size_t bytes, Stream s) override {
+    make_current();
+    auto what = fmt::format("{} bytes {:#x} -> {:#x}", bytes, src, dst);
+    if (s)
+      check(api_.memcpy_dtod_async(dst, src, bytes, cu(s)), "cuMemcpyDtoDAsync_v2", what);
+    else
+      check(api_.memcpy_dtod(dst, src, bytes), "cuMemcpyDtoD_v2", what);
+  }
+  void memset8(DevicePtr dst, std::uint8_t value, std::size_t bytes, Stream s) override {
+    make_current();
+    check(api_.memset_d8_async(dst, value, bytes, cu(s)), "cuMemsetD8Async",
+          fmt::format("{} bytes at {:#x}", bytes, dst));
+  }
+
+  Module load_module(std::string_view image) override {
+    make_current();
+    std::string data(image);  // PTX must be NUL-terminated
+    constexpr unsigned kLog = 16 * 1024;
+    std::vector<char> info(kLog, '\0'), error(kLog, '\0');
+    CUjit_option opts[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+                           CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                           CU_JIT_LOG_VERBOSE};
+    void* values[] = {info.data(), reinterpret_cast<void*>(static_cast<std::uintptr_t>(kLog)),
+                      error.data(), reinterpret_cast<void*>(static_cast<std::uintptr_t>(kLog)),
+                      reinterpret_cast<void*>(std::uintptr_t{1})};
+    CUmodule module = nullptr;
+    CUresult r = api_.module_load_data_ex(&module, data.c_str(), 5, opts, values);
+    if (r != CUDA_SUCCESS) {
+      throw Error(fmt::format(
+          "cuModuleLoadDataEx ({} byte {} image) failed: {}\nJIT error log:\n{}", image.size(),
+          image.starts_with("\x7f"
+                            "ELF")
+              ? "cubin"
+              : "PTX",
+          driver::error_text(api_, r), error.data()));
+    }
+    return reinterpret_cast<Module>(module);
+  }
+  void unload_module(Module module) override {
+    if (!module) return;
+    make_current();
+    check(api_.module_unload(cu(module)), "cuModuleUnload");
+  }
+  Function get_function(Module module, const std::string& name) override {
+    make_current();
+    auto f = std::make_unique<DriverFunction>();
+    f->name = name;
+    check(api_.module_get_function(&f->fn, cu(module), name.c_str()), "cuModuleGetFunction",
+          fmt::format("'{}'", name));
+    check(api_.func_get_attribute(&f->static_shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f->fn),
+          "cuFuncGetAttribute(SHARED_SIZE_BYTES)", name);
+    check(api_.func_get_attribute(&f->max_dynamic_shared,
+                                  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f->fn),
+          "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", name);
+    std::lock_guard lock(mutex_);
+    functions_.push_back(f.get());
+    return reinterpret_cast<Function>(f.release());
+  }
+
+  void launch(Function fn, Dim3 grid, Dim3 block, unsigned dynamic_shared_bytes, Stream stream,
+              void** params) override {
+    make_current();
+    auto* f = cu(fn);
+    KILN_CHECK(f, "launch: null function");
+    {
+      // More than 48 KiB of dynamic shared memory needs an explicit per-function opt-in.
+      std::lock_guard lock(f->mutex);
+      if (static_cast<int>(dynamic_shared_bytes) > f->max_dynamic_shared) {
+        check(api_.func_set_attribute(f->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                      static_cast<int>(dynamic_shared_bytes)),
+              "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+              fmt::format("'{}' to {} bytes (+{} static)", f->name, dynamic_shared_bytes,
+                          f->static_shared));
+        f->max_dynamic_shared = static_cast<int>(dynamic_shared_bytes);
+      }
+    }
+    check(api_.launch_kernel(f->fn, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                             dynamic_shared_bytes, cu(stream), params, nullptr),
+          "cuLaunchKernel",
+          fmt::format("'{}' grid ({},{},{}) block ({},{},{}) dynamic shared {} bytes", f->name,
+                      grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_shared_bytes));
+  }
+
+  Stream create_stream() override {
+    make_current();
+    CUstream s = nullptr;
+    check(api_.stream_create(&s, CU_STREAM_DEFAULT), "cuStreamCreate");
+    return reinterpret_cast<Stream>(s);
+  }
+  void destroy_stream(Stream s) override {
+    if (!s) return;
+    make_current();
+    check(api_.stream_destroy(cu(s)), "cuStreamDestroy_v2");
+  }
+  void synchronize_stream(Stream s) override {
+    make_current();
+    check(api_.stream_synchronize(cu(s)), "cuStreamSynchronize");
+  }
+  Event create_event() override {
+    make_current();
+    CUevent e = nullptr;
+    check(api_.event_create(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+    return reinterpret_cast<Event>(e);
+  }
+  void destroy_event(Event e) override {
+    if (!e) return;
+    make_current();
+    check(api_.event_destroy(cu(e)), "cuEventDestroy_v2");
+  }
+  void record_event(Event e, Stream s) override {
+    make_current();
+    check(api_.event_record(cu(e), cu(s)), "cuEventRecord");
+  }
+  void wait_event(Stream s, Event e) override {
+    make_current();
+    check(api_.stream_wait_event(cu(s), cu(e), 0), "cuStreamWaitEvent");
+  }
+  void synchronize_event(Event e) override {
+    make_current();
+    check(api_.event_synchronize(cu(e)), "cuEventSynchronize");
+  }
+  float elapsed_ms(Event start, Event end) override {
+    make_current();
+    float ms = 0;
+    check(api_.event_elapsed_time(&ms, cu(start), cu(end)), "cuEventElapsedTime");
+    return ms;
+  }
+  void synchronize() override {
+    make_current();
+    check(api_.ctx_synchronize(), "cuCtxSynchronize");
+  }
+
+ private:
+  void check(CUresult r, std::string_view call, std::string_view what = {}) const {
+    if (r == CUDA_SUCCESS) [[likely]]
+      return;
+    throw Error(fmt::format("{}{}{}{} failed: {}", call, what.empty() ? "" : "(", what,
+                            what.empty() ? "" : ")", driver::error_text(api_, r)));
+  }
+
+  // The driver's current context is per thread; set ours on each thread that calls in.
+  void make_current() {
+    thread_local CUcontext current = nullptr;
+    if (current != ctx_) {
+      check(api_.ctx_set_current(ctx_), "cuCtxSetCurrent");
+      current = ctx_;
+    }
+  }
+
+  DeviceProperties query_properties(int ordinal) {
+    CUdevice dev = 0;
+    check(api_.device_get(&dev, ordinal), "cuDeviceGet", fmt::format("{}", ordinal));
+    auto attr = [&](CUdevice_attribute a, const char* name) {
+      int v = 0;
+      check(api_.device_get_attribute(&v, a, dev), "cuDeviceGetAttribute", name);
+      return v;
+    };
+    DeviceProperties p;
+    char name[256] = {};
+    check(api_.device_get_name(name, sizeof(name), dev), "cuDeviceGetName");
+    p.name = name;
+    p.compute_major =
+        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "COMPUTE_CAPABILITY_MAJOR");
+    p.compute_minor =
+        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "COMPUTE_CAPABILITY_MINOR");
+    p.sm_count = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "MULTIPROCESSOR_COUNT");
+    p.warp_size = attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE, "WARP_SIZE");
+    p.max_threads_per_block =
+        attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "MAX_THREADS_PER_BLOCK");
+    auto u = [](int v) { return static_cast<unsigned>(v); };
+    p.max_block_dim = {u(attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, "MAX_BLOCK_DIM_X")),
+                       u(attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, "MAX_BLOCK_DIM_Y")),
+                       u(attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, "MAX_BLOCK_DIM_Z"))};
+    p.max_grid_dim = {u(attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, "MAX_GRID_DIM_X")),
+                      u(attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, "MAX_GRID_DIM_Y")),
+                      u(attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, "MAX_GRID_DIM_Z"))};
+    p.shared_mem_per_block = static_cast<std::size_t>(
+        attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, "MAX_SHARED_MEMORY_PER_BLOCK"));
+    p.shared_mem_per_block_optin =
+        static_cast<std::size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                      "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"));
+    p.registers_per_block =
+        attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, "MAX_REGISTERS_PER_BLOCK");
+    std::size_t total = 0;
+    check(api_.device_total_mem(&total, dev), "cuDeviceTotalMem_v2");
+    p.total_memory = total;
+    p.is_virtual = false;
+    return p;
+  }
+
+  const DriverApi& api_;
+  CUdevice device_ = 0;
+  CUcontext ctx_ = nullptr;
+  std::mutex mutex_;
+  std::vector<DeviceProperties> props_;
+  std::vector<bool> loaded_;
+  std::vector<DriverFunction*> functions_;  // owned; freed with the backend
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_driver_backend() {
+  return std::make_unique<DriverBackend>();
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,344 @@
+// The block scheduler (see executor.h).
+#include "runtime/cuda/virtual/executor.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cstring>
+
+#include "runtime/cuda/virtual/collective.h"
+#include "runtime/cuda/virtual/fault.h"
+#include "runtime/cuda/virtual/thread.h"
+
+namespace kiln::cuda::vgpu {
+namespace {
+
+// The interpreter's inner loop: one thread until it exits or parks.
+void run_thread(ThreadState& t) {
+  // pc and code live in registers; only control instructions (kFlagMayStop) read or move them,
+  // so they are synced around those calls alone.
+  std::uint64_t count = 0;  // folded into t.icount when the thread stops
+  const Instr* code = t.code;
+  std::uint32_t pc = t.pc;
+  for (;;) {
+    const Instr& in = code[pc++];
+    ++count;
+    if (in.guard != kNoGuard && ((t.r[in.guard] != 0) == in.guard_neg)) continue;
+    if (!(in.flags & kFlagMayStop)) {
+      in.fn(t, in);
+      continue;
+    }
+    t.pc = pc;
+    in.fn(t, in);
+    if (t.status != Status::kRunning) break;
+    pc = t.pc;
+    code = t.code;
+  }
+  t.icount += count;
+  t.back_branches = 0;
+}
+
+std::string tid_str(const ThreadState& t) {
+  return fmt::format("({},{},{})", t.tid[0], t.tid[1], t.tid[2]);
+}
+
+std::string instr_text(const ThreadState& t) {
+  if (!t.wait || t.frames.empty()) return "?";
+  const Function* fn = t.frames.back().fn;
+  std::ptrdiff_t i = t.wait - fn->code.data();
+  return fmt::format("'{}' (PTX line {})", fn->text[static_cast<std::size_t>(i)], t.wait->line);
+}
+
+std::string block_str(const BlockContext& b, const LaunchContext& l) {
+  return fmt::format("kernel '{}' block ({},{},{})", l.kernel->name, b.ctaid.x, b.ctaid.y,
+                     b.ctaid.z);
+}
+
+class BlockRunner {
+ public:
+  BlockRunner(LaunchContext& l, std::vector<ThreadState>& threads, std::uint32_t n)
+      : l_(l), threads_(threads), n_(n) {}
+
+  void run(BlockContext& b) {
+    b_ = &b;
+    runnable_.clear();
+    for (std::uint32_t i = 0; i < n_; ++i) runnable_.push_back(&threads_[i]);
+    for (;;) {
+      for (ThreadState* t : runnable_) run_thread(*t);
+      runnable_.clear();
+      std::uint32_t exited = 0;
+      for (std::uint32_t i = 0; i < n_; ++i) exited += threads_[i].status == Status::kExited;
+      if (exited == n_) return;
+      release_barriers(exited);
+      release_warps();
+      if (runnable_.empty()) deadlock(exited);
+    }
+  }
+
+ private:
+  LaunchContext& l_;
+  std::vector<ThreadState>& threads_;
+  std::uint32_t n_;
+  BlockContext* b_ = nullptr;
+  std::vector<ThreadState*> runnable_;
+
+  void release_barriers(std::uint32_t exited) {
+    std::uint32_t waiting[16] = {};
+    std::uint32_t count[16] = {};
+    for (std::uint32_t i = 0; i < n_; ++i) {
+      const ThreadState& t = threads_[i];
+      if (t.status != Status::kBarrier) continue;
+      ++waiting[t.bar_id];
+      if (t.bar_count) count[t.bar_id] = t.bar_count;
+    }
+    for (std::uint32_t id = 0; id < 16; ++id) {
+      if (!waiting[id]) continue;
+      std::uint32_t expected = count[id] ? count[id] : n_;
+      std::uint32_t arrived = waiting[id] + b_->bar_arrived[id];
+      if (!count[id] && exited > 0) barrier_never_completes(id, waiting[id], exited);
+      if (arrived < expected) continue;
+      b_->bar_arrived[id] = 0;
+      // bar.red results over the threads released together.
+      std::uint32_t popc = 0;
+      bool all = true, any = false;
+      for (std::uint32_t i = 0; i < n_; ++i) {
+        const ThreadState& t = threads_[i];
+        if (t.status != Status::kBarrier || t.bar_id != id) continue;
+        popc += t.bar_pred;
+        all = all && t.bar_pred;
+        any = any || t.bar_pred;
+      }
+      for (std::uint32_t i = 0; i < n_; ++i) {
+        ThreadState& t = threads_[i];
+        if (t.status != Status::kBarrier || t.bar_id != id) continue;
+        if (t.wait->mod == kBarRed) {
+          std::uint64_t v = t.wait->mod2 == 0 ? popc : t.wait->mod2 == 1 ? all : any;
+          t.r[t.wait->d[0]] = v;
+        }
+        t.status = Status::kRunning;
+        t.wait = nullptr;
+        runnable_.push_back(&t);
+      }
+    }
+  }
+
+  [[noreturn]] void barrier_never_completes(std::uint32_t id, std::uint32_t waiting,
+                                            std::uint32_t exited) {
+    const ThreadState* waiter = nullptr;
+    const ThreadState* gone = nullptr;
+    for (std::uint32_t i = 0; i < n_; ++i) {
+      const ThreadState& t = threads_[i];
+      if (!waiter && t.status == Status::kBarrier && t.bar_id == id) waiter = &t;
+      if (!gone && t.status == Status::kExited) gone = &t;
+    }
+    throw KernelFault(fmt::format(
+        "barrier {} in {} can never complete: {} of {} threads wait at it (e.g. thread {} at {}) "
+        "but {} threads exited without reaching it (e.g. thread {}); __syncthreads() must be "
+        "reached by every thread of the block",
+        id, block_str(*b_, l_), waiting, n_, tid_str(*waiter), instr_text(*waiter), exited,
+        tid_str(*gone)));
+  }
+
+  void release_warps() {
+    std::uint32_t nwarps = (n_ + 31) / 32;
+    ThreadState* lanes[32];
+    for (std::uint32_t w = 0; w < nwarps; ++w) {
+      std::uint32_t exists = 0;
+      for (std::uint32_t l = 0; l < 32; ++l) {
+        std::uint32_t i = w * 32 + l;
+        lanes[l] = i < n_ ? &threads_[i] : nullptr;
+        if (lanes[l]) exists |= 1u << l;
+      }
+      std::uint32_t done = 0;
+      for (std::uint32_t l = 0; l < 32; ++l) {
+        ThreadState* t = lanes[l];
+        if (!t || t->status != Status::kWarpWait || (done >> l & 1)) continue;
+        std::uint32_t group;
+        WarpKind kind = warp_kind(*t->wait);
+        if (kind == WarpKind::kActivemask) {
+          group = 0;
+          for (std::uint32_t j = 0; j < 32; ++j)
+            if (lanes[j] && lanes[j]->status == Status::kWarpWait && lanes[j]->wait == t->wait)
+              group |= 1u << j;
+        } else {
+          group = t->wait_mask;
+          if (!(group >> l & 1))
+            fault(*t, *t->wait,
+                  fmt::format("{} member mask {:#010x} does not include the "
+                              "executing lane {}:",
+                              warp_kind_name(kind), group, l));
+          bool ready = true;
+          for (std::uint32_t j = 0; j < 32 && ready; ++j) {
+            if (!(group >> j & 1)) continue;
+            if (!(exists >> j & 1))
+              fault(*t, *t->wait,
+                    fmt::format("{} member mask {:#010x} names lane {}, which does "
+                                "not exist (the block has {} threads):",
+                                warp_kind_name(kind), group, j, n_));
+            ThreadState* o = lanes[j];
+            if (o->status == Status::kExited)
+              fault(*t, *t->wait,
+                    fmt::format("{} member mask {:#010x} names lane {} (thread {}), "
+                                "which has exited and can never arrive:",
+                                warp_kind_name(kind), group, j, tid_str(*o)));
+            ready = o->status == Status::kWarpWait && o->wait_mask == group &&
+                    warp_kind(*o->wait) == kind;
+          }
+          if (!ready) continue;
+        }
+        execute_warp_group(lanes, group);
+        done |= group;
+        for (std::uint32_t j = 0; j < 32; ++j)
+          if (group >> j & 1) {
+            lanes[j]->status = Status::kRunning;
+            lanes[j]->wait = nullptr;
+            runnable_.push_back(lanes[j]);
+          }
+      }
+    }
+  }
+
+  [[noreturn]] void deadlock(std::uint32_t exited) {
+    // Explain the first stuck warp collective precisely, else summarize who waits where.
+    for (std::uint32_t i = 0; i < n_; ++i) {
+      const ThreadState& t = threads_[i];
+      if (t.status != Status::kWarpWait || warp_kind(*t.wait) == WarpKind::kActivemask) continue;
+      std::uint32_t base = i / 32 * 32;
+      for (std::uint32_t j = 0; j < 32; ++j) {
+        if (!(t.wait_mask >> j & 1) || base + j >= n_) continue;
+        const ThreadState& o = threads_[base + j];
+        if (o.status == Status::kWarpWait && o.wait_mask == t.wait_mask &&
+            warp_kind(*o.wait) == warp_kind(*t.wait))
+          continue;
+        std::string other =
+            o.status == Status::kBarrier
+                ? fmt::format("waits at barrier {} {}", o.bar_id, instr_text(o))
+                : fmt::format("waits at {} {} with member mask {:#010x}",
+                              warp_kind_name(warp_kind(*o.wait)), instr_text(o), o.wait_mask);
+        throw KernelFault(fmt::format(
+            "deadlock in {}: thread {} waits at {} {} with member mask {:#010x}, but lane {} "
+            "(thread {}) {} and can never arrive",
+            block_str(*b_, l_), tid_str(t), warp_kind_name(warp_kind(*t.wait)), instr_text(t),
+            t.wait_mask, j, tid_str(o), other));
+      }
+    }
+    std::string s;
+    std::uint32_t i = 0;
+    while (i < n_) {
+      const ThreadState& t = threads_[i];
+      std::uint32_t j = i + 1;
+      while (j < n_ && threads_[j].status == t.status && threads_[j].wait == t.wait) ++j;
+      if (t.status == Status::kBarrier)
+        s += fmt::format("; threads {}..{} wait at barrier {} {}", tid_str(t),
+                         tid_str(threads_[j - 1]), t.bar_id, instr_text(t));
+      else if (t.status == Status::kWarpWait)
+        s += fmt::format("; threads {}..{} wait at {}", tid_str(t), tid_str(threads_[j - 1]),
+                         instr_text(t));
+      i = j;
+    }
+    throw KernelFault(fmt::format("deadlock in {}: no thread can make progress ({} exited){}",
+                                  block_str(*b_, l_), exited, s));
+  }
+};
+
+}  // namespace
+
+LaunchStats execute(const LaunchRequest& rq) {
+  const Function& k = *rq.kernel;
+  LaunchContext l;
+  l.program = rq.program;
+  l.kernel = &k;
+  l.memory = rq.memory;
+  l.grid = rq.grid;
+  l.block = rq.block;
+  l.dynamic_shared = rq.dynamic_shared;
+  l.const_bank = rq.program->const_bank.data();
+  l.const_bytes = rq.program->const_bank.size();
+  // Kernel parameters, laid out as the PTX declares them.
+  std::vector<std::uint8_t> params(std::max<std::uint64_t>(k.param_bytes, 1));
+  if (!k.params.empty())
+    KILN_CHECK_AS(LaunchError, rq.params != nullptr,
+                  "launch of kernel '{}': it takes {} parameters but params is null", k.name,
+                  k.params.size());
+  for (std::size_t i = 0; i < k.params.size(); ++i) {
+    KILN_CHECK_AS(LaunchError, rq.params[i] != nullptr, "launch of kernel '{}': params[{}] is null",
+                  k.name, i);
+    std::memcpy(params.data() + k.params[i].offset, rq.params[i], k.params[i].size);
+  }
+  l.params = params.data();
+  l.param_bytes = k.param_bytes;
+
+  std::uint64_t align = std::max<std::uint64_t>(rq.program->extern_shared_align, 16);
+  std::uint64_t dyn_base = (k.static_shared_bytes + align - 1) / align * align;
+  std::uint32_t n = rq.block.x * rq.block.y * rq.block.z;
+  std::vector<ThreadState> threads(n);
+  BlockContext b;
+  b.shared_bytes = dyn_base + rq.dynamic_shared;
+  b.shared.assign(std::max<std::uint64_t>(b.shared_bytes, 1), 0);
+  BlockRunner runner(l, threads, n);
+  LaunchStats stats;
+  std::uint32_t nwarps = (n + 31) / 32;
+  // Per-thread special registers that do not change from block to block.
+  for (std::uint32_t i = 0; i < n; ++i) {
+    ThreadState& t = threads[i];
+    t.block = &b;
+    t.launch = &l;
+    t.tid[0] = i % rq.block.x;
+    t.tid[1] = (i / rq.block.x) % rq.block.y;
+    t.tid[2] = i / (rq.block.x * rq.block.y);
+    t.linear = i;
+    t.lane = i % 32;
+    t.warp = i / 32;
+    std::uint64_t* f = t.fixed;
+    f[kSlotZero] = 0;
+    f[kSlotTidX] = t.tid[0], f[kSlotTidY] = t.tid[1], f[kSlotTidZ] = t.tid[2];
+    f[kSlotNtidX] = rq.block.x, f[kSlotNtidY] = rq.block.y, f[kSlotNtidZ] = rq.block.z;
+    f[kSlotNctaidX] = rq.grid.x, f[kSlotNctaidY] = rq.grid.y, f[kSlotNctaidZ] = rq.grid.z;
+    f[kSlotLaneId] = t.lane, f[kSlotWarpId] = t.warp, f[kSlotNWarpId] = nwarps;
+    f[kSlotNSmId] = static_cast<std::uint64_t>(rq.sm_count);
+    f[kSlotGridId] = 1;
+    std::uint32_t bit = 1u << t.lane;
+    f[kSlotLanemaskEq] = bit;
+    f[kSlotLanemaskLt] = bit - 1;
+    f[kSlotLanemaskLe] = (bit - 1) | bit;
+    f[kSlotLanemaskGe] = ~(bit - 1);
+    f[kSlotLanemaskGt] = ~((bit - 1) | bit);
+    f[kSlotDynSmem] = rq.dynamic_shared;
+    f[kSlotTotalSmem] = b.shared_bytes;
+    f[kSlotDynSmemBase] = dyn_base;
+    f[kSlotSink] = 0;
+  }
+  std::uint64_t block_index = 0;
+  for (unsigned bz = 0; bz < rq.grid.z; ++bz)
+    for (unsigned by = 0; by < rq.grid.y; ++by)
+      for (unsigned bx = 0; bx < rq.grid.x; ++bx, ++block_index) {
+        b.ctaid = Dim3{bx, by, bz};
+        std::memset(b.bar_arrived, 0, sizeof(b.bar_arrived));
+        // Shared memory is uninitialized on hardware; zero it so runs are reproducible.
+        std::memset(b.shared.data(), 0, b.shared.size());
+        std::uint64_t sm = block_index % static_cast<std::uint64_t>(rq.sm_count);
+        for (std::uint32_t i = 0; i < n; ++i) {
+          ThreadState& t = threads[i];
+          t.status = Status::kRunning;
+          t.wait = nullptr;
+          t.carry = false;
+          t.clock_reads = 0;
+          t.frames.clear();
+          t.local_top = 0;
+          t.param_top = 0;
+          std::uint64_t* f = t.fixed;
+          f[kSlotCtaidX] = bx, f[kSlotCtaidY] = by, f[kSlotCtaidZ] = bz;
+          f[kSlotSmId] = sm;
+          enter_frame(t, k, 0, nullptr, kParamStackBase);
+        }
+        runner.run(b);
+        for (std::uint32_t i = 0; i < n; ++i) {
+          stats.thread_instructions += threads[i].icount;
+          l.clock += threads[i].icount;
+          threads[i].icount = 0;
+        }
+      }
+  return stats;
+}
+
+}  // namespace kiln::cuda::vgpu

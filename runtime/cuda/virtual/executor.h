@@ -1,0 +1,30 @@
+// Runs one kernel launch on the host: every block in turn, every thread of a block until it
+// exits or parks at a collective, then releases barriers and warp collectives whose
+// participants have all arrived, and reports a deadlock (who waits where) when none can.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/cuda/backend.h"
+#include "runtime/cuda/virtual/memory.h"
+#include "runtime/cuda/virtual/program.h"
+
+namespace kiln::cuda::vgpu {
+
+struct LaunchRequest {
+  const Program* program = nullptr;
+  const Function* kernel = nullptr;
+  MemoryMap* memory = nullptr;
+  Dim3 grid, block;
+  unsigned dynamic_shared = 0;
+  void** params = nullptr;
+  int sm_count = 132;
+};
+
+struct LaunchStats {
+  std::uint64_t thread_instructions = 0;
+};
+
+LaunchStats execute(const LaunchRequest& request);
+
+}  // namespace kiln::cuda::vgpu

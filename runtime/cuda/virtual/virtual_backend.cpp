@@ -1,0 +1,340 @@
+// The virtual GPU as a kiln::cuda::Backend: checked host memory, PTX modules decoded once at
+// load, launches run to completion by the interpreter (streams and events are synchronous).
+#include "runtime/cuda/virtual/virtual_backend.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "runtime/cuda/backends.h"
+#include "runtime/cuda/virtual/decoder.h"
+#include "runtime/cuda/virtual/executor.h"
+#include "runtime/cuda/virtual/fault.h"
+#include "runtime/cuda/virtual/memory.h"
+#include "runtime/cuda/virtual/program.h"
+
+namespace kiln::cuda {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Handle types of this backend; the public handles are these pointers cast.
+struct VModule;
+struct VFunction {
+  VModule* module = nullptr;
+  const vgpu::Function* fn = nullptr;
+};
+struct VModule {
+  vgpu::Program program;
+  std::vector<std::unique_ptr<VFunction>> functions;
+};
+struct VStream {};
+struct VEvent {
+  bool recorded = false;
+  Clock::time_point when;
+};
+
+class VirtualBackend final : public Backend {
+ public:
+  VirtualBackend() {
+    props_.name = "kiln virtual GPU (PTX interpreter, sm_90)";
+    props_.compute_major = 9;
+    props_.compute_minor = 0;
+    props_.sm_count = 132;
+    props_.warp_size = 32;
+    props_.max_threads_per_block = 1024;
+    props_.max_block_dim = Dim3{1024, 1024, 64};
+    props_.max_grid_dim = Dim3{2147483647u, 65535u, 65535u};
+    props_.shared_mem_per_block = 48 * 1024;
+    props_.shared_mem_per_block_optin = 227 * 1024;
+    props_.registers_per_block = 65536;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    props_.total_memory = pages > 0 && page > 0
+                              ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
+                              : (std::size_t(16) << 30);
+    props_.is_virtual = true;
+  }
+  ~VirtualBackend() override {
+    for (VModule* m : modules_) delete m;
+    for (VStream* s : streams_) delete s;
+    for (VEvent* e : events_) delete e;
+  }
+
+  std::string_view kind() const override { return "virtual"; }
+  int device_count() override { return 1; }
+  const DeviceProperties& properties(int device) override {
+    KILN_CHECK(device == 0, "virtual GPU: device {} does not exist (there is 1 device)", device);
+    return props_;
+  }
+
+  DevicePtr alloc(std::size_t bytes) override {
+    std::lock_guard lock(mu_);
+    return mem_.alloc(bytes);
+  }
+  void free(DevicePtr ptr) override {
+    std::lock_guard lock(mu_);
+    mem_.free(ptr);
+  }
+  void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes, Stream s) override {
+    std::lock_guard lock(mu_);
+    check_stream(s, "copy_to_device");
+    if (!bytes) return;
+    KILN_CHECK(src != nullptr, "virtual GPU: copy_to_device of {} bytes from a null host pointer",
+               bytes);
+    mem_.check_range(dst, bytes, "copy_to_device destination");
+    std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
+  }
+  void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, Stream s) override {
+    std::lock_guard lock(mu_);
+    check_stream(s, "copy_to_host");
+    if (!bytes) return;
+    KILN_CHECK(dst != nullptr, "virtual GPU: copy_to_host of {} bytes to a null host pointer",
+               bytes);
+    mem_.check_range(src, bytes, "copy_to_host source");
+    std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
+  }
+  void copy_device(DevicePtr dst, DevicePtr src, std::size_t bytes, Stream s) override {
+    std::lock_guard lock(mu_);
+    check_stream(s, "copy_device");
+    if (!bytes) return;
+    mem_.check_range(src, bytes, "copy_device source");
+    mem_.check_range(dst, bytes, "copy_device destination");
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+  }
+  void memset8(DevicePtr dst, std::uint8_t value, std::size_t bytes, Stream s) override {
+    std::lock_guard lock(mu_);
+    check_stream(s, "memset8");
+    if (!bytes) return;
+    mem_.check_range(dst, bytes, "memset8 destination");
+    std::memset(reinterpret_cast<void*>(dst), value, bytes);
+  }
+
+  Module load_module(std::string_view image) override {
+    std::lock_guard lock(mu_);
+    std::string text(image);
+    KILN_CHECK_AS(
+        PtxError,
+        text.find(".version") != std::string::npos && text.find(".target") != std::string::npos,
+        "virtual GPU: load_module needs PTX text (with .version and .target); a cubin "
+        "or other binary image cannot be interpreted");
+    auto module = std::make_unique<VModule>();
+    std::vector<DevicePtr> globals;
+    try {
+      vgpu::ast::Module ast = vgpu::ast::parse_ptx(text);
+      module->program = vgpu::decode_module(ast, [&](std::uint64_t size, const std::string& name) {
+        DevicePtr p = mem_.alloc(size, name);
+        globals.push_back(p);
+        return p;
+      });
+    } catch (...) {
+      for (DevicePtr p : globals) mem_.free(p);
+      throw;
+    }
+    for (auto& f : module->program.functions) {
+      if (!f->is_entry) continue;
+      auto vf = std::make_unique<VFunction>();
+      vf->module = module.get();
+      vf->fn = f.get();
+      functions_.insert(vf.get());
+      module->functions.push_back(std::move(vf));
+    }
+    VModule* m = module.release();
+    modules_.insert(m);
+    return reinterpret_cast<Module>(m);
+  }
+
+  void unload_module(Module handle) override {
+    std::lock_guard lock(mu_);
+    VModule* m = module_of(handle, "unload_module");
+    for (auto& f : m->functions) functions_.erase(f.get());
+    for (const auto& g : m->program.globals) mem_.free(g.address);
+    modules_.erase(m);
+    delete m;
+  }
+
+  Function get_function(Module handle, const std::string& name) override {
+    std::lock_guard lock(mu_);
+    VModule* m = module_of(handle, "get_function");
+    std::string names;
+    for (auto& f : m->functions) {
+      if (f->fn->name == name) return reinterpret_cast<Function>(f.get());
+      names += (names.empty() ? "" : ", ") + f->fn->name;
+    }
+    throw Error(fmt::format("virtual GPU: module has no kernel named '{}' (kernels: {})", name,
+                            names.empty() ? "none" : names));
+  }
+
+  void launch(Function handle, Dim3 grid, Dim3 block, unsigned dynamic_shared, Stream s,
+              void** params) override {
+    std::lock_guard lock(mu_);
+    auto* vf = reinterpret_cast<VFunction*>(handle);
+    KILN_CHECK_AS(LaunchError, functions_.count(vf),
+                  "virtual GPU: launch of an invalid function handle (unknown or its module was "
+                  "unloaded)");
+    check_stream(s, "launch");
+    const vgpu::Function& k = *vf->fn;
+    validate_launch(k, grid, block, dynamic_shared);
+    vgpu::LaunchRequest rq;
+    rq.program = &vf->module->program;
+    rq.kernel = &k;
+    rq.memory = &mem_;
+    rq.grid = grid;
+    rq.block = block;
+    rq.dynamic_shared = dynamic_shared;
+    rq.params = params;
+    rq.sm_count = props_.sm_count;
+    instructions_ += vgpu::execute(rq).thread_instructions;
+  }
+
+  Stream create_stream() override {
+    std::lock_guard lock(mu_);
+    auto* s = new VStream;
+    streams_.insert(s);
+    return reinterpret_cast<Stream>(s);
+  }
+  void destroy_stream(Stream s) override {
+    std::lock_guard lock(mu_);
+    KILN_CHECK(s != nullptr, "virtual GPU: destroy_stream of the default stream");
+    check_stream(s, "destroy_stream");
+    auto* vs = reinterpret_cast<VStream*>(s);
+    streams_.erase(vs);
+    delete vs;
+  }
+  void synchronize_stream(Stream s) override {
+    std::lock_guard lock(mu_);
+    check_stream(s, "synchronize_stream");
+  }
+  Event create_event() override {
+    std::lock_guard lock(mu_);
+    auto* e = new VEvent;
+    events_.insert(e);
+    return reinterpret_cast<Event>(e);
+  }
+  void destroy_event(Event e) override {
+    std::lock_guard lock(mu_);
+    VEvent* ve = event_of(e, "destroy_event");
+    events_.erase(ve);
+    delete ve;
+  }
+  void record_event(Event e, Stream s) override {
+    std::lock_guard lock(mu_);
+    VEvent* ve = event_of(e, "record_event");
+    check_stream(s, "record_event");
+    ve->recorded = true;
+    ve->when = Clock::now();
+  }
+  void wait_event(Stream s, Event e) override {
+    std::lock_guard lock(mu_);
+    event_of(e, "wait_event");
+    check_stream(s, "wait_event");
+  }
+  void synchronize_event(Event e) override {
+    std::lock_guard lock(mu_);
+    event_of(e, "synchronize_event");
+  }
+  float elapsed_ms(Event start, Event end) override {
+    std::lock_guard lock(mu_);
+    VEvent* a = event_of(start, "elapsed_ms");
+    VEvent* b = event_of(end, "elapsed_ms");
+    KILN_CHECK(a->recorded && b->recorded,
+               "virtual GPU: elapsed_ms needs both events recorded (start {}, end {})",
+               a->recorded ? "recorded" : "never recorded",
+               b->recorded ? "recorded" : "never recorded");
+    double ms = std::chrono::duration<double, std::milli>(b->when - a->when).count();
+    return static_cast<float>(std::max(0.0, ms));
+  }
+  void synchronize() override {}
+
+  std::uint64_t instructions() const { return instructions_; }
+
+ private:
+  std::mutex mu_;
+  vgpu::MemoryMap mem_;
+  DeviceProperties props_;
+  std::set<VModule*> modules_;
+  std::set<VFunction*> functions_;
+  std::set<VStream*> streams_;
+  std::set<VEvent*> events_;
+  std::uint64_t instructions_ = 0;
+
+  void check_stream(Stream s, const char* what) const {
+    if (s == nullptr) return;
+    KILN_CHECK(streams_.count(reinterpret_cast<VStream*>(s)),
+               "virtual GPU: {} on an invalid stream (destroyed or never created)", what);
+  }
+  VModule* module_of(Module h, const char* what) const {
+    auto* m = reinterpret_cast<VModule*>(h);
+    KILN_CHECK(modules_.count(m), "virtual GPU: {} of an invalid module handle", what);
+    return m;
+  }
+  VEvent* event_of(Event h, const char* what) const {
+    auto* e = reinterpret_cast<VEvent*>(h);
+    KILN_CHECK(events_.count(e), "virtual GPU: {} on an invalid event (destroyed or never created)",
+               what);
+    return e;
+  }
+
+  void validate_launch(const vgpu::Function& k, Dim3 grid, Dim3 block, unsigned dyn) const {
+    const std::string who =
+        fmt::format("launch of kernel '{}' with grid ({},{},{}) block ({},{},{})", k.name, grid.x,
+                    grid.y, grid.z, block.x, block.y, block.z);
+    KILN_CHECK_AS(LaunchError, block.x && block.y && block.z && grid.x && grid.y && grid.z,
+                  "{}: every grid and block dimension must be at least 1", who);
+    KILN_CHECK_AS(LaunchError,
+                  block.x <= props_.max_block_dim.x && block.y <= props_.max_block_dim.y &&
+                      block.z <= props_.max_block_dim.z,
+                  "{}: block dimensions exceed the device limit ({},{},{})", who,
+                  props_.max_block_dim.x, props_.max_block_dim.y, props_.max_block_dim.z);
+    std::uint64_t threads = std::uint64_t(block.x) * block.y * block.z;
+    KILN_CHECK_AS(LaunchError, threads <= static_cast<std::uint64_t>(props_.max_threads_per_block),
+                  "{}: {} threads per block, more than the device's {}", who, threads,
+                  props_.max_threads_per_block);
+    KILN_CHECK_AS(LaunchError,
+                  grid.x <= props_.max_grid_dim.x && grid.y <= props_.max_grid_dim.y &&
+                      grid.z <= props_.max_grid_dim.z,
+                  "{}: grid dimensions exceed the device limit ({},{},{})", who,
+                  props_.max_grid_dim.x, props_.max_grid_dim.y, props_.max_grid_dim.z);
+    if (k.maxntid[0]) {
+      std::uint64_t max = std::uint64_t(k.maxntid[0]) * k.maxntid[1] * k.maxntid[2];
+      KILN_CHECK_AS(LaunchError, threads <= max,
+                    "{}: {} threads per block, more than the kernel's .maxntid {},{},{} "
+                    "(__launch_bounds__) allows",
+                    who, threads, k.maxntid[0], k.maxntid[1], k.maxntid[2]);
+    }
+    if (k.reqntid[0])
+      KILN_CHECK_AS(LaunchError,
+                    block.x == k.reqntid[0] && block.y == k.reqntid[1] && block.z == k.reqntid[2],
+                    "{}: the kernel requires block ({},{},{}) (.reqntid)", who, k.reqntid[0],
+                    k.reqntid[1], k.reqntid[2]);
+    KILN_CHECK_AS(LaunchError, k.static_shared_bytes <= props_.shared_mem_per_block,
+                  "{}: {} bytes of static shared memory, more than the {} a kernel may declare",
+                  who, k.static_shared_bytes, props_.shared_mem_per_block);
+    std::uint64_t total = k.static_shared_bytes + dyn;
+    KILN_CHECK_AS(LaunchError, total <= props_.shared_mem_per_block_optin,
+                  "{}: {} bytes of shared memory ({} static + {} dynamic), more than the {} a "
+                  "block may have",
+                  who, total, k.static_shared_bytes, dyn, props_.shared_mem_per_block_optin);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_virtual_backend() {
+  return std::make_unique<VirtualBackend>();
+}
+
+namespace vgpu {
+std::uint64_t executed_thread_instructions(Backend& backend) {
+  auto* v = dynamic_cast<VirtualBackend*>(&backend);
+  KILN_CHECK(v != nullptr, "executed_thread_instructions: backend '{}' is not the virtual GPU",
+             backend.kind());
+  return v->instructions();
+}
+}  // namespace vgpu
+
+}  // namespace kiln::cuda

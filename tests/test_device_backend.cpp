@@ -1,0 +1,199 @@
+// Tests of backend selection (KILN_CUDA), the driver backend on a machine without a driver, and
+// the Backend contract on the virtual GPU.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "jit/nvrtc/nvrtc.h"
+#include "runtime/cuda/backends.h"
+#include "runtime/cuda/selection.h"
+
+namespace {
+
+using kiln::cuda::BackendChoice;
+
+// A usable driver: libcuda.so.1 loads and cuInit succeeds (the toolkit's stub library loads but
+// fails cuInit). Checked with dlsym directly, not through the code under test.
+bool driver_present() {
+  static const bool present = [] {
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);  // never closed, as the backend does
+    if (!h) return false;
+    auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(h, "cuInit"));
+    return init && init(0) == 0;
+  }();
+  return present;
+}
+
+BOOST_AUTO_TEST_SUITE(backend_selection)
+
+BOOST_AUTO_TEST_CASE(parse_kiln_cuda) {
+  BOOST_TEST((kiln::cuda::parse_backend_choice("driver") == BackendChoice::kDriver));
+  BOOST_TEST((kiln::cuda::parse_backend_choice("virtual") == BackendChoice::kVirtual));
+  BOOST_TEST((kiln::cuda::parse_backend_choice("auto") == BackendChoice::kAuto));
+  BOOST_TEST((kiln::cuda::parse_backend_choice("") == BackendChoice::kAuto));
+  for (const char* bad : {"gpu", "Driver", "virtual ", "cuda"}) {
+    try {
+      kiln::cuda::parse_backend_choice(bad);
+      BOOST_FAIL("expected an error for " << bad);
+    } catch (const kiln::Error& e) {
+      std::string what = e.what();
+      BOOST_TEST(what.find(std::string("'") + bad + "'") != std::string::npos, what);
+      BOOST_TEST(what.find("driver, virtual or auto") != std::string::npos, what);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(driver_without_a_driver_is_a_clear_error) {
+  if (driver_present()) {
+    auto be = kiln::cuda::make_driver_backend();  // must work where there is a driver and GPU
+    BOOST_TEST(be->kind() == "driver");
+    return;
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the same answer every time
+    try {
+      kiln::cuda::make_driver_backend();
+      BOOST_FAIL("expected kiln::Error");
+    } catch (const kiln::Error& e) {
+      std::string what = e.what();
+      BOOST_TEST(what.find("no CUDA driver found") != std::string::npos, what);
+      BOOST_TEST(what.find("libcuda.so.1") != std::string::npos, what);
+    }
+  }
+  BOOST_CHECK_THROW(kiln::cuda::backend("driver"), kiln::Error);
+  BOOST_CHECK_THROW(kiln::cuda::select_backend(BackendChoice::kDriver), kiln::Error);
+}
+
+// The toolkit's stub libcuda exports the whole driver API but cuInit fails with
+// CUDA_ERROR_STUB_LIBRARY: loading it checks every dlsym of the driver table. LD_LIBRARY_PATH is
+// read at process start, so the check runs in a child: this binary, restarted on one test case.
+BOOST_AUTO_TEST_CASE(stub_driver_child, *boost::unit_test::disabled()) {
+  BOOST_TEST(std::getenv("KILN_TEST_STUB_CHILD") != nullptr);  // run only as the child
+  try {
+    kiln::cuda::make_driver_backend();
+    std::printf("CHILD: driver backend created\n");
+  } catch (const kiln::Error& e) {
+    std::printf("CHILD: %s\n", e.what());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(stub_driver_is_not_a_driver) {
+  if (driver_present()) return;
+  const char* home = std::getenv("CUDA_HOME");
+  std::filesystem::path stub = std::filesystem::path(home && *home ? home : "/usr/local/cuda") /
+                               "lib64" / "stubs" / "libcuda.so";
+  if (!std::filesystem::exists(stub)) {
+    BOOST_TEST_MESSAGE("no stub libcuda at " << stub << "; skipped");
+    return;
+  }
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("kiln_stub_cuda_{}", getpid());
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(stub, dir / "libcuda.so.1",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string cmd = fmt::format(
+      "KILN_TEST_STUB_CHILD=1 LD_LIBRARY_PATH='{}' '{}' "
+      "--run_test=backend_selection/stub_driver_child "
+      "2>&1",
+      dir.string(), self);
+  std::string output;
+  if (FILE* pipe = popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, pipe)) output += buf;
+    BOOST_TEST(pclose(pipe) == 0, output);
+  }
+  std::filesystem::remove_all(dir);
+  BOOST_TEST(output.find("CHILD: no CUDA driver found (libcuda.so.1 is the CUDA toolkit's stub "
+                         "library") != std::string::npos,
+             output);
+}
+
+BOOST_AUTO_TEST_CASE(auto_falls_back_with_one_notice_line) {
+  auto s = kiln::cuda::select_backend(BackendChoice::kAuto);
+  BOOST_REQUIRE(s.backend);
+  if (driver_present()) return;
+  BOOST_TEST(s.backend->kind() == "virtual");
+  BOOST_TEST(s.notice.starts_with("kiln: no CUDA driver found (libcuda.so.1"), s.notice);
+  BOOST_TEST(s.notice.ends_with("; using the virtual GPU"), s.notice);
+  BOOST_TEST(s.notice.find('\n') == std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(process_wide_backends) {
+  BOOST_CHECK_THROW(kiln::cuda::backend("cpu"), kiln::Error);
+  auto& v1 = kiln::cuda::backend("virtual");
+  auto& v2 = kiln::cuda::backend("virtual");
+  BOOST_TEST(&v1 == &v2);
+  BOOST_TEST(v1.kind() == "virtual");
+  BOOST_TEST(v1.properties(0).is_virtual);
+  // backend() reads KILN_CUDA on its first successful call: a bad value is an error...
+  setenv("KILN_CUDA", "bogus", 1);
+  BOOST_CHECK_THROW(kiln::cuda::backend(), kiln::Error);
+  if (!driver_present()) {
+    setenv("KILN_CUDA", "driver", 1);
+    try {
+      kiln::cuda::backend();
+      BOOST_FAIL("KILN_CUDA=driver without a driver must throw");
+    } catch (const kiln::Error& e) {
+      std::string what = e.what();
+      BOOST_TEST(what.starts_with("KILN_CUDA=driver: no CUDA driver found"), what);
+    }
+  }
+  // ...and then "virtual" gives the very instance backend("virtual") returns.
+  setenv("KILN_CUDA", "virtual", 1);
+  BOOST_TEST(&kiln::cuda::backend() == &v1);
+  BOOST_TEST(&kiln::cuda::backend("auto") == &v1);
+  unsetenv("KILN_CUDA");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(backend_contract)
+
+// The Backend operations kiln relies on, end to end on the virtual GPU.
+BOOST_AUTO_TEST_CASE(virtual_gpu_round_trip) {
+  auto& gpu = kiln::cuda::backend("virtual");
+  const auto& props = gpu.properties(0);
+  BOOST_TEST(gpu.device_count() >= 1);
+  BOOST_TEST(props.warp_size == 32);
+  const int n = 300;
+  std::vector<float> x(n);
+  for (int i = 0; i < n; ++i) x[i] = 0.5f * i;
+  auto dx = gpu.alloc(n * sizeof(float)), dy = gpu.alloc(n * sizeof(float));
+  gpu.copy_to_device(dx, x.data(), n * sizeof(float));
+  gpu.memset8(dy, 0, n * sizeof(float));
+  auto m = kiln::jit::compile(R"(extern "C" __global__ void twice(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; })",
+                              "twice.cu", kiln::jit::Target::for_device(props));
+  auto mod = gpu.load_module(m.image());
+  auto fn = gpu.get_function(mod, "twice");
+  auto stream = gpu.create_stream();
+  auto start = gpu.create_event(), end = gpu.create_event();
+  gpu.record_event(start, stream);
+  int count = n;
+  void* params[] = {&dx, &dy, &count};
+  gpu.launch(fn, {(n + 127) / 128}, {128}, 0, stream, params);
+  gpu.record_event(end, stream);
+  gpu.synchronize_event(end);
+  BOOST_TEST(gpu.elapsed_ms(start, end) >= 0.0f);
+  gpu.synchronize_stream(stream);
+  std::vector<float> y(n, -1);
+  gpu.copy_to_host(y.data(), dy, n * sizeof(float));
+  for (int i = 0; i < n; ++i) BOOST_TEST(y[i] == 1.0f * i);
+  gpu.copy_device(dx, dy, n * sizeof(float));
+  gpu.copy_to_host(y.data(), dx, n * sizeof(float));
+  BOOST_TEST(y[n - 1] == 1.0f * (n - 1));
+  BOOST_CHECK_THROW(gpu.get_function(mod, "no_such_kernel"), kiln::Error);
+  gpu.destroy_event(start);
+  gpu.destroy_event(end);
+  gpu.destroy_stream(stream);
+  gpu.unload_module(mod);
+  gpu.free(dx);
+  gpu.free(dy);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace
