@@ -1,8 +1,6 @@
 // Conversions on the virtual GPU with every rounding mode: float -> int (saturating, NaN -> 0),
 // float -> f16/bf16 (rn/rz/rd/ru, subnormals, overflow), f64 -> f32, 64-bit int -> float.
 // Expected values come from an exhaustive search over all f16 values and from the host FPU.
-#include <dlfcn.h>
-#include <nvrtc.h>
 
 #include <bit>
 #include <boost/test/unit_test.hpp>
@@ -14,111 +12,9 @@
 #include <vector>
 
 #include "runtime/cuda/backends.h"
+#include "support/vgpu_harness.h"
 
-namespace {
-
-using kiln::cuda::Backend;
-using kiln::cuda::DevicePtr;
-using kiln::cuda::Dim3;
-
-// NVRTC through dlopen: kiln_device links it privately (and has already loaded it), so the
-// test reaches the C API without a link dependency of its own.
-struct Nvrtc {
-  decltype(&nvrtcCreateProgram) create;
-  decltype(&nvrtcCompileProgram) compile;
-  decltype(&nvrtcGetProgramLogSize) log_size;
-  decltype(&nvrtcGetProgramLog) log;
-  decltype(&nvrtcGetPTXSize) ptx_size;
-  decltype(&nvrtcGetPTX) ptx;
-  decltype(&nvrtcDestroyProgram) destroy;
-  static const Nvrtc& get() {
-    static const Nvrtc n = [] {
-      void* h = dlopen("libnvrtc.so.13", RTLD_NOW | RTLD_GLOBAL);
-      if (!h) h = dlopen("/usr/local/cuda/lib64/libnvrtc.so", RTLD_NOW | RTLD_GLOBAL);
-      BOOST_REQUIRE_MESSAGE(h != nullptr, "cannot load NVRTC");
-      Nvrtc r;
-      r.create = reinterpret_cast<decltype(r.create)>(dlsym(h, "nvrtcCreateProgram"));
-      r.compile = reinterpret_cast<decltype(r.compile)>(dlsym(h, "nvrtcCompileProgram"));
-      r.log_size = reinterpret_cast<decltype(r.log_size)>(dlsym(h, "nvrtcGetProgramLogSize"));
-      r.log = reinterpret_cast<decltype(r.log)>(dlsym(h, "nvrtcGetProgramLog"));
-      r.ptx_size = reinterpret_cast<decltype(r.ptx_size)>(dlsym(h, "nvrtcGetPTXSize"));
-      r.ptx = reinterpret_cast<decltype(r.ptx)>(dlsym(h, "nvrtcGetPTX"));
-      r.destroy = reinterpret_cast<decltype(r.destroy)>(dlsym(h, "nvrtcDestroyProgram"));
-      return r;
-    }();
-    return n;
-  }
-};
-
-std::string compile(const std::string& src, std::vector<std::string> extra = {}) {
-  const Nvrtc& nv = Nvrtc::get();
-  nvrtcProgram prog;
-  BOOST_REQUIRE(nv.create(&prog, src.c_str(), "k.cu", 0, nullptr, nullptr) == NVRTC_SUCCESS);
-  std::vector<std::string> opts = {"-arch=compute_90", "-default-device", "-std=c++17",
-                                   "-I/usr/local/cuda/include"};
-  opts.insert(opts.end(), extra.begin(), extra.end());
-  std::vector<const char*> p;
-  for (auto& o : opts) p.push_back(o.c_str());
-  nvrtcResult r = nv.compile(prog, static_cast<int>(p.size()), p.data());
-  std::size_t n;
-  nv.log_size(prog, &n);
-  std::string log(n, '\0');
-  nv.log(prog, log.data());
-  BOOST_REQUIRE_MESSAGE(r == NVRTC_SUCCESS, log);
-  nv.ptx_size(prog, &n);
-  std::string ptx(n, '\0');
-  nv.ptx(prog, ptx.data());
-  nv.destroy(&prog);
-  return ptx;
-}
-
-struct Gpu {
-  std::unique_ptr<Backend> b = kiln::cuda::make_virtual_backend();
-  std::vector<DevicePtr> owned;
-  ~Gpu() {
-    for (auto p : owned) b->free(p);
-  }
-  template <class T>
-  DevicePtr upload(const std::vector<T>& v) {
-    DevicePtr p = b->alloc(v.size() * sizeof(T));
-    b->copy_to_device(p, v.data(), v.size() * sizeof(T));
-    owned.push_back(p);
-    return p;
-  }
-  template <class T>
-  DevicePtr zeros(std::size_t n) {
-    return upload(std::vector<T>(n, T{}));
-  }
-  template <class T>
-  std::vector<T> download(DevicePtr p, std::size_t n) {
-    std::vector<T> v(n);
-    b->copy_to_host(v.data(), p, n * sizeof(T));
-    return v;
-  }
-  // Loads `src`, launches `name` with the given arguments.
-  template <class... Args>
-  void run(const std::string& ptx, const char* name, Dim3 grid, Dim3 block, unsigned shmem,
-           Args... args) {
-    auto m = b->load_module(ptx);
-    auto f = b->get_function(m, name);
-    void* params[] = {static_cast<void*>(&args)..., nullptr};
-    b->launch(f, grid, block, shmem, nullptr, params);
-    b->unload_module(m);
-  }
-};
-
-float lcg_float(std::uint32_t& s) {
-  s = s * 1664525u + 1013904223u;
-  return static_cast<float>(s >> 8) / 16777216.0f * 4.0f - 2.0f;
-}
-
-std::vector<float> random_floats(std::size_t n, std::uint32_t seed = 1) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = lcg_float(seed);
-  return v;
-}
-
-}  // namespace
+using namespace kiln::test;
 
 namespace {
 
