@@ -28,9 +28,9 @@ void attach(Tensor& output, std::shared_ptr<Node> node, const std::vector<Tensor
 // A backend or composite may hand back one of its inputs unchanged; history must then go on a
 // fresh alias, never on the input itself.
 Tensor unaliased(const Tensor& out, const std::vector<Tensor>& inputs) {
-  for (const auto& t : inputs)
-    if (out.same(t) || out.grad_fn()) return make_view(out, out.shape(), out.strides(), out.offset());
-  return out;
+  bool aliased = out.grad_fn() != nullptr;
+  for (const auto& t : inputs) aliased = aliased || out.same(t);
+  return aliased ? make_view(out, out.shape(), out.strides(), out.offset()) : out;
 }
 
 }  // namespace
