@@ -27,9 +27,18 @@ void Node::release() {
   release_saved();
 }
 
-SavedTensor::SavedTensor(const Tensor& t, bool check_version)
-    : tensor_(t), check_version_(check_version) {
-  if (t.defined()) version_ = t.impl().storage->version();
+SavedTensor::SavedTensor(const Tensor& t, bool values_needed)
+    : tensor_(t), check_version_(values_needed) {
+  if (!t.defined()) return;
+  version_ = t.impl().storage->version();
+  if (!values_needed) {
+    auto meta = std::make_shared<TensorImpl>();
+    meta->storage = std::make_shared<Storage>(nullptr, 0, t.device(), nullptr);
+    meta->shape = t.impl().shape;
+    meta->strides = contiguous_strides(meta->shape);
+    meta->dtype = t.dtype();
+    tensor_ = Tensor(std::move(meta));
+  }
 }
 
 Tensor SavedTensor::unpack(const std::string& node_name) const {

@@ -54,12 +54,14 @@ class Node : public std::enable_shared_from_this<Node> {
 
 // A tensor kept for backward, with the storage version it had; unpacking after an in-place
 // change of that storage is an AutogradError, as silent wrong gradients would be worse. A rule
-// that reads only the tensor's metadata (shape, dtype) saves it with `check_version` false, so
-// that later in-place writes to its values do not fail a backward they cannot affect.
+// that reads only the tensor's metadata (shape, dtype) saves it with `values_needed` false: then
+// only a data-less tensor with that metadata is kept, so later in-place writes cannot fail a
+// backward they cannot affect, and an in-place op's history cannot form a reference cycle
+// through the tensor it overwrote.
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t, bool check_version = true);
+  explicit SavedTensor(const Tensor& t, bool values_needed = true);
   Tensor unpack(const std::string& node_name) const;
   void reset() { tensor_ = Tensor(); }
 

@@ -43,6 +43,10 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::raw_data() const {
   check_not_traced(*this, "data access");
+  KILN_CHECK(impl().storage->data() != nullptr || kiln::numel(impl().shape) == 0,
+             "data access: a tensor of shape {} has metadata only (kept by autograd for its "
+             "shape); this is a kiln bug",
+             shape_str(impl().shape));
   return static_cast<char*>(impl().storage->data()) + offset() * itemsize(dtype());
 }
 

@@ -476,6 +476,8 @@ BOOST_AUTO_TEST_CASE(create_graph_second_derivative_of_cube) {
   BOOST_TEST(dz.requires_grad());
   auto d2z = kiln::autograd::grad({dz.sum()}, {z});
   BOOST_TEST(d2z[0].item() == 12.0);  // 6 z
+  // A .grad with history references its own leaf (as in PyTorch): drop it to free both.
+  z.set_grad(Tensor());
 }
 
 namespace {

@@ -2,6 +2,7 @@
 // dtype (f16/bf16 widen to f32), computed, then rounded once to the output dtype.
 #include <cmath>
 #include <numbers>
+#include <type_traits>
 
 #include "runtime/cpu/kernels.h"
 
@@ -83,13 +84,16 @@ template <typename T>
 T int_pow(T base, T exp) {
   KILN_CHECK(exp >= 0, "pow: integer {} to the negative integer power {} is not allowed", base,
              exp);
-  T result = 1;
+  // Unsigned arithmetic wraps on overflow (two's complement, as PyTorch's integer pow does)
+  // instead of being undefined behaviour.
+  using U = std::make_unsigned_t<T>;
+  U result = 1, b = static_cast<U>(base);
   while (exp > 0) {
-    if (exp & 1) result *= base;
-    base *= base;
+    if (exp & 1) result *= b;
     exp >>= 1;
+    if (exp > 0) b *= b;
   }
-  return result;
+  return static_cast<T>(result);
 }
 
 template <typename T>
