@@ -202,12 +202,27 @@ void execute_warp_group(ThreadState* const* lanes, std::uint32_t group) {
   }
 }
 
+// Warp collectives park their thread until every lane of the member mask has arrived.
+void park_as(Instr& in, WarpKind kind) {
+  in.fn = park;
+  in.flags |= kFlagMayStop;
+  in.aux = static_cast<std::uint32_t>(kind);
+}
+
+// A destination that is a value or a `{value, predicate}` pair (shfl and match may return both).
+void decode_value_and_predicate(DecodeCtx& c, Instr& in, const ast::Operand& d) {
+  if (d.kind == ast::Operand::kPair) {
+    in.d[0] = c.dst(d.elems[0]);
+    in.d[1] = c.dst(d.elems[1]);
+  } else {
+    in.d[0] = c.dst(d);
+  }
+}
+
 void decode_bar_warp_sync(DecodeCtx& c, OpInfo& info, Instr& in) {
   info.take("warp");
   info.take("sync");
-  in.fn = park;
-  in.flags |= kFlagMayStop;
-  in.aux = static_cast<std::uint32_t>(WarpKind::kSync);
+  park_as(in, WarpKind::kSync);
   decode_mask(c, in, 0);
 }
 
@@ -218,16 +233,8 @@ void add_warp_decoders(DecoderTable& table) {
     if (mode < 0) c.fail("missing shuffle mode");
     in.mod = static_cast<std::uint8_t>(mode);
     in.type = info.type();
-    in.fn = park;
-    in.flags |= kFlagMayStop;
-    in.aux = static_cast<std::uint32_t>(WarpKind::kShfl);
-    const ast::Operand& d = c.op(0);
-    if (d.kind == ast::Operand::kPair) {
-      in.d[0] = c.dst(d.elems[0]);
-      in.d[1] = c.dst(d.elems[1]);
-    } else {
-      in.d[0] = c.dst(d);
-    }
+    park_as(in, WarpKind::kShfl);
+    decode_value_and_predicate(c, in, c.op(0));
     in.s[0] = c.src(c.op(1), Type::kB32);
     in.s[1] = c.src(c.op(2), Type::kB32);
     in.s[2] = c.src(c.op(3), Type::kB32);
@@ -238,17 +245,13 @@ void add_warp_decoders(DecoderTable& table) {
     int mode = info.take_one({"all", "any", "uni", "ballot"});
     if (mode < 0) c.fail("missing vote mode");
     in.mod = static_cast<std::uint8_t>(mode);
-    in.fn = park;
-    in.flags |= kFlagMayStop;
-    in.aux = static_cast<std::uint32_t>(WarpKind::kVote);
+    park_as(in, WarpKind::kVote);
     in.d[0] = c.dst(c.op(0));
     in.s[0] = c.pred_src(c.op(1), in, 0);
     decode_mask(c, in, 2);
   };
   table["activemask"] = [](DecodeCtx& c, OpInfo&, Instr& in) {
-    in.fn = park;
-    in.flags |= kFlagMayStop;
-    in.aux = static_cast<std::uint32_t>(WarpKind::kActivemask);
+    park_as(in, WarpKind::kActivemask);
     in.d[0] = c.dst(c.op(0));
   };
   table["match"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
@@ -256,31 +259,15 @@ void add_warp_decoders(DecoderTable& table) {
     if (!info.take("sync") || mode < 0) c.fail("expected match.any.sync or match.all.sync");
     in.mod = static_cast<std::uint8_t>(mode);
     in.type = info.type();
-    in.fn = park;
-    in.flags |= kFlagMayStop;
-    in.aux = static_cast<std::uint32_t>(WarpKind::kMatch);
-    const ast::Operand& d = c.op(0);
-    if (d.kind == ast::Operand::kPair) {
-      in.d[0] = c.dst(d.elems[0]);
-      in.d[1] = c.dst(d.elems[1]);
-    } else {
-      in.d[0] = c.dst(d);
-    }
+    park_as(in, WarpKind::kMatch);
+    decode_value_and_predicate(c, in, c.op(0));
     in.s[0] = c.src(c.op(1), in.type);
     decode_mask(c, in, 2);
   };
   table["elect"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
     if (!info.take("sync")) c.fail("expected elect.sync");
-    in.fn = park;
-    in.flags |= kFlagMayStop;
-    in.aux = static_cast<std::uint32_t>(WarpKind::kElect);
-    const ast::Operand& d = c.op(0);
-    if (d.kind == ast::Operand::kPair) {
-      in.d[0] = c.dst(d.elems[0]);
-      in.d[1] = c.dst(d.elems[1]);
-    } else {
-      in.d[0] = c.dst(d);
-    }
+    park_as(in, WarpKind::kElect);
+    decode_value_and_predicate(c, in, c.op(0));
     decode_mask(c, in, 1);
   };
   table["redux"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
@@ -291,9 +278,7 @@ void add_warp_decoders(DecoderTable& table) {
     if (in.type != Type::kU32 && in.type != Type::kS32 && in.type != Type::kB32)
       c.fail("only 32-bit integer redux is implemented");
     in.mod = static_cast<std::uint8_t>(op);
-    in.fn = park;
-    in.flags |= kFlagMayStop;
-    in.aux = static_cast<std::uint32_t>(WarpKind::kRedux);
+    park_as(in, WarpKind::kRedux);
     in.d[0] = c.dst(c.op(0));
     in.s[0] = c.src(c.op(1), in.type);
     decode_mask(c, in, 2);
