@@ -18,6 +18,7 @@
 
 #include "runtime/cuda/backends.h"
 #include "runtime/cuda/virtual/float_format.h"
+#include "support/capture_output.h"
 #include "support/vgpu_harness.h"
 
 using namespace kiln::test;
@@ -361,20 +362,8 @@ extern "C" __global__ void k(int* o) {
   if (t == 5) printf("t=%d acc=%d x=%.2f s=%s u=%llu\n", t, acc, 1.25, "ok", 123456789012ull);
 })");
   DevicePtr d = g.zeros<int>(40);
-  std::fflush(stdout);
-  char path[] = "/tmp/vgpu_printf_XXXXXX";
-  int fd = mkstemp(path);
-  int saved = dup(1);
-  dup2(fd, 1);
-  g.run(ptx, "k", Dim3{1}, Dim3{40}, 0, d);
-  std::fflush(stdout);
-  dup2(saved, 1);
-  close(saved);
-  close(fd);
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  unlink(path);
+  std::string printed =
+      kiln::test::capture_output(1, [&] { g.run(ptx, "k", Dim3{1}, Dim3{40}, 0, d); });
   auto o = g.download<int>(d, 40);
   for (int t = 0; t < 40; ++t) {
     int acc = 0;
@@ -382,7 +371,7 @@ extern "C" __global__ void k(int* o) {
       if (i % 3) acc += i * (t & 1 ? 1 : -1);
     BOOST_REQUIRE_EQUAL(o[t], acc);
   }
-  BOOST_TEST(ss.str() == "t=5 acc=" + std::to_string(o[5]) + " x=1.25 s=ok u=123456789012\n");
+  BOOST_TEST(printed == "t=5 acc=" + std::to_string(o[5]) + " x=1.25 s=ok u=123456789012\n");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -11,6 +11,7 @@
 #include "autograd/ops.h"
 #include "jit/compile.h"
 #include "jit/log.h"
+#include "support/capture_output.h"
 
 using namespace kiln;
 
@@ -29,24 +30,9 @@ auto make_f(jit::DynamicMode dynamic = jit::DynamicMode::never) {
                       named(dynamic));
 }
 
-// Runs `body` with stderr captured into the returned string.
 template <typename Body>
 std::string capture_stderr(Body body) {
-  std::fflush(stderr);
-  char path[] = "/tmp/kiln_stderr_XXXXXX";
-  int fd = mkstemp(path);
-  int saved = dup(2);
-  dup2(fd, 2);
-  body();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::remove(path);
-  return ss.str();
+  return kiln::test::capture_output(2, body);
 }
 
 }  // namespace
