@@ -1,10 +1,11 @@
-// Composite ops, written once from primitives (the form the fuser consumes). softmax and
-// log_softmax register their cheaper closed-form backward.
+// Composite ops, written once from primitives: tracing records what they decompose into, which
+// is the form the fuser consumes. Normalizations and losses on f16/bf16 compute in f32 and
+// round once at the end.
+#include "autograd/composites.h"
+
 #include <cmath>
 
-#include "autograd/grad_mode.h"
 #include "autograd/ops.h"
-#include "autograd/record.h"
 #include "runtime/trace_hooks.h"
 
 namespace kiln {
@@ -17,21 +18,49 @@ namespace {
 Tensor reduced_count(const Tensor& x, const Dims& dims, bool keepdim, double correction = 0) {
   KILN_OP_SCOPE;
   if (x.impl().trace_value >= 0) {
-    Tensor count = sum(expand(scalar_tensor(1.0, x.dtype()), x.shape()), dims, keepdim);
-    return correction == 0 ? count : maximum(count - correction, 0.0);
+    Tensor count = sum(expand(scalar_tensor(1, x.dtype()), x.sym_shape()), dims, keepdim);
+    return correction == 0 ? count : maximum(count - correction, 0);
   }
   std::int64_t n = 1;
-  for (auto d : normalize_dims(dims, x.dim(), "reduce")) n *= x.shape()[d];
+  for (auto d : normalize_dims(dims, x.dim(), "reduce")) n *= x.impl().shape[d];
   return scalar_tensor(std::max(static_cast<double>(n) - correction, 0.0), x.dtype());
 }
 
 void check_floating(const Tensor& x, const char* op) {
   KILN_CHECK_AS(DTypeError, is_floating(x.dtype()),
                 "{}: input must have a floating dtype, got {} (shape {}); cast it first", op,
-                x.dtype(), shape_str(x.shape()));
+                x.dtype(), shape_str(x.impl().shape));
 }
 
+// f16/bf16 widened to f32 for a composite's arithmetic; other dtypes as they are.
+Tensor widened(const Tensor& x) { return x.defined() ? cast(x, compute_dtype(x.dtype())) : x; }
+
 }  // namespace
+
+const std::vector<CompositeInfo>& all_composites() {
+  using enum OpId;
+  static const std::vector<CompositeInfo> table = {
+      {"mean", {sum, expand, div}},
+      {"var", {sum, expand, sub, mul, div, maximum}},
+      {"std", {sum, expand, sub, mul, div, maximum, eq, where, sqrt}},
+      {"logsumexp", {detach, amax, abs, eq, where, sub, exp, sum, log, add, reshape, cast}},
+      {"layer_norm", {cast, sum, expand, div, sub, mul, add, rsqrt}},
+      {"rms_norm", {cast, mul, sum, expand, div, add, rsqrt}},
+      {"cross_entropy", {cast, log_softmax, ne, where, gather, reshape, neg, sum, div}},
+      {"mse_loss", {sub, mul, sum, expand, div}},
+      {"linear", {permute, matmul, add}},
+      {"embedding", {reshape, index_select}},
+      {"stack", {reshape, cat}},
+      {"select", {slice, reshape}},
+      {"square", {mul}},
+      {"leaky_relu", {gt, mul, where}},
+      {"clamp", {lt, gt, where}},
+      {"masked_fill", {where}},
+      {"bmm", {matmul}},
+      {"einsum", {permute, reshape, sum, matmul, expand}},
+  };
+  return table;
+}
 
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
   KILN_OP_SCOPE;
@@ -48,62 +77,28 @@ Tensor var(const Tensor& x, const Dims& dims, double correction, bool keepdim) {
 
 Tensor std(const Tensor& x, const Dims& dims, double correction, bool keepdim) {
   KILN_OP_SCOPE;
-  return sqrt(var(x, dims, correction, keepdim));
+  Tensor v = var(x, dims, correction, keepdim);
+  // sqrt'(0) is infinite; PyTorch defines std's gradient as 0 there (a constant slice). Taking
+  // sqrt of 1 where v == 0 keeps the unused branch's gradient finite, so 0 * it stays 0.
+  Tensor zero = eq(v, 0);
+  return where(zero, 0, sqrt(where(zero, 1, v)));
 }
 
-Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
+Tensor logsumexp(const Tensor& x_in, const Dims& dims, bool keepdim) {
   KILN_OP_SCOPE;
-  check_floating(x, "logsumexp");
+  check_floating(x_in, "logsumexp");
+  Tensor x = widened(x_in);
+  auto reduced = normalize_dims(dims, x.dim(), "logsumexp");
+  bool empty = false;
+  for (auto d : reduced) empty = empty || x.impl().shape[d] == 0;
+  if (empty) return cast(log(sum(exp(x), dims, keepdim)), x_in.dtype());  // log(0) = -inf
   // Shifting by the (detached) max keeps exp() finite; the result does not depend on the shift.
   Tensor m = amax(x.detach(), dims, /*keepdim=*/true);
-  m = where(logical_not(eq(abs(m), INFINITY)), m, zeros_like(m));
+  m = where(eq(abs(m), INFINITY), 0, m);
   Tensor out = log(sum(exp(x - m), dims, /*keepdim=*/true)) + m;
   if (!keepdim)
-    for (auto d : [&] {
-           auto nd = normalize_dims(dims, x.dim(), "logsumexp");
-           return Dims(nd.rbegin(), nd.rend());
-         }())
-      out = squeeze(out, d);
-  return out;
-}
-
-Tensor softmax(const Tensor& x_in, std::int64_t dim) {
-  KILN_OP_SCOPE;
-  Tensor x = is_floating(x_in.dtype()) ? x_in : x_in.to(DType::f32);
-  dim = normalize_dim(dim, x.dim(), "softmax");
-  Tensor y;
-  {
-    NoGradGuard no_grad;
-    Tensor e = exp(x - amax(x, {dim}, true));
-    y = e / sum(e, {dim}, true);
-  }
-  // The output is saved detached (capturing y itself would make it own its own grad_fn, a
-  // cycle never freed) and version-checked like a primitive's saved inputs.
-  autograd::SavedTensor saved(y.detach());
-  return autograd::record_function(y, "SoftmaxBackward", {x}, [x, saved, dim](const Tensor& g) {
-    Tensor out = saved.unpack("SoftmaxBackward");
-    // Under create_graph, recompute y with history so second derivatives stay exact.
-    Tensor yy = grad_enabled() ? softmax(x, dim) : out;
-    return std::vector<Tensor>{yy * (g - sum(g * yy, {dim}, true))};
-  });
-}
-
-Tensor log_softmax(const Tensor& x_in, std::int64_t dim) {
-  KILN_OP_SCOPE;
-  Tensor x = is_floating(x_in.dtype()) ? x_in : x_in.to(DType::f32);
-  dim = normalize_dim(dim, x.dim(), "log_softmax");
-  Tensor y;
-  {
-    NoGradGuard no_grad;
-    Tensor shifted = x - amax(x, {dim}, true);
-    y = shifted - log(sum(exp(shifted), {dim}, true));
-  }
-  autograd::SavedTensor saved(y.detach());  // as in softmax
-  return autograd::record_function(y, "LogSoftmaxBackward", {x}, [x, saved, dim](const Tensor& g) {
-    Tensor out = saved.unpack("LogSoftmaxBackward");
-    Tensor yy = grad_enabled() ? log_softmax(x, dim) : out;
-    return std::vector<Tensor>{g - exp(yy) * sum(g, {dim}, true)};
-  });
+    for (auto it = reduced.rbegin(); it != reduced.rend(); ++it) out = squeeze(out, *it);
+  return cast(out, x_in.dtype());
 }
 
 namespace {
@@ -111,10 +106,10 @@ namespace {
 Dims trailing_dims(const Tensor& x, const Shape& normalized_shape, const char* op) {
   KILN_OP_SCOPE;
   auto k = static_cast<std::int64_t>(normalized_shape.size());
-  bool ok = k >= 1 && k <= x.dim() &&
-            Shape(x.shape().end() - k, x.shape().end()) == normalized_shape;
+  const Shape& shape = x.impl().shape;
+  bool ok = k >= 1 && k <= x.dim() && Shape(shape.end() - k, shape.end()) == normalized_shape;
   KILN_CHECK_AS(ShapeError, ok, "{}: normalized_shape {} does not match the trailing dims of {}",
-                op, shape_str(normalized_shape), shape_str(x.shape()));
+                op, shape_str(normalized_shape), shape_str(shape));
   Dims dims;
   for (std::int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
   return dims;
@@ -123,34 +118,38 @@ Dims trailing_dims(const Tensor& x, const Shape& normalized_shape, const char* o
 void check_affine(const Tensor& p, const Shape& normalized_shape, const char* op,
                   const char* what) {
   if (p.defined())
-    KILN_CHECK_AS(ShapeError, p.shape() == normalized_shape, "{}: {} has shape {}, expected {}",
-                  op, what, shape_str(p.shape()), shape_str(normalized_shape));
+    KILN_CHECK_AS(ShapeError, p.impl().shape == normalized_shape,
+                  "{}: {} has shape {}, expected {}", op, what, shape_str(p.impl().shape),
+                  shape_str(normalized_shape));
 }
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   KILN_OP_SCOPE;
-  check_floating(x, "layer_norm");
-  Dims dims = trailing_dims(x, normalized_shape, "layer_norm");
+  check_floating(x_in, "layer_norm");
+  Dims dims = trailing_dims(x_in, normalized_shape, "layer_norm");
   check_affine(weight, normalized_shape, "layer_norm", "weight");
   check_affine(bias, normalized_shape, "layer_norm", "bias");
+  Tensor x = widened(x_in);
   Tensor centered = x - mean(x, dims, true);
   Tensor y = centered * rsqrt(mean(centered * centered, dims, true) + eps);
-  if (weight.defined()) y = y * weight;
-  if (bias.defined()) y = y + bias;
-  return y;
+  if (weight.defined()) y = y * widened(weight);
+  if (bias.defined()) y = y + widened(bias);
+  return cast(y, x_in.dtype());
 }
 
-Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+Tensor rms_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
                 double eps) {
   KILN_OP_SCOPE;
-  check_floating(x, "rms_norm");
-  Dims dims = trailing_dims(x, normalized_shape, "rms_norm");
+  check_floating(x_in, "rms_norm");
+  Dims dims = trailing_dims(x_in, normalized_shape, "rms_norm");
   check_affine(weight, normalized_shape, "rms_norm", "weight");
+  Tensor x = widened(x_in);
   Tensor y = x * rsqrt(mean(x * x, dims, true) + eps);
-  return weight.defined() ? y * weight : y;
+  if (weight.defined()) y = y * widened(weight);
+  return cast(y, x_in.dtype());
 }
 
 namespace {
@@ -171,35 +170,39 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ig
   KILN_CHECK_AS(DTypeError, is_integral(target.dtype()),
                 "cross_entropy: target must hold class indices (i64 or i32), got {}",
                 target.dtype());
+  check_floating(logits, "cross_entropy");
+  const Shape &ls = logits.impl().shape, &ts = target.impl().shape;
   bool batched = logits.dim() == 2;
   KILN_CHECK_AS(ShapeError,
-                (batched && target.dim() == 1 && target.shape()[0] == logits.shape()[0]) ||
+                (batched && target.dim() == 1 && ts[0] == ls[0]) ||
                     (logits.dim() == 1 && target.dim() == 0),
                 "cross_entropy: logits {} and target {} do not fit ([N, C] with [N], or [C] "
                 "with [])",
-                shape_str(logits.shape()), shape_str(target.shape()));
-  Tensor lsm = log_softmax(batched ? logits : unsqueeze(logits, 0), 1);
+                shape_str(ls), shape_str(ts));
+  Tensor wide = widened(logits);
+  Tensor lsm = log_softmax(batched ? wide : unsqueeze(wide, 0), 1);
   Tensor t = batched ? target : unsqueeze(target, 0);
-  Tensor valid = ne(t, static_cast<double>(ignore_index));
-  Tensor safe = where(valid, t, zeros_like(t));
+  Tensor valid = ne(t, ignore_index);
+  Tensor safe = where(valid, t, 0);
   Tensor picked;
   try {
     picked = squeeze(gather(lsm, 1, unsqueeze(safe, 1)), 1);
   } catch (const IndexError& e) {
     throw IndexError(fmt::format("cross_entropy: target out of range for {} classes ({})",
-                                 lsm.shape()[1], e.what()));
+                                 lsm.impl().shape[1], e.what()));
   }
-  Tensor nll = where(valid, neg(picked), zeros_like(picked));
+  Tensor nll = where(valid, neg(picked), 0);
   if (!batched) nll = squeeze(nll, 0);
-  if (reduction == Reduction::mean) return sum(nll) / sum(cast(valid, nll.dtype()));
-  return reduce_loss(nll, reduction);
+  Tensor loss = reduction == Reduction::mean ? sum(nll) / sum(cast(valid, nll.dtype()))
+                                             : reduce_loss(nll, reduction);
+  return cast(loss, logits.dtype());
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   KILN_OP_SCOPE;
-  KILN_CHECK_AS(ShapeError, input.shape() == target.shape(),
-                "mse_loss: input shape {} and target shape {} differ", shape_str(input.shape()),
-                shape_str(target.shape()));
+  KILN_CHECK_AS(ShapeError, input.impl().shape == target.impl().shape,
+                "mse_loss: input shape {} and target shape {} differ",
+                shape_str(input.impl().shape), shape_str(target.impl().shape));
   Tensor d = input - target;
   return reduce_loss(d * d, reduction);
 }
@@ -209,9 +212,75 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got {}", p);
   check_floating(x, "dropout");
   if (!training || p == 0.0) return x;
-  if (p == 1.0) return x * 0.0;
-  Tensor keep = ge(rand(x.shape(), x.dtype(), gen), p);
+  if (p == 1.0) return x * 0;
+  Tensor keep = ge(rand(x.impl().shape, x.dtype(), gen), p);
   return x * cast(keep, x.dtype()) * (1.0 / (1.0 - p));
+}
+
+Tensor square(const Tensor& x) {
+  KILN_OP_SCOPE;
+  return x * x;
+}
+
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  KILN_OP_SCOPE;
+  check_floating(x, "leaky_relu");
+  return where(gt(x, 0), x, x * negative_slope);
+}
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
+  KILN_OP_SCOPE;
+  KILN_CHECK(min || max, "clamp: at least one of min and max must be given (shape {})",
+             shape_str(x.impl().shape));
+  // x < min and x > max are false for NaN, so NaN passes through, and x == min or max keeps x
+  // (and its gradient), as in PyTorch. With min > max everything becomes max.
+  Tensor y = x;
+  if (min) y = where(lt(y, *min), *min, y);
+  if (max) y = where(gt(y, *max), *max, y);
+  return y;
+}
+
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
+  KILN_OP_SCOPE;
+  KILN_CHECK(min.defined() || max.defined(),
+             "clamp: at least one of min and max must be given (shape {})",
+             shape_str(x.impl().shape));
+  Tensor y = x;
+  if (min.defined()) y = where(lt(y, min), min, y);
+  if (max.defined()) y = where(gt(y, max), max, y);
+  return y;
+}
+
+Tensor clamp_min(const Tensor& x, Scalar min) { return clamp(x, min, std::nullopt); }
+Tensor clamp_max(const Tensor& x, Scalar max) { return clamp(x, std::nullopt, max); }
+
+namespace {
+void check_mask(const Tensor& x, const Tensor& mask) {
+  KILN_CHECK_AS(DTypeError, mask.dtype() == DType::bool_,
+                "masked_fill: mask must have dtype bool, got {} (shape {})", mask.dtype(),
+                shape_str(mask.impl().shape));
+  Shape out = broadcast_shapes(x.impl().shape, mask.impl().shape, "masked_fill");
+  KILN_CHECK_AS(ShapeError, out == x.impl().shape,
+                "masked_fill: mask of shape {} does not broadcast to the input's shape {}",
+                shape_str(mask.impl().shape), shape_str(x.impl().shape));
+}
+}  // namespace
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  KILN_OP_SCOPE;
+  check_mask(x, mask);
+  // The value takes x's dtype, as in PyTorch (a float filled into an integer tensor truncates).
+  Tensor v = scalar_tensor(value, x.dtype());
+  return where(mask, x.device().is_cpu() ? v : v.to(x.device()), x);
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value) {
+  KILN_OP_SCOPE;
+  check_mask(x, mask);
+  KILN_CHECK_AS(ShapeError, value.dim() == 0,
+                "masked_fill: the value must be a 0-d tensor, got shape {}",
+                shape_str(value.impl().shape));
+  return where(mask, cast(value, x.dtype()), x);
 }
 
 }  // namespace kiln

@@ -1,6 +1,8 @@
-// One derivative rule per primitive op, written with kiln ops so the same rule serves eager,
-// traced and compiled backward. Rules return the gradient at the op's broadcast shape and
-// promoted dtype; OpNode reduces it to each input's shape and dtype.
+// One derivative rule per differentiable primitive, written with kiln ops so the same rule serves
+// eager, traced and compiled backward. Rules return the gradient at the op's broadcast shape and
+// promoted dtype; OpNode reduces it to each input's shape and dtype. Which inputs and outputs a
+// rule may read the values of is declared in the op table (runtime/ops.def); the others are
+// metadata only. Ops whose gradient is zero (sign, floor, ...) need no rule here.
 #include <cmath>
 #include <numbers>
 
@@ -9,124 +11,115 @@
 
 namespace kiln::autograd {
 
-bool is_differentiable(OpId op) {
-  switch (op) {
-    case OpId::eq:
-    case OpId::ne:
-    case OpId::lt:
-    case OpId::le:
-    case OpId::gt:
-    case OpId::ge:
-    case OpId::logical_and:
-    case OpId::logical_or:
-    case OpId::logical_not:
-    case OpId::argmax:
-    case OpId::argmin:
-    case OpId::sign: return false;
-    default: return true;
-  }
-}
-
-bool reads_input_values(OpId op, std::size_t i) {
-  switch (op) {
-    case OpId::neg:
-    case OpId::add:
-    case OpId::sub:
-    case OpId::sum:
-    case OpId::reshape:
-    case OpId::permute:
-    case OpId::expand:
-    case OpId::slice:
-    case OpId::cast:
-    case OpId::copy:
-    case OpId::cat:
-    case OpId::pad: return false;
-    case OpId::where: return i == 0;  // the condition
-    case OpId::gather:
-    case OpId::index_select:
-    case OpId::scatter_add:
-    case OpId::index_add: return i == 1;  // the index
-    default: return true;
-  }
-}
-
 namespace {
 
-// The gradient of a reduction's output, broadcast back over the reduced dims of `x`.
-Tensor expand_reduced(const Tensor& g, const Tensor& x, const OpAttrs& attrs) {
-  auto dims = normalize_dims(attrs.dims, x.dim(), "backward");
-  Tensor out = g;
-  if (!attrs.keepdim)
-    for (auto d : dims) out = unsqueeze(out, d);
-  return expand(out, x.shape());
+// Zeros with `like`'s shape and device, in `dtype`.
+Tensor zeros_of(const Tensor& like, DType dtype) {
+  return empty(like.impl().shape, dtype, like.device());
 }
 
-Tensor reduced_keepdim(OpId op, const Tensor& x, const OpAttrs& attrs) {
-  switch (op) {
-    case OpId::amax: return amax(x, attrs.dims, true);
-    case OpId::amin: return amin(x, attrs.dims, true);
-    default: return sum(x, attrs.dims, true);
-  }
+// The gradient of a reduction's output, broadcast back over the reduced dims of `x`.
+Tensor expand_reduced(const Tensor& g, const Tensor& x, const Dims& dims_in, bool keepdim) {
+  auto dims = normalize_dims(dims_in, x.dim(), "backward");
+  Tensor out = g;
+  if (!keepdim)
+    for (auto d : dims) out = unsqueeze(out, d);
+  return expand(out, x.sym_shape());
 }
 
 Tensor prod_backward(const Tensor& g, const Tensor& x, const OpAttrs& attrs) {
   // Exact with zeros: one zero in a slice passes the product of the others to it; two or more
   // zeros make every gradient in the slice zero.
-  Tensor is_zero = eq(x, 0.0);
-  Tensor zeros_in_slice = expand(sum(cast(is_zero, x.dtype()), attrs.dims, true), x.shape());
-  Tensor nonzero_prod = expand(prod(where(is_zero, 1.0, x), attrs.dims, true), x.shape());
-  Tensor grad_full = expand_reduced(g, x, attrs);
-  Tensor no_zero = nonzero_prod / where(is_zero, 1.0, x);
-  Tensor one_zero = where(is_zero, nonzero_prod, zeros_like(x));
-  Tensor local = where(eq(zeros_in_slice, 0.0), no_zero,
-                       where(eq(zeros_in_slice, 1.0), one_zero, zeros_like(x)));
+  Tensor is_zero = eq(x, 0);
+  Tensor zeros_in_slice = expand(sum(cast(is_zero, x.dtype()), attrs.dims, true), x.sym_shape());
+  Tensor nonzero_prod = expand(prod(where(is_zero, 1, x), attrs.dims, true), x.sym_shape());
+  Tensor grad_full = expand_reduced(g, x, attrs.dims, attrs.keepdim);
+  Tensor no_zero = nonzero_prod / where(is_zero, 1, x);
+  Tensor one_zero = where(is_zero, nonzero_prod, 0);
+  Tensor local = where(eq(zeros_in_slice, 0), no_zero, where(eq(zeros_in_slice, 1), one_zero, 0));
   return grad_full * local;
 }
 
 Tensor slice_backward(const Tensor& g, const Tensor& x, const OpAttrs& attrs) {
+  if (attrs.step == 1) {  // a pad of the gradient: no index tensor, fusable
+    Dims pads(2 * static_cast<std::size_t>(x.dim() - attrs.dim), 0);
+    std::size_t pair = 2 * static_cast<std::size_t>(x.dim() - 1 - attrs.dim);
+    pads[pair] = attrs.start;
+    pads[pair + 1] = x.impl().shape[attrs.dim] - attrs.end;
+    return pad(g, pads);
+  }
   Tensor index = arange(static_cast<double>(attrs.start), static_cast<double>(attrs.end),
                         static_cast<double>(attrs.step));
-  return index_add(zeros(x.shape(), g.dtype()), attrs.dim, index, g);
+  if (!g.device().is_cpu()) index = index.to(g.device());
+  return index_add(zeros_of(x, g.dtype()), attrs.dim, index, g);
 }
 
-Tensor unary_derivative(OpId op, const Tensor& x, const Tensor& g) {
+Tensor unary_derivative(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& y,
+                        const Tensor& g) {
   switch (op) {
     case OpId::neg: return neg(g);
     case OpId::abs: return g * sign(x);
-    case OpId::exp: return g * exp(x);
+    case OpId::exp: return g * y;
     case OpId::log: return g / x;
-    case OpId::log1p: return g / (x + 1.0);
-    case OpId::expm1: return g * exp(x);
-    case OpId::sqrt: return g / (sqrt(x) * 2.0);
-    case OpId::rsqrt: return g * rsqrt(x) / x * -0.5;
-    case OpId::reciprocal: return neg(g) / (x * x);
+    case OpId::log1p: return g / (x + 1);
+    case OpId::expm1: return g * (y + 1);
+    case OpId::sqrt: return g / (y * 2);
+    case OpId::rsqrt: return g * y * y * y * -0.5;
+    case OpId::reciprocal: return neg(g) * y * y;
     case OpId::sin: return g * cos(x);
     case OpId::cos: return neg(g) * sin(x);
-    case OpId::tanh: {
-      Tensor t = tanh(x);
-      return g * (1.0 - t * t);
-    }
-    case OpId::sigmoid: {
-      Tensor s = sigmoid(x);
-      return g * s * (1.0 - s);
-    }
-    case OpId::relu: return where(gt(x, 0.0), g, zeros_like(g));
+    case OpId::tanh: return g * (1 - y * y);
+    case OpId::sigmoid: return g * y * (1 - y);
+    case OpId::relu: return where(gt(y, 0), g, 0);
     case OpId::silu: {
       Tensor s = sigmoid(x);
-      return g * s * (1.0 + x * (1.0 - s));
+      return g * s * (1 + x * (1 - s));
     }
     case OpId::erf: return g * exp(neg(x * x)) * (2.0 / std::sqrt(std::numbers::pi));
     case OpId::gelu: {
-      Tensor cdf = (erf(x * (1.0 / std::numbers::sqrt2)) + 1.0) * 0.5;
+      Tensor cdf = (erf(x * (1.0 / std::numbers::sqrt2)) + 1) * 0.5;
       Tensor pdf = exp(x * x * -0.5) * (1.0 / std::sqrt(2.0 * std::numbers::pi));
       return g * (cdf + x * pdf);
     }
     case OpId::gelu_tanh: {
       const double k = std::sqrt(2.0 / std::numbers::pi), c = 0.044715;
       Tensor t = tanh((x + x * x * x * c) * k);
-      Tensor du = (x * x * (3.0 * c) + 1.0) * k;
-      return g * ((t + 1.0) * 0.5 + x * 0.5 * (1.0 - t * t) * du);
+      Tensor du = (x * x * (3.0 * c) + 1) * k;
+      return g * ((t + 1) * 0.5 + x * 0.5 * (1 - t * t) * du);
     }
+    case OpId::softplus: {
+      Tensor z = x * attrs.beta;
+      return where(gt(z, attrs.threshold), g, g * sigmoid(z));
+    }
+    case OpId::tril: return tril(g, attrs.diagonal);
+    case OpId::triu: return triu(g, attrs.diagonal);
+    case OpId::copy:
+    case OpId::cast: return g;
+    case OpId::to_device: return g.to(x.device());
+    default: break;
+  }
+  throw Error(fmt::format("{}: no derivative rule", op));
+}
+
+Tensor binary_derivative(OpId op, const Tensor& a, const Tensor& b, const Tensor& y,
+                         std::size_t i, const Tensor& g) {
+  switch (op) {
+    case OpId::add: return g;
+    case OpId::sub: return i == 0 ? g : neg(g);
+    case OpId::mul: return g * (i == 0 ? b : a);
+    case OpId::div: return i == 0 ? g / b : neg(g) * a / (b * b);
+    case OpId::pow:
+      // pow(x, 0) has gradient 0 in x everywhere, also at x = 0 where b * x^(b-1) is 0 * inf.
+      if (i == 0) return where(eq(b, 0), 0, g * b * pow(a, b - 1));
+      // d/db a^b = a^b log a, taken as 0 where a == 0 and b >= 0 (the limit), as PyTorch does.
+      return where(logical_and(eq(a, 0), ge(b, 0)), 0, g * y * log(a));
+    case OpId::maximum:
+    case OpId::minimum: {
+      const Tensor &self = i == 0 ? a : b, &other = i == 0 ? b : a;
+      Tensor wins = op == OpId::maximum ? gt(self, other) : lt(self, other);
+      return where(wins, g, where(eq(self, other), g * 0.5, 0));
+    }
+    case OpId::remainder: return i == 0 ? g : neg(g) * floor_divide(a, b);
     default: break;
   }
   throw Error(fmt::format("{}: no derivative rule", op));
@@ -134,41 +127,46 @@ Tensor unary_derivative(OpId op, const Tensor& x, const Tensor& g) {
 
 }  // namespace
 
-Tensor derivative(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& in, std::size_t i,
-                  const Tensor& g) {
-  if (is_unary(op)) return unary_derivative(op, in[0], g);
-  switch (op) {
-    case OpId::add: return g;
-    case OpId::sub: return i == 0 ? g : neg(g);
-    case OpId::mul: return g * in[1 - i];
-    case OpId::div: return i == 0 ? g / in[1] : neg(g) * in[0] / (in[1] * in[1]);
-    case OpId::pow: {
-      const Tensor &a = in[0], &b = in[1];
-      if (i == 0) return g * b * pow(a, b - 1.0);
-      // d/db a^b = a^b log a, taken as 0 where a == 0 and b >= 0 (the limit), as PyTorch does.
-      Tensor mask = logical_and(eq(a, 0.0), ge(b, 0.0));
-      return where(mask, zeros_like(g), g * pow(a, b) * log(a));
-    }
-    case OpId::maximum:
-    case OpId::minimum: {
-      const Tensor &self = in[i], &other = in[1 - i];
-      Tensor wins = op == OpId::maximum ? gt(self, other) : lt(self, other);
-      Tensor tie = eq(self, other);
-      return where(wins, g, where(tie, g * 0.5, zeros_like(g)));
-    }
-    case OpId::where:
-      return i == 1 ? where(in[0], g, zeros_like(g)) : where(in[0], zeros_like(g), g);
-    case OpId::sum: return expand_reduced(g, in[0], attrs);
+Tensor derivative(const DerivativeArgs& args, std::size_t i) {
+  const auto& in = args.inputs;
+  const auto& attrs = args.attrs;
+  const Tensor& g = args.grads.at(0);
+  const Tensor y = args.outputs.empty() ? Tensor() : args.outputs[0];
+  const OpDef& def = op_def(args.op);
+  if (def.op_class == OpClass::elementwise && def.arity == 1)
+    return unary_derivative(args.op, attrs, in[0], y, g);
+  if (def.op_class == OpClass::elementwise && def.arity == 2)
+    return binary_derivative(args.op, in[0], in[1], y, i, g);
+  switch (args.op) {
+    case OpId::where: return i == 1 ? where(in[0], g, 0) : where(in[0], 0, g);
+    case OpId::to_device: return g.to(in[0].device());
+    case OpId::sum: return expand_reduced(g, in[0], attrs.dims, attrs.keepdim);
     case OpId::prod: return prod_backward(g, in[0], attrs);
     case OpId::amax:
     case OpId::amin: {
       // Ties share the gradient evenly.
       const Tensor& x = in[0];
-      Tensor mask = cast(eq(x, expand(reduced_keepdim(op, x, attrs), x.shape())), g.dtype());
-      Tensor count = expand(sum(mask, attrs.dims, true), x.shape());
-      return expand_reduced(g, x, attrs) * mask / count;
+      Tensor extreme = expand_reduced(y, x, attrs.dims, attrs.keepdim);
+      Tensor mask = cast(eq(x, extreme), g.dtype());
+      Tensor count = expand(sum(mask, attrs.dims, true), x.sym_shape());
+      return expand_reduced(g, x, attrs.dims, attrs.keepdim) * mask / count;
     }
-    case OpId::reshape: return reshape(g, in[0].shape());
+    case OpId::max_dim:
+    case OpId::min_dim: {
+      // The whole gradient goes to the selected element, as in PyTorch's max(dim).
+      const Tensor& x = in[0];
+      if (x.dim() == 0) return g;
+      Tensor index = args.outputs.at(1), grad = g;
+      if (!attrs.keepdim) {
+        index = unsqueeze(index, attrs.dim);
+        grad = unsqueeze(grad, attrs.dim);
+      }
+      return scatter_add(zeros_of(x, g.dtype()), attrs.dim, index, grad);
+    }
+    case OpId::cumsum: return cumsum(g, attrs.dim, !attrs.reverse);
+    case OpId::softmax: return y * (g - sum(g * y, {attrs.dim}, true));
+    case OpId::log_softmax: return g - exp(y) * sum(g, {attrs.dim}, true);
+    case OpId::reshape: return reshape(g, in[0].sym_shape());
     case OpId::permute: {
       Dims inverse(attrs.dims.size());
       for (std::size_t d = 0; d < attrs.dims.size(); ++d)
@@ -178,14 +176,10 @@ Tensor derivative(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& in, 
     }
     case OpId::expand: return g;  // OpNode sums it back to the input's shape
     case OpId::slice: return slice_backward(g, in[0], attrs);
-    case OpId::cast:
-    case OpId::copy: return g;
     case OpId::matmul:
       return i == 0 ? matmul(g, transpose(in[1], -1, -2)) : matmul(transpose(in[0], -1, -2), g);
-    case OpId::gather:
-      return scatter_add(zeros(in[0].shape(), g.dtype()), attrs.dim, in[1], g);
-    case OpId::index_select:
-      return index_add(zeros(in[0].shape(), g.dtype()), attrs.dim, in[1], g);
+    case OpId::gather: return scatter_add(zeros_of(in[0], g.dtype()), attrs.dim, in[1], g);
+    case OpId::index_select: return index_add(zeros_of(in[0], g.dtype()), attrs.dim, in[1], g);
     case OpId::scatter_add: {
       if (i == 0) return g;
       // src positions beyond the index's extent were never scattered: their gradient is 0.
@@ -193,7 +187,7 @@ Tensor derivative(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& in, 
       Dims pads;
       for (std::int64_t d = in[2].dim(); d-- > 0;) {
         pads.push_back(0);
-        pads.push_back(in[2].shape()[d] - in[1].shape()[d]);
+        pads.push_back(in[2].impl().shape[d] - in[1].impl().shape[d]);
       }
       return pad(picked, pads);
     }
@@ -201,20 +195,18 @@ Tensor derivative(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& in, 
     case OpId::cat: {
       std::int64_t dim = normalize_dim(attrs.dim, in[0].dim(), "cat");
       std::int64_t start = 0;
-      for (std::size_t k = 0; k < i; ++k) start += in[k].shape()[dim];
-      return slice(g, dim, start, start + in[i].shape()[dim]);
+      for (std::size_t k = 0; k < i; ++k) start += in[k].impl().shape[dim];
+      return slice(g, dim, start, start + in[i].impl().shape[dim]);
     }
     case OpId::pad: {
-      Tensor out = g;
-      for (std::size_t k = 0; k < attrs.dims.size() / 2; ++k) {
-        std::int64_t d = in[0].dim() - 1 - static_cast<std::int64_t>(k);
-        out = slice(out, d, attrs.dims[2 * k], attrs.dims[2 * k] + in[0].shape()[d]);
-      }
-      return out;
+      // Padding by the negated amounts undoes a pad (crops) and a crop (pads with zeros).
+      Dims negated;
+      for (auto p : attrs.dims) negated.push_back(-p);
+      return pad(g, negated);
     }
     default: break;
   }
-  throw Error(fmt::format("{}: no derivative rule", op));
+  throw Error(fmt::format("{}: no derivative rule", args.op));
 }
 
 }  // namespace kiln::autograd

@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "autograd/grad_mode.h"
+#include "runtime/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 
@@ -36,9 +36,14 @@ std::vector<Node*> execution_order(const std::vector<Node*>& roots) {
   return nodes;
 }
 
-void add_to(std::unordered_map<Node*, Tensor>& buffers, Node* node, const Tensor& g) {
-  auto [it, inserted] = buffers.try_emplace(node, g);
-  if (!inserted) it->second = add(it->second, g);
+// Incoming gradients per node, one slot per forward output.
+using Buffers = std::unordered_map<Node*, std::vector<Tensor>>;
+
+void add_to(Buffers& buffers, const Edge& edge, const Tensor& g) {
+  auto [it, inserted] = buffers.try_emplace(edge.fn.get());
+  if (inserted) it->second.resize(edge.fn->num_outputs());
+  Tensor& slot = it->second.at(edge.input_nr);
+  slot = slot.defined() ? add(slot, g) : g;
 }
 
 // Runs the graph; when `capture` is given, gradients reaching those nodes are stored there
@@ -49,7 +54,7 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
   KILN_CHECK_AS(AutogradError, roots.size() == grads.size(),
                 "backward: {} outputs but {} gradients", roots.size(), grads.size());
   GradModeGuard mode(create_graph);
-  std::unordered_map<Node*, Tensor> buffers;
+  Buffers buffers;
   std::vector<std::shared_ptr<Node>> keep_alive;
   std::vector<Node*> root_nodes;
   for (std::size_t i = 0; i < roots.size(); ++i) {
@@ -60,21 +65,21 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
     Edge e = gradient_edge(r);
     keep_alive.push_back(e.fn);
     root_nodes.push_back(e.fn.get());
-    add_to(buffers, e.fn.get(), grads[i]);
+    add_to(buffers, e, grads[i]);
   }
   for (Node* node : execution_order(root_nodes)) {
     auto it = buffers.find(node);
     if (it == buffers.end()) continue;
-    Tensor g = std::move(it->second);
+    std::vector<Tensor> g = std::move(it->second);
     buffers.erase(it);
     if (capture) {
-      if (auto c = capture->find(node); c != capture->end()) c->second = g;
+      if (auto c = capture->find(node); c != capture->end()) c->second = g.at(0);
       if (dynamic_cast<AccumulateGrad*>(node)) continue;
     }
     std::vector<Tensor> next = node->apply(g);
     const auto& edges = node->next_edges();
     for (std::size_t i = 0; i < edges.size() && i < next.size(); ++i)
-      if (edges[i].valid() && next[i].defined()) add_to(buffers, edges[i].fn.get(), next[i]);
+      if (edges[i].valid() && next[i].defined()) add_to(buffers, edges[i], next[i]);
     // The graph built under create_graph refers back to this one (PyTorch's retain_graph
     // defaults to create_graph for the same reason).
     if (!retain_graph && !create_graph) node->release();

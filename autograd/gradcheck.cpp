@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "autograd/engine.h"
-#include "autograd/grad_mode.h"
+#include "runtime/grad_mode.h"
 #include "autograd/ops.h"
 
 namespace kiln::autograd {

@@ -1,4 +1,11 @@
-// Modules a model needs: parameters with autograd, PyTorch-style initialization.
+// Modules a model needs: parameters and buffers held by slot, state dicts, PyTorch-style
+// initialization.
+//
+// A module registers its members (`Tensor weight;`) as slots: parameters(), state_dict() and a
+// compiled function that declares the module (jit::CompileOptions::modules) read what the
+// members hold now, so `fc.weight = loaded;` takes effect everywhere. Because the registry
+// points at the members, a module is neither copyable nor movable: build it where it lives, or
+// hold it by std::unique_ptr.
 #pragma once
 
 #include <string>
@@ -9,23 +16,57 @@
 
 namespace kiln::nn {
 
+// Tensors by name, in registration order ("fc1.weight", "fc1.bias", ...).
+using StateDict = std::vector<std::pair<std::string, Tensor>>;
+
 class Module {
  public:
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
   virtual ~Module() = default;
-  // Parameters of this module and its submodules, in registration order.
+
+  // Parameters of this module and its submodules as the slots hold them now (undefined slots
+  // are skipped).
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  // Every parameter and buffer slot by dotted name: what a compiled function reads per call.
+  std::vector<std::pair<std::string, const Tensor*>> named_slots() const;
+
+  // Parameters and buffers, detached, sharing storage with the module.
+  StateDict state_dict() const;
+  // Copies each entry into the tensor its slot holds (in place, as PyTorch does: optimizers and
+  // compiled functions holding that tensor see the new values), converting dtype and device.
+  // A shape mismatch is always an error; with `strict`, so are missing and unexpected keys.
+  void load_state_dict(const StateDict& state, bool strict = true);
+  // state_dict() to / from a safetensors file.
+  void save(const std::string& path) const;
+  void load(const std::string& path, bool strict = true);
+
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  // Drops every parameter's .grad.
+  void zero_grad();
 
  protected:
-  // Makes `t` a leaf that requires grad and records it under `name`.
-  Tensor register_parameter(const std::string& name, Tensor t);
+  // Makes the tensor in `slot` a leaf that requires grad, and registers the slot as `name`.
+  void register_parameter(const std::string& name, Tensor& slot);
+  // Registers state that is saved and loaded but not trained (running statistics, masks).
+  void register_buffer(const std::string& name, Tensor& slot);
   void register_module(const std::string& name, Module& child);
 
  private:
-  std::vector<std::pair<std::string, Tensor>> params_;
+  struct Slot {
+    std::string name;
+    Tensor* tensor;
+    bool parameter;
+  };
+  template <typename Visit>
+  void visit_slots(const std::string& prefix, Visit&& visit) const;
+
+  std::vector<Slot> slots_;
   std::vector<std::pair<std::string, Module*>> children_;
   bool training_ = true;
 };

@@ -1,86 +1,129 @@
-// Nodes of the autograd graph and the saved-tensor version check.
+// Nodes of the autograd graph and the saved-tensor checks.
 #include "autograd/node.h"
 
 #include <atomic>
 
-#include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "runtime/grad_mode.h"
 
 namespace kiln::autograd {
 
 namespace {
 std::atomic<std::uint64_t> next_sequence_nr{0};
+
+// A tensor with `t`'s metadata and no data.
+Tensor metadata_only(const Tensor& t) {
+  auto meta = std::make_shared<TensorImpl>();
+  meta->storage = std::make_shared<Storage>(nullptr, 0, t.device(), nullptr);
+  meta->shape = t.impl().shape;
+  meta->strides = contiguous_strides(meta->shape);
+  meta->dtype = t.dtype();
+  return Tensor(std::move(meta));
 }
 
-Node::Node() : sequence_nr_(next_sequence_nr++) {}
+// The same data without history.
+Tensor without_history(const Tensor& t) {
+  Tensor alias = make_view(t, t.impl().shape, t.strides(), t.offset());
+  alias.impl().is_view = t.impl().is_view;
+  return alias;
+}
+}  // namespace
 
-std::vector<Tensor> Node::apply(const Tensor& grad_output) {
-  KILN_CHECK_AS(AutogradError, !released_,
-                "backward: trying to backward through the graph a second time ({} already "
-                "freed its saved tensors); pass retain_graph=true to the first backward",
-                name());
-  return backward(grad_output);
+Node::Node(std::size_t num_outputs) : sequence_nr_(next_sequence_nr++), num_outputs_(num_outputs) {}
+
+SavedTensor SavedTensor::input(const Tensor& t, bool values_needed) {
+  SavedTensor s;
+  if (!t.defined()) return s;
+  s.version_ = t.impl().storage->version();
+  s.check_version_ = values_needed;
+  s.tensor_ = values_needed ? t : metadata_only(t);
+  return s;
 }
 
-void Node::release() {
+SavedTensor SavedTensor::output(const Tensor& t, std::uint32_t output_nr, bool values_needed) {
+  SavedTensor s = input(t, values_needed);
+  if (values_needed && s.tensor_.defined()) s.tensor_ = without_history(t);
+  s.is_output_ = true;
+  s.output_nr_ = output_nr;
+  return s;
+}
+
+void SavedTensor::release() {
+  tensor_ = Tensor();
   released_ = true;
-  release_saved();
 }
 
-SavedTensor::SavedTensor(const Tensor& t, bool values_needed)
-    : tensor_(t), check_version_(values_needed) {
-  if (!t.defined()) return;
-  version_ = t.impl().storage->version();
-  if (!values_needed) {
-    auto meta = std::make_shared<TensorImpl>();
-    meta->storage = std::make_shared<Storage>(nullptr, 0, t.device(), nullptr);
-    meta->shape = t.impl().shape;
-    meta->strides = contiguous_strides(meta->shape);
-    meta->dtype = t.dtype();
-    tensor_ = Tensor(std::move(meta));
-  }
-}
-
-Tensor SavedTensor::unpack(const std::string& node_name) const {
-  if (tensor_.defined() && check_version_)
+Tensor SavedTensor::unpack(Node& owner) const {
+  KILN_CHECK_AS(AutogradError, !released_,
+                "backward: trying to backward through the graph a second time: the first "
+                "backward freed the tensors {} saved; pass retain_graph=true to every backward "
+                "through this graph but the last",
+                owner.name());
+  if (!tensor_.defined()) return tensor_;
+  if (check_version_)
     KILN_CHECK_AS(AutogradError, tensor_.impl().storage->version() == version_,
                   "backward: a tensor of shape {} saved by {} was modified by an in-place "
                   "operation (version {} now, {} when saved)",
-                  shape_str(tensor_.shape()), node_name, tensor_.impl().storage->version(),
-                  version_);
-  return tensor_;
+                  shape_str(tensor_.impl().shape), owner.name(),
+                  tensor_.impl().storage->version(), version_);
+  if (!is_output_ || !grad_enabled() || !check_version_ || !is_floating(tensor_.dtype()))
+    return tensor_;
+  Tensor out = without_history(tensor_);
+  TensorImpl& impl = out.impl();
+  impl.grad_fn = owner.shared_from_this();
+  impl.output_nr = output_nr_;
+  impl.requires_grad = true;
+  return out;
 }
 
 OpNode::OpNode(OpId op, OpAttrs attrs, std::span<const Tensor> inputs)
-    : op_(op), attrs_(std::move(attrs)) {
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    inputs_.emplace_back(inputs[i], reads_input_values(op, i));
-    input_meta_.push_back({inputs[i].shape(), inputs[i].dtype()});
+    : Node(static_cast<std::size_t>(kiln::num_outputs(op))), op_(op), attrs_(std::move(attrs)) {
+  SavedSet saved = op_def(op).saved;
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    inputs_.push_back(SavedTensor::input(inputs[i], saved::input(saved, i)));
+}
+
+void OpNode::save_outputs(std::span<const Tensor> outputs) {
+  SavedSet saved = op_def(op_).saved;
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    bool needed = saved::output(saved, k);
+    outputs_.push_back(needed ? SavedTensor::output(outputs[k], static_cast<std::uint32_t>(k), true)
+                              : SavedTensor());
   }
 }
 
 std::string OpNode::name() const { return fmt::format("{}Backward", op_); }
 
-std::vector<Tensor> OpNode::backward(const Tensor& grad_output) {
-  std::vector<Tensor> inputs;
-  for (const auto& s : inputs_) inputs.push_back(s.unpack(name()));
+std::vector<Tensor> OpNode::backward(const std::vector<Tensor>& grad_outputs) {
+  std::vector<Tensor> inputs, outputs;
+  for (const auto& s : inputs_) inputs.push_back(s.unpack(*this));
+  for (const auto& s : outputs_) outputs.push_back(s.unpack(*this));
+  DerivativeArgs args{op_, attrs_, inputs, outputs, grad_outputs};
   std::vector<Tensor> grads(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!needs_grad(i)) continue;
-    Tensor g = derivative(op_, attrs_, inputs, i, grad_output);
+    const Tensor& in = inputs[i];
+    if (op_def(op_).grad == Grad::zero) {
+      grads[i] = empty(in.impl().shape, in.dtype(), in.device());  // zero-filled
+      continue;
+    }
+    Tensor g = derivative(args, i);
     // Broadcasting and promotion are undone here, once, rather than in every rule.
-    if (g.shape() != input_meta_[i].shape) g = sum_to(g, input_meta_[i].shape);
-    if (g.dtype() != input_meta_[i].dtype) g = g.to(input_meta_[i].dtype);
+    if (g.impl().shape != in.impl().shape) g = sum_to(g, in.impl().shape);
+    if (g.dtype() != in.dtype()) g = g.to(in.dtype());
     grads[i] = g;
   }
   return grads;
 }
 
 void OpNode::release_saved() {
-  for (auto& s : inputs_) s.reset();
+  for (auto& s : inputs_) s.release();
+  for (auto& s : outputs_) s.release();
 }
 
-std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
+std::vector<Tensor> AccumulateGrad::backward(const std::vector<Tensor>& grad_outputs) {
+  const Tensor& grad_output = grad_outputs.at(0);
+  if (!grad_output.defined()) return {};
   // The engine hands over a gradient it alone holds, unless the same tensor also goes to other
   // leaves (add passes its gradient through) or belongs to the caller (an explicit gradient):
   // .grad may then only take a copy, or an in-place update of one .grad would change the others.

@@ -1,10 +1,10 @@
-// The autograd graph: a Node per recorded op, with Edges to the nodes that produced its inputs.
-// Every node has one output (all primitives and composite functions are single-output).
+// The autograd graph: a Node per recorded op, taking one incoming gradient per forward output,
+// with Edges to the nodes that produced its inputs.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,8 +15,8 @@ namespace kiln::autograd {
 
 class Node;
 
-// Where the gradient of one input goes: input slot `input_nr` of `fn`; invalid when the input
-// needs no gradient.
+// Where the gradient of one input goes: incoming gradient `input_nr` of `fn` (the index of the
+// forward output that input was); invalid when the input needs no gradient.
 struct Edge {
   std::shared_ptr<Node> fn;
   std::uint32_t input_nr = 0;
@@ -25,14 +25,19 @@ struct Edge {
 
 class Node : public std::enable_shared_from_this<Node> {
  public:
-  Node();
+  explicit Node(std::size_t num_outputs = 1);
   virtual ~Node() = default;
 
   virtual std::string name() const = 0;
-  // Maps the gradient of the output to one gradient per next edge (undefined where no edge).
-  std::vector<Tensor> apply(const Tensor& grad_output);
-  // Frees saved tensors; a later apply() is an AutogradError (no retain_graph).
-  void release();
+  // Forward outputs, so incoming gradients.
+  std::size_t num_outputs() const { return num_outputs_; }
+  // Maps the gradients of the outputs (undefined where none flowed) to one gradient per next
+  // edge (undefined where none).
+  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) {
+    return backward(grad_outputs);
+  }
+  // Frees saved tensors (no retain_graph): a later apply() that needs them raises.
+  void release() { release_saved(); }
 
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   void set_next_edges(std::vector<Edge> edges) { next_edges_ = std::move(edges); }
@@ -40,7 +45,7 @@ class Node : public std::enable_shared_from_this<Node> {
   std::uint64_t sequence_nr() const { return sequence_nr_; }
 
  protected:
-  virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
+  virtual std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) = 0;
   virtual void release_saved() {}
   bool needs_grad(std::size_t input) const {
     return input < next_edges_.size() && next_edges_[input].valid();
@@ -49,69 +54,62 @@ class Node : public std::enable_shared_from_this<Node> {
  private:
   std::vector<Edge> next_edges_;
   std::uint64_t sequence_nr_;
-  bool released_ = false;
+  std::size_t num_outputs_;
 };
 
-// A tensor kept for backward, with the storage version it had; unpacking after an in-place
-// change of that storage is an AutogradError, as silent wrong gradients would be worse. A rule
-// that reads only the tensor's metadata (shape, dtype) saves it with `values_needed` false: then
-// only a data-less tensor with that metadata is kept, so later in-place writes cannot fail a
-// backward they cannot affect, and an in-place op's history cannot form a reference cycle
-// through the tensor it overwrote.
+// A tensor kept for backward, with the storage version it had: unpacking after an in-place
+// change of that storage is an AutogradError, as silent wrong gradients would be worse.
+// - An input whose values the rule does not read is kept as metadata only, so later in-place
+//   writes cannot fail a backward they cannot affect, and an in-place op's history cannot form
+//   a reference cycle through the tensor it overwrote.
+// - An output is kept without its history (it would own its own node: a cycle never freed);
+//   unpacked for a differentiable backward (create_graph), it gets its node back as grad_fn so
+//   second derivatives flow through it.
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t, bool values_needed = true);
-  Tensor unpack(const std::string& node_name) const;
-  void reset() { tensor_ = Tensor(); }
+  static SavedTensor input(const Tensor& t, bool values_needed);
+  static SavedTensor output(const Tensor& t, std::uint32_t output_nr, bool values_needed);
+  // `owner` is the node that saved it; raises once released.
+  Tensor unpack(Node& owner) const;
+  void release();
 
  private:
   Tensor tensor_;
   std::uint64_t version_ = 0;
-  bool check_version_ = true;
+  bool check_version_ = false;
+  bool is_output_ = false;
+  std::uint32_t output_nr_ = 0;
+  bool released_ = false;
 };
 
-// The backward of a primitive op: one derivative rule per OpId (derivatives.cpp).
+// The backward of a primitive op: the derivative rule of its OpId (derivatives.cpp).
 class OpNode : public Node {
  public:
   OpNode(OpId op, OpAttrs attrs, std::span<const Tensor> inputs);
+  // Keeps what the rule reads of the outputs; called once the outputs have their history.
+  void save_outputs(std::span<const Tensor> outputs);
   std::string name() const override;
 
  protected:
-  std::vector<Tensor> backward(const Tensor& grad_output) override;
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override;
   void release_saved() override;
 
  private:
   OpId op_;
   OpAttrs attrs_;
-  std::vector<SavedTensor> inputs_;
-  std::vector<TensorMeta> input_meta_;
+  std::vector<SavedTensor> inputs_, outputs_;
 };
 
-// The backward of a composite with a closed-form derivative: a rule written with kiln ops.
-class FunctionNode : public Node {
- public:
-  using Backward = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
-  FunctionNode(std::string name, Backward rule) : name_(std::move(name)), rule_(std::move(rule)) {}
-  std::string name() const override { return name_; }
-
- protected:
-  std::vector<Tensor> backward(const Tensor& grad_output) override { return rule_(grad_output); }
-  void release_saved() override { rule_ = nullptr; }
-
- private:
-  std::string name_;
-  Backward rule_;
-};
-
-// Adds the incoming gradient to a leaf's .grad.
+// Adds the incoming gradient to a leaf's .grad. It saves nothing, so it serves every graph
+// that reaches the leaf, however many backwards have run.
 class AccumulateGrad : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
   std::string name() const override { return "AccumulateGrad"; }
 
  protected:
-  std::vector<Tensor> backward(const Tensor& grad_output) override;
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override;
 
  private:
   std::shared_ptr<TensorImpl> leaf_;
@@ -120,12 +118,17 @@ class AccumulateGrad : public Node {
 // The edge a gradient for `t` flows into: its grad_fn, its leaf accumulator, or none.
 Edge gradient_edge(const Tensor& t);
 
-// The gradient rule of a primitive: d(output)/d(input `i`) applied to `grad`, before
-// reduction to the input's shape and dtype (done by OpNode).
-Tensor derivative(OpId op, const OpAttrs& attrs, const std::vector<Tensor>& inputs,
-                  std::size_t i, const Tensor& grad);
-bool is_differentiable(OpId op);
-// Whether the rule of `op` reads the values of input `i` (not only its shape and dtype).
-bool reads_input_values(OpId op, std::size_t i);
+// What a derivative rule sees of one op call.
+struct DerivativeArgs {
+  OpId op;
+  const OpAttrs& attrs;
+  const std::vector<Tensor>& inputs;   // values where the table saves them, else metadata only
+  const std::vector<Tensor>& outputs;  // the saved outputs (undefined where not saved)
+  const std::vector<Tensor>& grads;    // one per output, undefined where none flowed
+};
+
+// The gradient of input `input` of a primitive, before reduction to the input's shape and
+// dtype (OpNode does that once for every rule).
+Tensor derivative(const DerivativeArgs& args, std::size_t input);
 
 }  // namespace kiln::autograd

@@ -1,5 +1,6 @@
 // The primitive ops of the public API: argument normalization, then `record` (dispatch +
-// history). Composites live in composites.cpp, derivative rules in derivatives.cpp.
+// history). Composites live in composites.cpp and einsum.cpp, derivative rules in
+// derivatives.cpp.
 #include "autograd/ops.h"
 
 #include <cmath>
@@ -16,11 +17,18 @@ namespace {
 Tensor unary(OpId op, const Tensor& x) { return record(op, {x}); }
 Tensor binary(OpId op, const Tensor& a, const Tensor& b) { return record(op, {a, b}); }
 
-// A C++ scalar as a 0-d tensor of the dtype the promotion rules give it next to `t`.
-Tensor wrap_scalar(double value, const Tensor& t) {
+// A C++ number as a 0-d tensor of the dtype the promotion rules give it next to `t`, on t's
+// device.
+Tensor wrap_scalar(Scalar value, const Tensor& t) {
   KILN_OP_SCOPE;
-  bool integral = std::isfinite(value) && value == std::floor(value);
-  return scalar_tensor(value, scalar_result_type(t.dtype(), integral));
+  Tensor s = scalar_tensor(value, scalar_result_type(t.dtype(), value.kind()));
+  return t.device().is_cpu() ? s : s.to(t.device());
+}
+
+OpAttrs dim_attr(std::int64_t dim) {
+  OpAttrs attrs;
+  attrs.dim = dim;
+  return attrs;
 }
 
 }  // namespace
@@ -44,12 +52,25 @@ KILN_DEFINE_UNARY(relu)
 KILN_DEFINE_UNARY(silu)
 KILN_DEFINE_UNARY(erf)
 KILN_DEFINE_UNARY(sign)
+KILN_DEFINE_UNARY(floor)
+KILN_DEFINE_UNARY(ceil)
+KILN_DEFINE_UNARY(round)
+KILN_DEFINE_UNARY(trunc)
 KILN_DEFINE_UNARY(logical_not)
 #undef KILN_DEFINE_UNARY
 
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   KILN_OP_SCOPE;
   return unary(approximate == GeluApproximation::tanh ? OpId::gelu_tanh : OpId::gelu, x);
+}
+
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  KILN_OP_SCOPE;
+  KILN_CHECK(beta != 0, "softplus: beta must be nonzero");
+  OpAttrs attrs;
+  attrs.beta = beta;
+  attrs.threshold = threshold;
+  return record(OpId::softplus, {x}, attrs);
 }
 
 Tensor cast(const Tensor& x, DType dtype) {
@@ -60,10 +81,24 @@ Tensor cast(const Tensor& x, DType dtype) {
   return record(OpId::cast, {x}, attrs);
 }
 
-#define KILN_DEFINE_BINARY(name)                                                         \
-  Tensor name(const Tensor& a, const Tensor& b) { return binary(OpId::name, a, b); }     \
-  Tensor name(const Tensor& a, double b) { return binary(OpId::name, a, wrap_scalar(b, a)); } \
-  Tensor name(double a, const Tensor& b) { return binary(OpId::name, wrap_scalar(a, b), b); }
+Tensor tril(const Tensor& x, std::int64_t diagonal) {
+  KILN_OP_SCOPE;
+  OpAttrs attrs;
+  attrs.diagonal = diagonal;
+  return record(OpId::tril, {x}, attrs);
+}
+
+Tensor triu(const Tensor& x, std::int64_t diagonal) {
+  KILN_OP_SCOPE;
+  OpAttrs attrs;
+  attrs.diagonal = diagonal;
+  return record(OpId::triu, {x}, attrs);
+}
+
+#define KILN_DEFINE_BINARY(name)                                                               \
+  Tensor name(const Tensor& a, const Tensor& b) { return binary(OpId::name, a, b); }           \
+  Tensor name(const Tensor& a, Scalar b) { return binary(OpId::name, a, wrap_scalar(b, a)); } \
+  Tensor name(Scalar a, const Tensor& b) { return binary(OpId::name, wrap_scalar(a, b), b); }
 KILN_DEFINE_BINARY(add)
 KILN_DEFINE_BINARY(sub)
 KILN_DEFINE_BINARY(mul)
@@ -71,6 +106,8 @@ KILN_DEFINE_BINARY(div)
 KILN_DEFINE_BINARY(pow)
 KILN_DEFINE_BINARY(maximum)
 KILN_DEFINE_BINARY(minimum)
+KILN_DEFINE_BINARY(remainder)
+KILN_DEFINE_BINARY(floor_divide)
 KILN_DEFINE_BINARY(eq)
 KILN_DEFINE_BINARY(ne)
 KILN_DEFINE_BINARY(lt)
@@ -86,11 +123,11 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   KILN_OP_SCOPE;
   return record(OpId::where, {cond, a, b});
 }
-Tensor where(const Tensor& cond, const Tensor& a, double b) {
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   KILN_OP_SCOPE;
   return where(cond, a, wrap_scalar(b, a));
 }
-Tensor where(const Tensor& cond, double a, const Tensor& b) {
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
   KILN_OP_SCOPE;
   return where(cond, wrap_scalar(a, b), b);
 }
@@ -105,61 +142,121 @@ Tensor reduction(OpId op, const Tensor& x, const Dims& dims, bool keepdim) {
   attrs.keepdim = keepdim;
   return record(op, {x}, attrs);
 }
+
+ValuesIndices extreme_along(OpId op, const Tensor& x, std::int64_t dim, bool keepdim) {
+  KILN_OP_SCOPE;
+  OpAttrs attrs = dim_attr(normalize_dim(dim, x.dim(), op_name(op)));
+  attrs.keepdim = keepdim;
+  auto outputs = autograd::record_outputs(op, {x}, attrs);
+  return {outputs[0], outputs[1]};
+}
 }  // namespace
 
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
-  KILN_OP_SCOPE;
   return reduction(OpId::sum, x, dims, keepdim);
 }
 Tensor prod(const Tensor& x, const Dims& dims, bool keepdim) {
-  KILN_OP_SCOPE;
   return reduction(OpId::prod, x, dims, keepdim);
 }
 Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) {
-  KILN_OP_SCOPE;
   return reduction(OpId::amax, x, dims, keepdim);
 }
 Tensor amin(const Tensor& x, const Dims& dims, bool keepdim) {
-  KILN_OP_SCOPE;
   return reduction(OpId::amin, x, dims, keepdim);
 }
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) {
-  KILN_OP_SCOPE;
   return reduction(OpId::argmax, x, {dim}, keepdim);
 }
 Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) {
-  KILN_OP_SCOPE;
   return reduction(OpId::argmin, x, {dim}, keepdim);
+}
+ValuesIndices max(const Tensor& x, std::int64_t dim, bool keepdim) {
+  return extreme_along(OpId::max_dim, x, dim, keepdim);
+}
+ValuesIndices min(const Tensor& x, std::int64_t dim, bool keepdim) {
+  return extreme_along(OpId::min_dim, x, dim, keepdim);
+}
+
+Tensor cumsum(const Tensor& x, std::int64_t dim, bool reverse) {
+  KILN_OP_SCOPE;
+  OpAttrs attrs = dim_attr(normalize_dim(dim, x.dim(), "cumsum"));
+  attrs.reverse = reverse;
+  return record(OpId::cumsum, {x}, attrs);
+}
+
+Tensor softmax(const Tensor& x, std::int64_t dim) {
+  KILN_OP_SCOPE;
+  return record(OpId::softmax, {x}, dim_attr(normalize_dim(dim, x.dim(), "softmax")));
+}
+
+Tensor log_softmax(const Tensor& x, std::int64_t dim) {
+  KILN_OP_SCOPE;
+  return record(OpId::log_softmax, {x}, dim_attr(normalize_dim(dim, x.dim(), "log_softmax")));
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   KILN_OP_SCOPE;
-  if (x.shape() == shape) return x;
-  std::size_t lead = x.shape().size() - shape.size();
-  KILN_CHECK_AS(ShapeError, x.shape().size() >= shape.size(),
-                "sum_to: cannot sum shape {} to the larger rank of {}", shape_str(x.shape()),
+  const Shape& have = x.shape();
+  if (have == shape) return x;
+  KILN_CHECK_AS(ShapeError, have.size() >= shape.size(),
+                "sum_to: cannot sum shape {} to the larger rank of {}", shape_str(have),
                 shape_str(shape));
+  std::size_t lead = have.size() - shape.size();
   Dims dims;
-  for (std::size_t i = 0; i < x.shape().size(); ++i) {
+  for (std::size_t i = 0; i < have.size(); ++i) {
     bool leading = i < lead;
-    KILN_CHECK_AS(ShapeError, leading || shape[i - lead] == x.shape()[i] || shape[i - lead] == 1,
-                  "sum_to: shape {} was not broadcast from {}", shape_str(x.shape()),
-                  shape_str(shape));
-    if (leading || (shape[i - lead] == 1 && x.shape()[i] != 1))
-      dims.push_back(static_cast<std::int64_t>(i));
+    KILN_CHECK_AS(ShapeError, leading || shape[i - lead] == have[i] || shape[i - lead] == 1,
+                  "sum_to: shape {} was not broadcast from {}", shape_str(have), shape_str(shape));
+    if (leading || (shape[i - lead] == 1 && have[i] != 1)) dims.push_back(static_cast<std::int64_t>(i));
   }
   Tensor s = dims.empty() ? x : sum(x, dims, /*keepdim=*/true);
-  return reshape(s, shape);
+  // The kept dims follow x's (possibly symbolic) sizes; the summed ones are 1.
+  SymShape target;
+  for (std::size_t i = lead; i < have.size(); ++i)
+    target.push_back(shape[i - lead] == 1 ? SymInt(1) : x.size(static_cast<std::int64_t>(i)));
+  return reshape(s, target);
 }
 
 // ---- views ----
 
-Tensor reshape(const Tensor& x, const Shape& shape) {
-  KILN_OP_SCOPE;
-  Shape target = infer_reshape(x.shape(), shape, "reshape");
-  if (target == x.shape()) return x;
+namespace {
+
+// Resolves a -1 in `target` so that it holds the elements of `shape` (whose element count is
+// `total`, possibly symbolic): -1 becomes total / (the other sizes), which stays symbolic.
+SymShape resolve_target(const SymShape& target, const Shape& shape, const SymInt& total,
+                        const char* op) {
+  Shape values = infer_reshape(shape, target.traced_values(), op);  // checks and messages
+  SymShape out = target;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (target[i].traced_value() != -1) continue;
+    SymInt known = 1;
+    for (std::size_t j = 0; j < out.size(); ++j)
+      if (j != i) known *= target[j];
+    out[i] = known.traced_value() == 0 ? SymInt(values[i]) : total / known;
+  }
+  return out;
+}
+
+SymInt element_count(const Tensor& x) {
+  SymInt n = 1;
+  for (std::int64_t d = 0; d < x.dim(); ++d) n *= x.size(d);
+  return n;
+}
+
+OpAttrs shape_attrs(const SymShape& shape) {
   OpAttrs attrs;
-  attrs.shape = std::move(target);
+  attrs.shape = shape.traced_values();
+  attrs.shape_exprs = shape.exprs();
+  return attrs;
+}
+
+}  // namespace
+
+Tensor reshape(const Tensor& x, const SymShape& shape) {
+  KILN_OP_SCOPE;
+  SymShape target = resolve_target(shape, x.impl().shape, element_count(x), "reshape");
+  OpAttrs attrs = shape_attrs(target);
+  if (attrs.shape == x.impl().shape && attrs.shape_exprs == x.sym_shape().exprs()) return x;
   return record(OpId::reshape, {x}, attrs);
 }
 
@@ -181,11 +278,17 @@ Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1) {
   return permute(x, perm);
 }
 
-Tensor expand(const Tensor& x, const Shape& shape) {
+Tensor expand(const Tensor& x, const SymShape& shape) {
   KILN_OP_SCOPE;
-  if (shape == x.shape()) return x;
-  OpAttrs attrs;
-  attrs.shape = shape;
+  // -1 keeps the input's size; spell it out so that symbolic sizes stay visible.
+  SymShape target = shape;
+  std::size_t lead = target.size() >= static_cast<std::size_t>(x.dim())
+                         ? target.size() - static_cast<std::size_t>(x.dim())
+                         : 0;
+  for (std::size_t i = lead; i < target.size(); ++i)
+    if (target[i].traced_value() == -1) target[i] = x.size(static_cast<std::int64_t>(i - lead));
+  OpAttrs attrs = shape_attrs(target);
+  if (attrs.shape == x.impl().shape && attrs.shape_exprs == x.sym_shape().exprs()) return x;
   return record(OpId::expand, {x}, attrs);
 }
 
@@ -194,15 +297,14 @@ Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_t
   KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, x.dim() > 0, "slice: cannot slice a 0-d tensor");
   dim = normalize_dim(dim, x.dim(), "slice");
-  std::int64_t size = x.shape()[dim];
-  auto clamp = [size](std::int64_t v) {
+  std::int64_t size = x.impl().shape[dim];
+  auto clamp_index = [size](std::int64_t v) {
     if (v < 0) v += size;
     return std::clamp<std::int64_t>(v, 0, size);
   };
-  OpAttrs attrs;
-  attrs.dim = dim;
-  attrs.start = clamp(start);
-  attrs.end = std::max(attrs.start, clamp(end));
+  OpAttrs attrs = dim_attr(dim);
+  attrs.start = clamp_index(start);
+  attrs.end = std::max(attrs.start, clamp_index(end));
   attrs.step = step;
   return record(OpId::slice, {x}, attrs);
 }
@@ -211,27 +313,27 @@ Tensor select(const Tensor& x, std::int64_t dim, std::int64_t index) {
   KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, x.dim() > 0, "select: cannot select from a 0-d tensor");
   dim = normalize_dim(dim, x.dim(), "select");
-  std::int64_t size = x.shape()[dim];
+  std::int64_t size = x.impl().shape[dim];
   KILN_CHECK_AS(IndexError, index >= -size && index < size,
                 "select: index {} is out of range for dim {} of size {} (shape {})", index, dim,
-                size, shape_str(x.shape()));
+                size, shape_str(x.impl().shape));
   if (index < 0) index += size;
   return squeeze(slice(x, dim, index, index + 1), dim);
 }
 
 Tensor squeeze(const Tensor& x) {
   KILN_OP_SCOPE;
-  Shape s;
-  for (auto d : x.shape())
-    if (d != 1) s.push_back(d);
+  SymShape s;
+  for (std::int64_t d = 0; d < x.dim(); ++d)
+    if (x.impl().shape[d] != 1) s.push_back(x.size(d));
   return reshape(x, s);
 }
 
 Tensor squeeze(const Tensor& x, std::int64_t dim) {
   KILN_OP_SCOPE;
   dim = normalize_dim(dim, x.dim(), "squeeze");
-  if (x.dim() == 0 || x.shape()[dim] != 1) return x;
-  Shape s = x.shape();
+  if (x.dim() == 0 || x.impl().shape[dim] != 1) return x;
+  SymShape s = x.sym_shape();
   s.erase(s.begin() + dim);
   return reshape(x, s);
 }
@@ -239,8 +341,8 @@ Tensor squeeze(const Tensor& x, std::int64_t dim) {
 Tensor unsqueeze(const Tensor& x, std::int64_t dim) {
   KILN_OP_SCOPE;
   dim = normalize_dim(dim, x.dim() + 1, "unsqueeze");
-  Shape s = x.shape();
-  s.insert(s.begin() + dim, 1);
+  SymShape s = x.sym_shape();
+  s.insert(s.begin() + dim, SymInt(1));
   return reshape(x, s);
 }
 
@@ -251,23 +353,28 @@ Tensor flatten(const Tensor& x, std::int64_t start_dim, std::int64_t end_dim) {
   end_dim = normalize_dim(end_dim, x.dim(), "flatten");
   KILN_CHECK_AS(IndexError, start_dim <= end_dim, "flatten: start_dim {} is after end_dim {}",
                 start_dim, end_dim);
-  Shape s(x.shape().begin(), x.shape().begin() + start_dim);
-  std::int64_t n = 1;
-  for (std::int64_t d = start_dim; d <= end_dim; ++d) n *= x.shape()[d];
+  SymShape all = x.sym_shape();
+  SymShape s(all.begin(), all.begin() + start_dim);
+  SymInt n = 1;
+  for (std::int64_t d = start_dim; d <= end_dim; ++d) n *= all[d];
   s.push_back(n);
-  s.insert(s.end(), x.shape().begin() + end_dim + 1, x.shape().end());
+  s.insert(s.end(), all.begin() + end_dim + 1, all.end());
+  return reshape(x, s);
+}
+
+Tensor unflatten(const Tensor& x, std::int64_t dim, const SymShape& sizes) {
+  KILN_OP_SCOPE;
+  dim = normalize_dim(dim, x.dim(), "unflatten");
+  KILN_CHECK_AS(ShapeError, !sizes.empty(), "unflatten: sizes must not be empty");
+  SymShape split = resolve_target(sizes, {x.impl().shape[dim]}, x.size(dim), "unflatten");
+  SymShape all = x.sym_shape();
+  SymShape s(all.begin(), all.begin() + dim);
+  s.insert(s.end(), split.begin(), split.end());
+  s.insert(s.end(), all.begin() + dim + 1, all.end());
   return reshape(x, s);
 }
 
 // ---- indexing and joining ----
-
-namespace {
-OpAttrs dim_attr(std::int64_t dim) {
-  OpAttrs attrs;
-  attrs.dim = dim;
-  return attrs;
-}
-}  // namespace
 
 Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
   KILN_OP_SCOPE;
@@ -290,7 +397,7 @@ Tensor index_add(const Tensor& self, std::int64_t dim, const Tensor& index,
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, weight.dim() == 2, "embedding: weight must be 2-D, got shape {}",
-                shape_str(weight.shape()));
+                shape_str(weight.impl().shape));
   KILN_CHECK_AS(DTypeError, is_integral(indices.dtype()),
                 "embedding: indices must have dtype i64 or i32, got {}", indices.dtype());
   Tensor rows;
@@ -298,10 +405,10 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
     rows = index_select(weight, 0, reshape(indices, {-1}));
   } catch (const IndexError& e) {
     throw IndexError(fmt::format("embedding: an index is out of range for a table of {} rows ({})",
-                                 weight.shape()[0], e.what()));
+                                 weight.impl().shape[0], e.what()));
   }
-  Shape out = indices.shape();
-  out.push_back(weight.shape()[1]);
+  SymShape out = indices.sym_shape();
+  out.push_back(weight.size(1));
   return reshape(rows, out);
 }
 
@@ -314,9 +421,9 @@ Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
   KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, !tensors.empty(), "stack: expects at least one tensor");
   for (std::size_t i = 1; i < tensors.size(); ++i)
-    KILN_CHECK_AS(ShapeError, tensors[i].shape() == tensors[0].shape(),
+    KILN_CHECK_AS(ShapeError, tensors[i].impl().shape == tensors[0].impl().shape,
                   "stack: tensor {} has shape {}, but tensor 0 has shape {}", i,
-                  shape_str(tensors[i].shape()), shape_str(tensors[0].shape()));
+                  shape_str(tensors[i].impl().shape), shape_str(tensors[0].impl().shape));
   dim = normalize_dim(dim, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> parts;
   for (const auto& t : tensors) parts.push_back(unsqueeze(t, dim));
@@ -337,12 +444,13 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, a.dim() >= 1 && b.dim() >= 1,
                 "matmul: both operands need at least one dim, got shapes {} and {}",
-                shape_str(a.shape()), shape_str(b.shape()));
+                shape_str(a.impl().shape), shape_str(b.impl().shape));
   // Check the contraction here, so the message shows the shapes the caller passed.
-  std::int64_t k_a = a.shape().back(), k_b = b.dim() == 1 ? b.shape()[0] : b.shape()[b.dim() - 2];
+  const Shape &sa = a.impl().shape, &sb = b.impl().shape;
+  std::int64_t k_a = sa.back(), k_b = b.dim() == 1 ? sb[0] : sb[sb.size() - 2];
   KILN_CHECK_AS(ShapeError, k_a == k_b,
                 "matmul: shapes {} and {} cannot be multiplied (inner dims {} and {})",
-                shape_str(a.shape()), shape_str(b.shape()), k_a, k_b);
+                shape_str(sa), shape_str(sb), k_a, k_b);
   Tensor a2 = a.dim() == 1 ? unsqueeze(a, 0) : a;
   Tensor b2 = b.dim() == 1 ? unsqueeze(b, 1) : b;
   Tensor out = record(OpId::matmul, {a2, b2});
@@ -351,10 +459,19 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  KILN_OP_SCOPE;
+  const Shape &sa = a.impl().shape, &sb = b.impl().shape;
+  KILN_CHECK_AS(ShapeError, a.dim() == 3 && b.dim() == 3 && sa[0] == sb[0] && sa[2] == sb[1],
+                "bmm: expects [B, n, m] and [B, m, p] with the same B, got {} and {}",
+                shape_str(sa), shape_str(sb));
+  return record(OpId::matmul, {a, b});
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, weight.dim() == 2, "linear: weight must be 2-D, got shape {}",
-                shape_str(weight.shape()));
+                shape_str(weight.impl().shape));
   Tensor y = matmul(x, transpose(weight, 0, 1));
   return bias.defined() ? add(y, bias) : y;
 }

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "autograd/grad_mode.h"
+#include "runtime/grad_mode.h"
 #include "runtime/factories.h"
 #include "runtime/op.h"
 #include "runtime/random.h"
@@ -35,15 +35,33 @@ enum class GeluApproximation { none, tanh };
 Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::none);
 Tensor silu(const Tensor& x);
 Tensor erf(const Tensor& x);
+// log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (as PyTorch).
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor square(const Tensor& x);
+// Rounding (integers pass through); their gradient is zero, as is sign's.
 Tensor sign(const Tensor& x);
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor round(const Tensor& x);  // ties to even
+Tensor trunc(const Tensor& x);
 Tensor logical_not(const Tensor& x);
 Tensor cast(const Tensor& x, DType dtype);
+// Bounds x to [min, max]; either bound may be absent. The gradient passes where
+// min <= x <= max (both ends included), as in PyTorch; NaN stays NaN.
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = {});
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);  // undefined: no bound
+Tensor clamp_min(const Tensor& x, Scalar min);
+Tensor clamp_max(const Tensor& x, Scalar max);
+// The lower / upper triangle of the last two dims (diagonal > 0 moves above the main one).
+Tensor tril(const Tensor& x, std::int64_t diagonal = 0);
+Tensor triu(const Tensor& x, std::int64_t diagonal = 0);
 
-// ---- binary (broadcasting; scalars follow the promotion rules in runtime/dtype.h) ----
-#define KILN_DECLARE_BINARY(name)                    \
-  Tensor name(const Tensor& a, const Tensor& b);     \
-  Tensor name(const Tensor& a, double b);            \
-  Tensor name(double a, const Tensor& b);
+// ---- binary (broadcasting; numbers follow the promotion rules in runtime/dtype.h) ----
+#define KILN_DECLARE_BINARY(name)                \
+  Tensor name(const Tensor& a, const Tensor& b); \
+  Tensor name(const Tensor& a, Scalar b);        \
+  Tensor name(Scalar a, const Tensor& b);
 KILN_DECLARE_BINARY(add)
 KILN_DECLARE_BINARY(sub)
 KILN_DECLARE_BINARY(mul)
@@ -51,6 +69,8 @@ KILN_DECLARE_BINARY(div)
 KILN_DECLARE_BINARY(pow)
 KILN_DECLARE_BINARY(maximum)
 KILN_DECLARE_BINARY(minimum)
+KILN_DECLARE_BINARY(remainder)     // Python's %: the sign of the divisor
+KILN_DECLARE_BINARY(floor_divide)  // rounds toward negative infinity
 KILN_DECLARE_BINARY(eq)
 KILN_DECLARE_BINARY(ne)
 KILN_DECLARE_BINARY(lt)
@@ -61,8 +81,11 @@ KILN_DECLARE_BINARY(ge)
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-Tensor where(const Tensor& cond, const Tensor& a, double b);
-Tensor where(const Tensor& cond, double a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
+// `value` where `mask` is true (mask broadcasts to x); value is a number or a 0-d tensor.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value);
 
 // ---- reductions (an empty dim list means every dim) ----
 Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
@@ -72,6 +95,17 @@ Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor amin(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim = false);
+// The extreme along `dim` and where it is (i64), as PyTorch's max(dim): NaN wins, ties take
+// the first; the gradient goes to the selected element only. Destructures:
+// `auto [values, indices] = max(x, 1);`.
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;
+};
+ValuesIndices max(const Tensor& x, std::int64_t dim, bool keepdim = false);
+ValuesIndices min(const Tensor& x, std::int64_t dim, bool keepdim = false);
+// Running sum along `dim` (from the end when `reverse`); integers accumulate in i64.
+Tensor cumsum(const Tensor& x, std::int64_t dim, bool reverse = false);
 // Variance with Bessel-style `correction` (1: unbiased, 0: population).
 Tensor var(const Tensor& x, const Dims& dims = {}, double correction = 1, bool keepdim = false);
 Tensor std(const Tensor& x, const Dims& dims = {}, double correction = 1, bool keepdim = false);
@@ -79,11 +113,11 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);
 // Sums `x` down to a shape it was broadcast from.
 Tensor sum_to(const Tensor& x, const Shape& shape);
 
-// ---- views ----
-Tensor reshape(const Tensor& x, const Shape& shape);
+// ---- views (shapes may hold one -1, and symbolic sizes from size()) ----
+Tensor reshape(const Tensor& x, const SymShape& shape);
 Tensor permute(const Tensor& x, const Dims& dims);
 Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1);
-Tensor expand(const Tensor& x, const Shape& shape);
+Tensor expand(const Tensor& x, const SymShape& shape);
 // Python-style range: negative start/end count from the end and are clamped to the dim.
 Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_t end,
              std::int64_t step = 1);
@@ -92,6 +126,8 @@ Tensor squeeze(const Tensor& x);
 Tensor squeeze(const Tensor& x, std::int64_t dim);
 Tensor unsqueeze(const Tensor& x, std::int64_t dim);
 Tensor flatten(const Tensor& x, std::int64_t start_dim = 0, std::int64_t end_dim = -1);
+// Splits dim `dim` into `sizes` (one of them may be -1).
+Tensor unflatten(const Tensor& x, std::int64_t dim, const SymShape& sizes);
 
 // ---- indexing and joining ----
 Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index);
@@ -102,16 +138,23 @@ Tensor scatter_add(const Tensor& self, std::int64_t dim, const Tensor& index, co
 Tensor index_add(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& source);
 Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim = 0);
-// Constant padding; `pads` holds (before, after) pairs starting from the last dim.
+// Constant padding; `pads` holds (before, after) pairs starting from the last dim. Negative
+// amounts crop.
 Tensor pad(const Tensor& x, const Dims& pads, double value = 0.0);
 
 // ---- linear algebra ----
 // PyTorch's matmul: 1-D operands are promoted and squeezed back, batch dims broadcast.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// Batched matmul of [B, n, m] and [B, m, p] (no broadcasting, as torch.bmm).
+Tensor bmm(const Tensor& a, const Tensor& b);
 // x @ weight^T + bias, with weight [out_features, in_features].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// Einstein summation over one or more operands: "ij,jk->ik", "bhqd,bhkd->bhqk", "...ij->...ji",
+// "ii->i" is not supported (no diagonals). Without "->", the output takes the indices that
+// appear once, in alphabetical order. Lowered to permute, reshape, sum and matmul.
+Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
 
-// ---- composites ----
+// ---- normalizations and losses (f16/bf16 compute in f32 and round once) ----
 Tensor softmax(const Tensor& x, std::int64_t dim);
 Tensor log_softmax(const Tensor& x, std::int64_t dim);
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
@@ -135,12 +178,13 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol 
 inline Tensor operator-(const Tensor& x) { return neg(x); }
 #define KILN_BINARY_OPERATOR(op, fn)                                             \
   inline Tensor operator op(const Tensor& a, const Tensor& b) { return fn(a, b); } \
-  inline Tensor operator op(const Tensor& a, double b) { return fn(a, b); }        \
-  inline Tensor operator op(double a, const Tensor& b) { return fn(a, b); }
+  inline Tensor operator op(const Tensor& a, Scalar b) { return fn(a, b); }        \
+  inline Tensor operator op(Scalar a, const Tensor& b) { return fn(a, b); }
 KILN_BINARY_OPERATOR(+, add)
 KILN_BINARY_OPERATOR(-, sub)
 KILN_BINARY_OPERATOR(*, mul)
 KILN_BINARY_OPERATOR(/, div)
+KILN_BINARY_OPERATOR(%, remainder)
 KILN_BINARY_OPERATOR(<, lt)
 KILN_BINARY_OPERATOR(<=, le)
 KILN_BINARY_OPERATOR(>, gt)

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "autograd/grad_mode.h"
+#include "runtime/grad_mode.h"
 #include "autograd/ops.h"
 
 namespace kiln::optim {

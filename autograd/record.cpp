@@ -1,8 +1,8 @@
 // Attaching autograd nodes to op outputs.
 #include "autograd/record.h"
 
-#include "autograd/grad_mode.h"
 #include "runtime/dispatch.h"
+#include "runtime/grad_mode.h"
 #include "runtime/trace_hooks.h"
 
 namespace kiln::autograd {
@@ -15,45 +15,43 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 
 namespace {
 
-void attach(Tensor& output, std::shared_ptr<Node> node, const std::vector<Tensor>& inputs) {
-  std::vector<Edge> edges;
-  for (const auto& t : inputs) edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
-  node->set_next_edges(std::move(edges));
-  TensorImpl& impl = output.impl();
-  impl.grad_fn = std::move(node);
-  impl.output_nr = 0;
-  impl.requires_grad = true;
-}
-
-// A backend or composite may hand back one of its inputs unchanged; history must then go on a
-// fresh alias, never on the input itself.
+// A backend may hand back one of its inputs unchanged; history must then go on a fresh alias,
+// never on the input itself.
 Tensor unaliased(const Tensor& out, const std::vector<Tensor>& inputs) {
   bool aliased = out.grad_fn() != nullptr;
   for (const auto& t : inputs) aliased = aliased || out.same(t);
-  return aliased ? make_view(out, out.shape(), out.strides(), out.offset()) : out;
+  return aliased ? make_view(out, out.impl().shape, out.strides(), out.offset()) : out;
 }
 
 }  // namespace
 
-Tensor record(OpId op, std::vector<Tensor> inputs, const OpAttrs& attrs) {
+std::vector<Tensor> record_outputs(OpId op, std::vector<Tensor> inputs, const OpAttrs& attrs) {
   KILN_OP_SCOPE;
-  Tensor out = dispatch1(op, inputs, attrs);
-  if (!grad_enabled() || !is_differentiable(op) || !is_floating(out.dtype()) ||
+  std::vector<Tensor> outputs = dispatch(op, inputs, attrs);
+  if (active_interceptor() || !grad_enabled() || op_def(op).grad == Grad::none ||
       !any_requires_grad(inputs))
-    return out;
-  out = unaliased(out, inputs);
-  attach(out, std::make_shared<OpNode>(op, attrs, inputs), inputs);
-  return out;
+    return outputs;
+  std::shared_ptr<OpNode> node;
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    if (!is_floating(outputs[k].dtype())) continue;  // integer outputs carry no gradient
+    if (!node) node = std::make_shared<OpNode>(op, attrs, inputs);
+    outputs[k] = unaliased(outputs[k], inputs);
+    TensorImpl& impl = outputs[k].impl();
+    impl.grad_fn = node;
+    impl.output_nr = static_cast<std::uint32_t>(k);
+    impl.requires_grad = true;
+  }
+  if (!node) return outputs;
+  std::vector<Edge> edges;
+  for (const auto& t : inputs) edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
+  node->set_next_edges(std::move(edges));
+  node->save_outputs(outputs);
+  return outputs;
 }
 
-Tensor record_function(Tensor output, std::string name, const std::vector<Tensor>& inputs,
-                       FunctionNode::Backward rule) {
-  KILN_OP_SCOPE;
-  if (!grad_enabled() || !any_requires_grad(inputs) || !is_floating(output.dtype()))
-    return output;
-  output = unaliased(output, inputs);
-  attach(output, std::make_shared<FunctionNode>(std::move(name), std::move(rule)), inputs);
-  return output;
+Tensor record(OpId op, std::vector<Tensor> inputs, const OpAttrs& attrs) {
+  KILN_CHECK(num_outputs(op) == 1, "{}: has {} outputs; use record_outputs", op, num_outputs(op));
+  return record_outputs(op, std::move(inputs), attrs)[0];
 }
 
 }  // namespace kiln::autograd

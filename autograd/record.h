@@ -1,20 +1,18 @@
 // Where eager ops meet autograd: run a primitive through the dispatch point and, when grad mode
-// is on and an input requires grad, attach the node that knows its derivative.
+// is on and an input requires grad, give its outputs the node that knows its derivative. While a
+// function is traced, the tracer records the op and no history is made.
 #pragma once
 
-#include <string>
 #include <vector>
 
 #include "autograd/node.h"
 
 namespace kiln::autograd {
 
+// Every output of `op`.
+std::vector<Tensor> record_outputs(OpId op, std::vector<Tensor> inputs, const OpAttrs& attrs = {});
+// The output of a single-output op.
 Tensor record(OpId op, std::vector<Tensor> inputs, const OpAttrs& attrs = {});
-
-// Gives `output` (computed from `inputs` without history) a FunctionNode with a closed-form
-// backward; `rule` returns one gradient per input (undefined where none).
-Tensor record_function(Tensor output, std::string name, const std::vector<Tensor>& inputs,
-                       FunctionNode::Backward rule);
 
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 

@@ -1,11 +1,10 @@
 // Tensor's autograd state and its method forms of the ops, all routed through autograd/ops.h.
 #include "autograd/engine.h"
-#include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/record.h"
-#include "runtime/cuda_memory.h"
 #include "runtime/dispatch.h"
+#include "runtime/grad_mode.h"
 #include "runtime/trace_hooks.h"
 
 namespace kiln {
@@ -48,27 +47,20 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_gra
   autograd::run_backward({*this}, {g}, retain_graph, create_graph);
 }
 
-Tensor Tensor::detach() const {
-  auto d = std::make_shared<TensorImpl>();
-  d->storage = impl().storage;
-  d->shape = shape();
-  d->strides = strides();
-  d->offset = offset();
-  d->dtype = dtype();
-  d->trace_value = impl().trace_value;  // under tracing, detaching is the identity
-  return Tensor(std::move(d));
-}
+// An op, so that a traced function's detach() becomes a stop-gradient in its graph.
+Tensor Tensor::detach() const { return autograd::record(OpId::detach, {*this}); }
 
 // ---- views ----
 
-Tensor Tensor::reshape(const Shape& s) const { return kiln::reshape(*this, s); }
-Tensor Tensor::view(const Shape& s) const {
-  Shape target = infer_reshape(shape(), s, "view");
-  KILN_CHECK_AS(ShapeError, view_strides(shape(), strides(), target).ok,
+Tensor Tensor::reshape(const SymShape& s) const { return kiln::reshape(*this, s); }
+Tensor Tensor::view(const SymShape& s) const {
+  KILN_OP_SCOPE;
+  Shape target = infer_reshape(impl().shape, s.traced_values(), "view");
+  KILN_CHECK_AS(ShapeError, view_strides(impl().shape, strides(), target).ok,
                 "view: shape {} with strides {} cannot be viewed as {} without a copy; use "
                 "reshape",
-                shape_str(shape()), shape_str(strides()), shape_str(target));
-  return kiln::reshape(*this, target);
+                shape_str(impl().shape), shape_str(strides()), shape_str(target));
+  return kiln::reshape(*this, s);
 }
 Tensor Tensor::permute(const std::vector<std::int64_t>& dims) const {
   return kiln::permute(*this, dims);
@@ -81,7 +73,7 @@ Tensor Tensor::t() const {
                 shape_str(shape()));
   return dim() < 2 ? *this : kiln::transpose(*this, 0, 1);
 }
-Tensor Tensor::expand(const Shape& s) const { return kiln::expand(*this, s); }
+Tensor Tensor::expand(const SymShape& s) const { return kiln::expand(*this, s); }
 Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end,
                      std::int64_t step) const {
   return kiln::slice(*this, d, start, end, step);
@@ -93,6 +85,9 @@ Tensor Tensor::squeeze() const { return kiln::squeeze(*this); }
 Tensor Tensor::squeeze(std::int64_t d) const { return kiln::squeeze(*this, d); }
 Tensor Tensor::unsqueeze(std::int64_t d) const { return kiln::unsqueeze(*this, d); }
 Tensor Tensor::flatten(std::int64_t s, std::int64_t e) const { return kiln::flatten(*this, s, e); }
+Tensor Tensor::unflatten(std::int64_t d, const SymShape& sizes) const {
+  return kiln::unflatten(*this, d, sizes);
+}
 
 // ---- copies and conversion ----
 
@@ -103,12 +98,9 @@ Tensor Tensor::clone() const { return autograd::record(OpId::copy, {*this}); }
 Tensor Tensor::to(DType t) const { return cast(*this, t); }
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
-  check_not_tracing("to(device)");
-  Tensor out = copy_to_device(*this, d);
-  Device from = device();
-  return autograd::record_function(out, "ToDeviceBackward", {*this}, [from](const Tensor& g) {
-    return std::vector<Tensor>{g.to(from)};
-  });
+  OpAttrs attrs;
+  attrs.device = d;
+  return autograd::record(OpId::to_device, {*this}, attrs);
 }
 
 // ---- reductions and common elementwise ops ----
@@ -128,7 +120,7 @@ Tensor Tensor::exp() const { return kiln::exp(*this); }
 Tensor Tensor::log() const { return kiln::log(*this); }
 Tensor Tensor::sqrt() const { return kiln::sqrt(*this); }
 Tensor Tensor::abs() const { return kiln::abs(*this); }
-Tensor Tensor::pow(double e) const { return kiln::pow(*this, e); }
+Tensor Tensor::pow(Scalar e) const { return kiln::pow(*this, e); }
 
 // ---- in-place ----
 
@@ -171,9 +163,10 @@ Tensor operand(const Tensor& self, const Tensor& other) {
 
 }  // namespace
 
-Tensor& Tensor::add_(const Tensor& other, double alpha) {
+Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
   check_inplace(*this, "add_");
-  Tensor o = alpha == 1.0 ? other : mul(other, alpha);
+  bool unit = alpha.is_floating() ? alpha.to_double() == 1.0 : alpha.to_int() == 1;
+  Tensor o = unit ? other : mul(other, alpha);
   return assign(*this, add(operand(*this, o), o), "add_");
 }
 
@@ -182,15 +175,15 @@ Tensor& Tensor::mul_(const Tensor& other) {
   return assign(*this, mul(operand(*this, other), other), "mul_");
 }
 
-Tensor& Tensor::mul_(double value) {
+Tensor& Tensor::mul_(Scalar value) {
   check_inplace(*this, "mul_");
   Tensor o = scalar_tensor(value, dtype());
   return assign(*this, mul(operand(*this, o), o), "mul_");
 }
 
-Tensor& Tensor::fill_(double value) {
+Tensor& Tensor::fill_(Scalar value) {
   check_inplace(*this, "fill_");
-  copy_data(*this, scalar_tensor(value, DType::f64));
+  copy_data(*this, scalar_tensor(value, value.is_floating() ? DType::f64 : DType::i64));
   impl().storage->bump_version();
   if (grad_enabled() && !is_leaf()) {
     // The new values no longer depend on anything.

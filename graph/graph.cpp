@@ -3,15 +3,20 @@
 
 #include <sstream>
 
-#include "runtime/op.h"
-
 namespace kiln::graph {
 
-int Graph::add_value(TensorMeta meta, int producer) {
+bool Value::is_symbolic() const {
+  for (const auto& s : sizes)
+    if (!s.is_constant()) return true;
+  return false;
+}
+
+int Graph::add_value(TensorMeta meta, int producer, int output_index) {
   Value v;
-  v.symbols.assign(meta.shape.size(), -1);
+  for (auto d : meta.shape) v.sizes.push_back(SymExpr::constant(d));
   v.meta = std::move(meta);
   v.producer = producer;
+  v.output_index = output_index;
   values.push_back(std::move(v));
   return static_cast<int>(values.size()) - 1;
 }
@@ -22,10 +27,13 @@ int Graph::add_input(Input input, TensorMeta meta) {
   return inputs.back().value;
 }
 
-int Graph::add_node(Node node, TensorMeta out) {
-  node.output = add_value(std::move(out), static_cast<int>(nodes.size()));
+int Graph::add_node(Node node, std::span<const TensorMeta> outputs) {
+  int index = static_cast<int>(nodes.size());
+  node.outputs.clear();
+  for (std::size_t k = 0; k < outputs.size(); ++k)
+    node.outputs.push_back(add_value(outputs[k], index, static_cast<int>(k)));
   nodes.push_back(std::move(node));
-  return nodes.back().output;
+  return index;
 }
 
 const Input* Graph::input_of(int value) const {
@@ -39,25 +47,16 @@ bool Graph::is_constant(int value) const {
   return in && in->kind == InputKind::constant;
 }
 
-namespace {
-
-std::string dims_str(const Shape& shape, const std::vector<int>& symbols) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) out += ", ";
-    int s = i < symbols.size() ? symbols[i] : -1;
-    out += s >= 0 ? fmt::format("s{}", s) : s == -2 ? fmt::format("?{}", shape[i])
-                                                      : std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
-std::string type_str(const Value& v) {
-  std::string out = fmt::format("{}{}", v.meta.dtype, dims_str(v.meta.shape, v.symbols));
+std::string value_type_str(const Value& v) {
+  std::vector<std::string> dims;
+  for (const auto& s : v.sizes) dims.push_back(s.str());
+  std::string out = fmt::format("{}[{}]", v.meta.dtype, fmt::join(dims, ", "));
   if (v.strides != StrideClass::contiguous) out += fmt::format("{{{}}}", stride_class_name(v.strides));
   if (!v.device.is_cpu()) out += "@" + v.device.str();
   return out;
 }
+
+namespace {
 
 std::string constant_str(const Tensor& t) {
   if (t.numel() > 4) return "...";
@@ -68,55 +67,39 @@ std::string constant_str(const Tensor& t) {
 const char* kind_str(InputKind k) {
   switch (k) {
     case InputKind::argument: return "argument";
+    case InputKind::state: return "state";
     case InputKind::captured: return "captured";
     case InputKind::constant: return "constant";
   }
   return "?";
 }
 
-}  // namespace
-
-std::string attrs_str(OpId op, const OpAttrs& a, const std::vector<int>& shape_symbols) {
-  switch (op_class(op)) {
-    case OpClass::reduction:
-      return fmt::format("dims=[{}], keepdim={}", fmt::join(a.dims, ", "), a.keepdim);
-    case OpClass::view:
-      switch (op) {
-        case OpId::reshape:
-        case OpId::expand: return "shape=" + dims_str(a.shape, shape_symbols);
-        case OpId::permute: return fmt::format("dims=[{}]", fmt::join(a.dims, ", "));
-        case OpId::slice:
-          return fmt::format("dim={}, start={}, end={}, step={}", a.dim, a.start, a.end, a.step);
-        default: return "";
-      }
-    case OpClass::index: return fmt::format("dim={}", a.dim);
-    default: break;
+std::string node_str(const Graph& g, const Node& n) {
+  std::vector<std::string> outs, types, args;
+  for (int v : n.outputs) {
+    outs.push_back(fmt::format("%{}", v));
+    types.push_back(value_type_str(g.values[v]));
   }
-  switch (op) {
-    case OpId::cast: return fmt::format("dtype={}", a.dtype);
-    case OpId::cat: return fmt::format("dim={}", a.dim);
-    case OpId::pad: return fmt::format("pads=[{}], value={}", fmt::join(a.dims, ", "), a.value);
-    default: return "";
-  }
+  for (int v : n.inputs) args.push_back(fmt::format("%{}", v));
+  std::string attrs = attrs_str(n.op, n.attrs);
+  return fmt::format("{}: {} = {}({}{}{}){}", fmt::join(outs, ", "), fmt::join(types, ", "),
+                     n.op, fmt::join(args, ", "), attrs.empty() ? "" : ", ", attrs,
+                     n.grad ? "" : " no_grad");
 }
+
+}  // namespace
 
 std::string Graph::str() const {
   std::string out = fmt::format("graph {}(", name);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Input& in = inputs[i];
     if (i) out += ",\n" + std::string(name.size() + 7, ' ');
-    out += fmt::format("%{}: {} {} '{}'", in.value, type_str(values[in.value]), kind_str(in.kind),
-                       in.name);
+    out += fmt::format("%{}: {} {} '{}'", in.value, value_type_str(values[in.value]),
+                       kind_str(in.kind), in.name);
     if (in.kind == InputKind::constant) out += " = " + constant_str(in.tensor);
   }
   out += "):\n";
-  for (const Node& n : nodes) {
-    std::vector<std::string> args;
-    for (int v : n.inputs) args.push_back(fmt::format("%{}", v));
-    std::string attrs = attrs_str(n.op, n.attrs, n.shape_symbols);
-    out += fmt::format("  %{}: {} = {}({}{}{})\n", n.output, type_str(values[n.output]), n.op,
-                       fmt::join(args, ", "), attrs.empty() ? "" : ", ", attrs);
-  }
+  for (const Node& n : nodes) out += "  " + node_str(*this, n) + "\n";
   std::vector<std::string> outs;
   for (int v : outputs) outs.push_back(fmt::format("%{}", v));
   out += fmt::format("  return ({})\n", fmt::join(outs, ", "));
@@ -128,16 +111,28 @@ std::string Graph::dot() const {
   os << "digraph \"" << name << "\" {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n";
   for (const Input& in : inputs)
     os << fmt::format("  v{} [shape=ellipse, label=\"{} '{}'\\n{}\"];\n", in.value,
-                      kind_str(in.kind), in.name, type_str(values[in.value]));
-  for (const Node& n : nodes) {
-    std::string attrs = attrs_str(n.op, n.attrs, n.shape_symbols);
-    os << fmt::format("  v{} [shape=box, label=\"%{} = {}{}{}\\n{}\"];\n", n.output, n.output,
-                      n.op, attrs.empty() ? "" : "\\n", attrs, type_str(values[n.output]));
-    for (int v : n.inputs) os << fmt::format("  v{} -> v{};\n", v, n.output);
+                      kind_str(in.kind), in.name, value_type_str(values[in.value]));
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    std::string attrs = attrs_str(n.op, n.attrs);
+    std::vector<std::string> types;
+    for (int v : n.outputs) types.push_back(value_type_str(values[v]));
+    os << fmt::format("  n{} [shape=box, label=\"{}{}{}{}\\n{}\"];\n", i, n.op,
+                      attrs.empty() ? "" : "\\n", attrs, n.grad ? "" : "\\nno_grad",
+                      fmt::join(types, ", "));
+    for (int v : n.inputs) {
+      int p = values[v].producer;
+      if (p < 0)
+        os << fmt::format("  v{} -> n{};\n", v, i);
+      else
+        os << fmt::format("  n{} -> n{} [label=\"%{}\"];\n", p, i, v);
+    }
   }
   for (std::size_t i = 0; i < outputs.size(); ++i) {
+    int p = values[outputs[i]].producer;
     os << fmt::format("  out{} [shape=doublecircle, label=\"out{}\"];\n", i, i);
-    os << fmt::format("  v{} -> out{};\n", outputs[i], i);
+    os << (p < 0 ? fmt::format("  v{} -> out{};\n", outputs[i], i)
+                 : fmt::format("  n{} -> out{} [label=\"%{}\"];\n", p, i, outputs[i]));
   }
   os << "}\n";
   return os.str();

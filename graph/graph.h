@@ -1,11 +1,11 @@
-// The graph IR that tracing produces: inputs (call arguments, captured tensors, constants),
-// nodes (one primitive op each) and outputs, over SSA values with shapes that may be symbolic.
+// The graph IR that tracing produces: inputs (call arguments, declared state, captured tensors,
+// constants), nodes (one primitive op each, with one or more outputs) and outputs, over SSA
+// values whose sizes may be symbolic.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "graph/stride_class.h"
 #include "runtime/op.h"
 #include "runtime/tensor.h"
 
@@ -13,22 +13,28 @@ namespace kiln::graph {
 
 enum class InputKind {
   argument,  // a tensor argument of the call
-  captured,  // a tensor the function reads but does not receive (a parameter): read per call
-  constant,  // a tensor made during tracing that nothing else can change: its value is fixed
+  state,     // a tensor slot the function declared (a module parameter): read on every call
+  captured,  // a tensor the function closed over: fixed at trace time, but not foldable
+  constant,  // a tensor made during tracing that nothing else can change: foldable
 };
 
 struct Value {
-  TensorMeta meta;           // sizes as traced
-  std::vector<int> symbols;  // per dim: the symbol it equals, -1 if static, -2 if derived
-  int producer = -1;         // node index, or -1 for a graph input
+  TensorMeta meta;  // sizes as traced
+  // Per dim: the size as an expression of the symbols (a constant for a static dim, opaque for
+  // one that follows symbols in a way kiln does not track).
+  std::vector<SymExpr> sizes;
+  int producer = -1;  // node index, or -1 for a graph input
+  int output_index = 0;  // which output of the producer
   Device device;
   StrideClass strides = StrideClass::contiguous;
+  bool is_symbolic() const;
 };
 
 struct Input {
   InputKind kind = InputKind::argument;
-  int arg_index = -1;  // argument: position in the call's argument list
-  Tensor tensor;       // captured / constant
+  int arg_index = -1;           // argument: position in the call's argument list
+  const Tensor* slot = nullptr;  // state: where the current tensor lives
+  Tensor tensor;                // state (as traced), captured, constant
   std::string name;
   int value = -1;
 };
@@ -36,10 +42,11 @@ struct Input {
 struct Node {
   OpId op;
   OpAttrs attrs;
-  std::vector<int> inputs;  // value ids
-  int output = -1;          // value id
-  // reshape/expand: per entry of attrs.shape, the symbol whose run-time value replaces it, or -1.
-  std::vector<int> shape_symbols;
+  std::vector<int> inputs;   // value ids
+  std::vector<int> outputs;  // value ids, one per output of the op
+  // False when traced with grad mode off (NoGradGuard in the function): it records no history.
+  bool grad = true;
+  int output() const { return outputs.at(0); }
 };
 
 // A symbolic size: its traced value and where a call's arguments give its run-time value.
@@ -58,9 +65,10 @@ class Graph {
   std::vector<int> outputs;
   std::vector<Symbol> symbols;
 
-  int add_value(TensorMeta meta, int producer);
+  int add_value(TensorMeta meta, int producer, int output_index = 0);
   int add_input(Input input, TensorMeta meta);
-  int add_node(Node node, TensorMeta out);
+  // Adds the node and one value per output; returns the node's index.
+  int add_node(Node node, std::span<const TensorMeta> outputs);
   bool is_constant(int value) const;
   const Input* input_of(int value) const;
 
@@ -70,6 +78,7 @@ class Graph {
   std::string dot() const;
 };
 
-std::string attrs_str(OpId op, const OpAttrs& attrs, const std::vector<int>& shape_symbols);
+// "f32[s0, 4]" (with {general} strides and @device when they are not the default).
+std::string value_type_str(const Value& v);
 
 }  // namespace kiln::graph

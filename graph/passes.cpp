@@ -1,11 +1,9 @@
 // DCE, CSE, constant folding and algebraic simplification.
 #include "graph/passes.h"
 
-#include <cstring>
-#include <map>
+#include <unordered_map>
 
-#include "autograd/grad_mode.h"
-#include "autograd/record.h"
+#include "runtime/dispatch.h"
 
 namespace kiln::graph {
 
@@ -20,16 +18,18 @@ void replace_uses(Graph& g, int from, int to) {
 void eliminate_dead_code(Graph& g) {
   std::vector<bool> live(g.values.size(), false);
   for (int v : g.outputs) live[v] = true;
+  std::vector<bool> keep(g.nodes.size(), false);
   for (std::size_t i = g.nodes.size(); i-- > 0;) {
-    if (!live[g.nodes[i].output]) continue;
+    for (int v : g.nodes[i].outputs) keep[i] = keep[i] || live[v];
+    if (!keep[i]) continue;
     for (int v : g.nodes[i].inputs) live[v] = true;
   }
   std::vector<Node> kept;
-  for (auto& n : g.nodes)
-    if (live[n.output]) kept.push_back(std::move(n));
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    if (keep[i]) kept.push_back(std::move(g.nodes[i]));
   g.nodes = std::move(kept);
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
-    g.values[g.nodes[i].output].producer = static_cast<int>(i);
+    for (int v : g.nodes[i].outputs) g.values[v].producer = static_cast<int>(i);
   std::vector<Input> inputs;
   for (auto& in : g.inputs)
     if (in.kind == InputKind::argument || live[in.value]) inputs.push_back(std::move(in));
@@ -38,21 +38,10 @@ void eliminate_dead_code(Graph& g) {
 
 namespace {
 
-std::string attrs_key(const Node& n) {
-  const OpAttrs& a = n.attrs;
-  std::uint64_t value_bits;
-  std::memcpy(&value_bits, &a.value, sizeof value_bits);
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", static_cast<int>(n.op),
-                     fmt::join(n.inputs, ","), fmt::join(a.dims, ","), fmt::join(a.shape, ","),
-                     fmt::join(n.shape_symbols, ","), a.keepdim, a.dim, a.start, a.end, a.step,
-                     value_bits, static_cast<int>(a.dtype));
-}
-
 bool has_symbols(const Graph& g, const Node& n) {
-  for (int s : n.shape_symbols)
-    if (s >= 0) return true;
-  for (int s : g.values[n.output].symbols)
-    if (s != -1) return true;
+  if (!n.attrs.shape_exprs.empty()) return true;
+  for (int v : n.outputs)
+    if (g.values[v].is_symbolic()) return true;
   return false;
 }
 
@@ -78,13 +67,12 @@ bool widens_exactly(DType from, DType to) {
   }
 }
 
-// The value `n` reduces to without computing anything, or -1.
+// The value single-output node `n` reduces to without computing anything, or -1.
 int identity_of(const Graph& g, const Node& n) {
-  const TensorMeta& out = g.values[n.output].meta;
+  const Value& out = g.values[n.output()];
   auto same_meta = [&](int v) {
-    const TensorMeta& m = g.values[v].meta;
-    return m.shape == out.shape && m.dtype == out.dtype && g.values[v].symbols ==
-                                                              g.values[n.output].symbols;
+    const Value& m = g.values[v];
+    return m.meta.shape == out.meta.shape && m.meta.dtype == out.meta.dtype && m.sizes == out.sizes;
   };
   auto producer = [&](int v) -> const Node* {
     int p = g.values[v].producer;
@@ -106,13 +94,14 @@ int identity_of(const Graph& g, const Node& n) {
       if (constant_equals(g, n.inputs[1], 1.0) && same_meta(n.inputs[0])) return n.inputs[0];
       break;
     case OpId::neg:
-      if (const Node* p = producer(n.inputs[0]); p && p->op == OpId::neg) return p->inputs[0];
+      if (const Node* p = producer(n.inputs[0]); p && p->op == OpId::neg && p->grad == n.grad)
+        return p->inputs[0];
       break;
     case OpId::cast:
       if (same_meta(n.inputs[0])) return n.inputs[0];
-      if (const Node* p = producer(n.inputs[0]); p && p->op == OpId::cast &&
+      if (const Node* p = producer(n.inputs[0]); p && p->op == OpId::cast && p->grad == n.grad &&
                                                   same_meta(p->inputs[0]) &&
-                                                  widens_exactly(out.dtype, p->attrs.dtype))
+                                                  widens_exactly(out.meta.dtype, p->attrs.dtype))
         return p->inputs[0];
       break;
     case OpId::reshape:
@@ -131,51 +120,78 @@ int identity_of(const Graph& g, const Node& n) {
   return -1;
 }
 
+struct NodeKey {
+  const Node* node;
+};
+struct NodeKeyHash {
+  std::size_t operator()(const NodeKey& k) const {
+    std::size_t h = attrs_hash(k.node->op, k.node->attrs) * 31 + k.node->grad;
+    for (int v : k.node->inputs) h = h * 1000003 + static_cast<std::size_t>(v);
+    return h;
+  }
+};
+struct NodeKeyEqual {
+  bool operator()(const NodeKey& a, const NodeKey& b) const {
+    return a.node->op == b.node->op && a.node->grad == b.node->grad &&
+           a.node->inputs == b.node->inputs && attrs_equal(a.node->op, a.node->attrs, b.node->attrs);
+  }
+};
+
 }  // namespace
 
 void eliminate_common_subexpressions(Graph& g) {
-  std::map<std::string, int> seen;
+  std::unordered_map<NodeKey, const Node*, NodeKeyHash, NodeKeyEqual> seen;
   for (auto& n : g.nodes) {
-    auto [it, inserted] = seen.emplace(attrs_key(n), n.output);
-    if (!inserted) replace_uses(g, n.output, it->second);
+    auto [it, inserted] = seen.emplace(NodeKey{&n}, &n);
+    if (inserted) continue;
+    for (std::size_t k = 0; k < n.outputs.size(); ++k)
+      replace_uses(g, n.outputs[k], it->second->outputs[k]);
   }
   eliminate_dead_code(g);
 }
 
 void fold_constants(Graph& g) {
-  NoGradGuard no_grad;
   int folded = 0;
-  for (auto& n : g.nodes) {
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
     bool all_constant = !n.inputs.empty();
     for (int v : n.inputs) all_constant = all_constant && g.is_constant(v);
     if (!all_constant || has_symbols(g, n)) continue;
     // Folding a node that multiplies data (a big expand or pad) would store the big result.
-    std::int64_t in_elems = 0;
+    std::int64_t in_elems = 0, out_elems = 0;
     for (int v : n.inputs) in_elems += numel(g.values[v].meta.shape);
-    std::int64_t out_elems = numel(g.values[n.output].meta.shape);
+    for (int v : n.outputs) out_elems += numel(g.values[v].meta.shape);
     if (out_elems > 4096 && out_elems > in_elems) continue;
     std::vector<Tensor> args;
     for (int v : n.inputs) args.push_back(g.input_of(v)->tensor);
-    Tensor result = autograd::record(n.op, args, n.attrs);
-    Input in;
-    in.kind = InputKind::constant;
-    in.tensor = result.is_contiguous() && !result.impl().is_view ? result : result.clone();
-    in.name = fmt::format("folded{}", folded++);
-    int v = g.add_input(std::move(in), g.values[n.output].meta);
-    replace_uses(g, n.output, v);
+    std::vector<Tensor> results = dispatch(n.op, args, n.attrs);
+    std::vector<int> outputs = n.outputs;  // add_input below may reallocate g.nodes' values
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+      Input in;
+      in.kind = InputKind::constant;
+      const Tensor& r = results[k];
+      in.tensor = r.is_contiguous() && !r.impl().is_view ? r : transfer(r, r.device());
+      in.name = fmt::format("folded{}", folded++);
+      int v = g.add_input(std::move(in), g.values[outputs[k]].meta);
+      g.values[v].device = g.values[outputs[k]].device;
+      replace_uses(g, outputs[k], v);
+    }
   }
   eliminate_dead_code(g);
 }
 
 void simplify(Graph& g) {
   for (auto& n : g.nodes) {
+    // A no_grad node is a stop-gradient even where it computes nothing.
+    if (n.outputs.size() != 1 || !n.grad) continue;
     // Reshape of a reshape is one reshape of the original.
     if (n.op == OpId::reshape) {
       int p = g.values[n.inputs[0]].producer;
-      if (p >= 0 && g.nodes[p].op == OpId::reshape) n.inputs[0] = g.nodes[p].inputs[0];
+      if (p >= 0 && g.nodes[p].op == OpId::reshape && g.nodes[p].grad == n.grad)
+        n.inputs[0] = g.nodes[p].inputs[0];
     }
     int same = identity_of(g, n);
-    if (same >= 0) replace_uses(g, n.output, same);
+    if (same >= 0) replace_uses(g, n.output(), same);
   }
   eliminate_dead_code(g);
 }

@@ -1,6 +1,9 @@
 // Recording ops on placeholders.
 #include "graph/tracer.h"
 
+#include "graph/sym_shapes.h"
+#include "runtime/grad_mode.h"
+
 namespace kiln::graph {
 
 namespace {
@@ -9,6 +12,7 @@ namespace {
 // every other op writes a fresh contiguous tensor.
 StrideClass output_strides(OpId op, const OpAttrs& attrs, StrideClass input) {
   switch (op) {
+    case OpId::detach: return input;
     case OpId::reshape: return input == StrideClass::contiguous ? input : StrideClass::general;
     case OpId::permute: {
       auto rank = static_cast<std::int64_t>(attrs.dims.size());
@@ -44,34 +48,45 @@ Tensor Tracer::placeholder(int value, Device device) {
 }
 
 Tensor Tracer::add_argument(const Tensor& real, int arg_index, std::string name,
-                            const Shape& shape, const std::vector<int>& symbols) {
+                            const Shape& shape, std::vector<SymExpr> sizes) {
   Input in;
   in.kind = InputKind::argument;
   in.arg_index = arg_index;
   in.name = std::move(name);
   int v = graph_.add_input(std::move(in), {shape, real.dtype()});
-  graph_.values[v].symbols = symbols;
-  graph_.values[v].device = real.device();
-  graph_.values[v].strides = stride_class(real);
+  Value& value = graph_.values[v];
+  value.sizes = std::move(sizes);
+  value.device = real.device();
+  value.strides = stride_class(real.impl().shape, real.strides());
   return placeholder(v, real.device());
+}
+
+void Tracer::declare_state(const Tensor* slot, std::string name) {
+  if (slot->defined()) state_[slot->impl_ptr().get()] = {slot, std::move(name)};
 }
 
 int Tracer::value_of(const Tensor& t) {
   const TensorImpl& impl = t.impl();
   if (impl.trace_value >= 0) return static_cast<int>(impl.trace_value);
-  // A real tensor used by the traced code: lift it into an input (captured until proven const).
+  // A real tensor used by the traced code: lift it into an input.
   KILN_CHECK(impl.storage->data() != nullptr || kiln::numel(impl.shape) == 0,
              "compile: tracing '{}' met a tensor of shape {} that aliases a traced placeholder "
              "without going through an op; this is a kiln bug",
              graph_.name, shape_str(impl.shape));
   if (auto it = lifted_.find(&impl); it != lifted_.end()) return it->second;
   Input in;
-  in.kind = InputKind::captured;
   in.tensor = t;
-  in.name = fmt::format("captured{}", lifted_.size());
+  if (auto s = state_.find(&impl); s != state_.end()) {
+    in.kind = InputKind::state;
+    in.slot = s->second.first;
+    in.name = s->second.second;
+  } else {
+    in.kind = InputKind::captured;  // until classify_lifted shows it is a constant
+    in.name = fmt::format("captured{}", lifted_.size());
+  }
   int v = graph_.add_input(std::move(in), {impl.shape, impl.dtype});
   graph_.values[v].device = t.device();
-  graph_.values[v].strides = stride_class(impl);
+  graph_.values[v].strides = stride_class(impl.shape, impl.strides);
   lifted_.emplace(&impl, v);
   return v;
 }
@@ -81,18 +96,42 @@ std::vector<Tensor> Tracer::intercept(OpId op, std::span<const Tensor> inputs,
   Node node;
   node.op = op;
   node.attrs = attrs;
-  Device device = inputs.empty() ? Device::cpu() : inputs[0].device();
-  for (const auto& t : inputs) node.inputs.push_back(value_of(t));
-  StrideClass strides = output_strides(op, attrs, node.inputs.empty() ? StrideClass::contiguous
-                                                    : graph_.values[node.inputs[0]].strides);
-  int v = graph_.add_node(std::move(node), outputs[0]);
-  graph_.values[v].device = device;
-  graph_.values[v].strides = strides;
-  return {placeholder(v, device)};
+  node.grad = grad_enabled();
+  Device device = op == OpId::to_device ? attrs.device
+                  : inputs.empty()      ? Device::cpu()
+                                        : inputs[0].device();
+  std::vector<SizeExprs> input_sizes;
+  std::vector<TensorMeta> input_meta;
+  for (const auto& t : inputs) {
+    int v = value_of(t);
+    node.inputs.push_back(v);
+    input_sizes.push_back(graph_.values[v].sizes);
+    input_meta.push_back(graph_.values[v].meta);
+  }
+  StrideClass in_strides =
+      node.inputs.empty() ? StrideClass::contiguous : graph_.values[node.inputs[0]].strides;
+  auto sizes = infer_size_exprs(op, input_sizes, input_meta, attrs, outputs);
+  int index = graph_.add_node(std::move(node), outputs);
+  std::vector<Tensor> placeholders;
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    int v = graph_.nodes[index].outputs[k];
+    Value& value = graph_.values[v];
+    value.sizes = std::move(sizes[k]);
+    value.device = device;
+    value.strides = k == 0 ? output_strides(op, attrs, in_strides) : StrideClass::contiguous;
+    placeholders.push_back(placeholder(v, device));
+  }
+  return placeholders;
 }
 
-void Tracer::on_size_read(const TensorImpl& tensor, std::int64_t dim) {
-  if (tensor.trace_value >= 0) size_reads_.emplace(static_cast<int>(tensor.trace_value), dim);
+SymExpr Tracer::size_expr(const TensorImpl& tensor, std::int64_t dim) {
+  if (tensor.trace_value < 0) return SymExpr::constant(tensor.shape[dim]);
+  return graph_.values[tensor.trace_value].sizes.at(dim);
+}
+
+void Tracer::on_size_read(const SymExpr& size) {
+  if (size.is_opaque()) read_opaque_ = true;
+  for (auto [symbol, power] : size.factors()) read_symbols_.insert(symbol);
 }
 
 void Tracer::set_outputs(const std::vector<Tensor>& outputs) {
@@ -109,7 +148,8 @@ void Tracer::classify_lifted() {
   // graph: nothing can change it later, so it is a constant and may be folded.
   int constants = 0, captured = 0;
   for (auto& in : graph_.inputs) {
-    if (in.kind == InputKind::argument) continue;
+    if (in.kind == InputKind::state) in.tensor = Tensor();  // the slot is read per call
+    if (in.kind == InputKind::argument || in.kind == InputKind::state) continue;
     bool sole_owner =
         in.tensor.impl_ptr().use_count() == 1 && in.tensor.impl().storage.use_count() == 1;
     in.kind = sole_owner ? InputKind::constant : InputKind::captured;

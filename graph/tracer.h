@@ -1,10 +1,12 @@
 // Records a function's ops into a Graph by running it on placeholder tensors: while a Tracer is
-// active on a thread, the dispatch point hands every op to it instead of a backend.
+// active on a thread, the dispatch point hands every op to it instead of a backend. Each node
+// remembers the grad mode it was recorded under (a NoGradGuard block in the function is a
+// stop-gradient), and each value the expressions of its sizes.
 #pragma once
 
 #include <set>
+#include <string>
 #include <unordered_map>
-#include <utility>
 
 #include "graph/graph.h"
 #include "runtime/trace_hooks.h"
@@ -16,20 +18,26 @@ class Tracer : public OpInterceptor {
   explicit Tracer(std::string name);
 
   // The placeholder standing for tensor argument `arg_index`, with the given (possibly
-  // perturbed) sizes; `symbols` gives each dim's symbol or -1.
+  // perturbed) sizes and the expression of each dim.
   Tensor add_argument(const Tensor& real, int arg_index, std::string name, const Shape& shape,
-                      const std::vector<int>& symbols);
+                      std::vector<SymExpr> sizes);
+  // A tensor slot the function declared as its state: when the function reads the tensor it
+  // holds, the graph reads the slot (on every call) instead of capturing the tensor.
+  void declare_state(const Tensor* slot, std::string name);
   void set_outputs(const std::vector<Tensor>& outputs);
   Graph& graph() { return graph_; }
 
-  // (value, dim) pairs whose sizes user code read; dim -1 means the whole shape.
-  const std::set<std::pair<int, std::int64_t>>& size_reads() const { return size_reads_; }
+  // Symbols whose sizes user code turned into plain integers, and whether it did so with a
+  // size kiln does not follow symbolically.
+  const std::set<int>& read_symbols() const { return read_symbols_; }
+  bool read_opaque() const { return read_opaque_; }
   // After tracing: which lifted tensors turned out to be constants (nothing outside holds them).
   void classify_lifted();
 
   std::vector<Tensor> intercept(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs,
                                 std::span<const TensorMeta> outputs) override;
-  void on_size_read(const TensorImpl& tensor, std::int64_t dim) override;
+  SymExpr size_expr(const TensorImpl& tensor, std::int64_t dim) override;
+  void on_size_read(const SymExpr& size) override;
 
  private:
   int value_of(const Tensor& t);
@@ -37,7 +45,9 @@ class Tracer : public OpInterceptor {
 
   Graph graph_;
   std::unordered_map<const TensorImpl*, int> lifted_;  // real tensors already made inputs
-  std::set<std::pair<int, std::int64_t>> size_reads_;
+  std::unordered_map<const TensorImpl*, std::pair<const Tensor*, std::string>> state_;
+  std::set<int> read_symbols_;
+  bool read_opaque_ = false;
 };
 
 }  // namespace kiln::graph

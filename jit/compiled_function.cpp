@@ -11,11 +11,12 @@
 #include <fstream>
 #include <map>
 
-#include "autograd/grad_mode.h"
+#include "autograd/nn.h"
+#include "graph/compare.h"
 #include "graph/passes.h"
 #include "graph/tracer.h"
-#include "jit/executor.h"
 #include "jit/log.h"
+#include "jit/reference_executor.h"
 
 namespace kiln::jit {
 
@@ -28,96 +29,87 @@ void mark_dynamic(const Tensor& t, std::int64_t dim) {
   t.impl().dynamic_dims |= std::uint64_t{1} << dim;
 }
 
-namespace {
-
-struct Trace {
+struct CompiledFunctionCore::Trace {
   Graph graph;
-  std::set<std::pair<int, std::int64_t>> reads;
+  std::set<int> read_symbols;
+  bool read_opaque = false;
 };
 
 // Runs `invoke` on placeholders: argument i's dim d has size sizes[symbol] when it has a symbol.
-Trace run_trace(const std::string& name, std::span<const CallArg> args, InvokeRef invoke,
-                const std::vector<std::string>& arg_names,
-                const std::vector<std::vector<int>>& arg_symbols,
-                const std::vector<std::int64_t>& symbol_sizes) {
-  graph::Tracer tracer(name);
+// The trace runs under the caller's grad mode (a guard), so that the nodes the function runs
+// under NoGradGuard are recorded as such.
+CompiledFunctionCore::Trace CompiledFunctionCore::run_trace(
+    std::span<const CallArg> args, InvokeRef invoke,
+    const std::vector<std::vector<int>>& arg_symbols,
+    const std::vector<std::int64_t>& symbol_sizes) const {
+  graph::Tracer tracer(options_.name);
+  for (const nn::Module* m : options_.modules)
+    for (const auto& [name, slot] : m->named_slots()) tracer.declare_state(slot, name);
   std::vector<CallArg> traced(args.begin(), args.end());
   std::vector<Tensor> placeholders(args.size());
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (!args[i].is_tensor) continue;
     Shape shape = args[i].tensor->impl().shape;
-    for (std::size_t d = 0; d < shape.size(); ++d)
-      if (arg_symbols[i][d] >= 0) shape[d] = symbol_sizes[arg_symbols[i][d]];
-    placeholders[i] = tracer.add_argument(*args[i].tensor, static_cast<int>(i), arg_names[i],
-                                          shape, arg_symbols[i]);
+    std::vector<SymExpr> sizes;
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+      int s = arg_symbols[i][d];
+      if (s >= 0) shape[d] = symbol_sizes[s];
+      sizes.push_back(s >= 0 ? SymExpr::symbol(s) : SymExpr::constant(shape[d]));
+    }
+    placeholders[i] = tracer.add_argument(*args[i].tensor, static_cast<int>(i), arg_name(i),
+                                          shape, std::move(sizes));
     traced[i].tensor = &placeholders[i];
   }
   {
     InterceptorScope scope(&tracer);
-    NoGradGuard no_grad;
     std::vector<Tensor> outputs = invoke(traced);
     tracer.set_outputs(outputs);
   }
   traced.clear();
   placeholders.clear();
   tracer.classify_lifted();
-  return {std::move(tracer.graph()), tracer.size_reads()};
+  return {std::move(tracer.graph()), tracer.read_symbols(), tracer.read_opaque()};
 }
 
-// The symbol whose sizes in the two traces are (a, b), -2 if the size varies otherwise, -1 if
-// it does not vary.
-int symbol_for(std::int64_t a, std::int64_t b, const std::vector<std::int64_t>& s1,
-               const std::vector<std::int64_t>& s2) {
-  if (a == b) return -1;
-  for (std::size_t s = 0; s < s1.size(); ++s)
-    if (s1[s] == a && s2[s] == b) return static_cast<int>(s);
-  return -2;
-}
+namespace {
 
-bool same_constant(const Tensor& a, const Tensor& b) {
-  if (a.impl().shape != b.impl().shape || a.dtype() != b.dtype()) return false;
-  return a.to_vector<double>() == b.to_vector<double>();
-}
-
-// True when `b` (probe trace) differs from `a` only in sizes that follow symbols; then `a`'s
-// values and reshape/expand attributes are annotated with those symbols.
-bool match_traces(Graph& a, const Graph& b, const std::vector<std::int64_t>& s1,
+// True when the probe trace `b` (every symbol at another size) has the structure of `a` and
+// every size of both follows its expression: the expressions hold at two points, not just one.
+bool match_traces(const Graph& a, const Graph& b, const std::vector<std::int64_t>& s1,
                   const std::vector<std::int64_t>& s2) {
-  if (a.values.size() != b.values.size() || a.inputs.size() != b.inputs.size() ||
-      a.nodes.size() != b.nodes.size() || a.outputs != b.outputs)
-    return false;
-  for (std::size_t i = 0; i < a.inputs.size(); ++i) {
-    const auto &x = a.inputs[i], &y = b.inputs[i];
-    if (x.kind != y.kind || x.arg_index != y.arg_index || x.value != y.value) return false;
-    if (x.kind == InputKind::captured && !x.tensor.same(y.tensor)) return false;
-    if (x.kind == InputKind::constant && !same_constant(x.tensor, y.tensor)) return false;
+  if (graph::structural_difference(a, b) || a.values.size() != b.values.size()) return false;
+  for (std::size_t v = 0; v < a.values.size(); ++v) {
+    const auto& sizes = a.values[v].sizes;
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      if (sizes[d].is_opaque()) continue;  // correct while unread (reads are checked apart)
+      if (sizes[d].evaluate(s1) != a.values[v].meta.shape[d] ||
+          sizes[d].evaluate(s2) != b.values[v].meta.shape[d])
+        return false;
+    }
   }
   for (std::size_t i = 0; i < a.nodes.size(); ++i) {
-    auto& x = a.nodes[i];
-    const auto& y = b.nodes[i];
-    const OpAttrs &p = x.attrs, &q = y.attrs;
-    if (x.op != y.op || x.inputs != y.inputs || p.dims != q.dims || p.keepdim != q.keepdim ||
-        p.dim != q.dim || p.start != q.start || p.end != q.end || p.step != q.step ||
-        p.dtype != q.dtype || !(p.value == q.value) || p.shape.size() != q.shape.size())
-      return false;
-    x.shape_symbols.clear();
-    bool symbolic = false;
-    std::vector<int> shape_symbols(p.shape.size(), -1);
-    for (std::size_t d = 0; d < p.shape.size(); ++d) {
-      int s = symbol_for(p.shape[d], q.shape[d], s1, s2);
-      if (s == -2) return false;
-      shape_symbols[d] = s;
-      symbolic = symbolic || s >= 0;
-    }
-    if (symbolic) x.shape_symbols = std::move(shape_symbols);
-  }
-  for (std::size_t v = 0; v < a.values.size(); ++v) {
-    const Shape &x = a.values[v].meta.shape, &y = b.values[v].meta.shape;
-    if (x.size() != y.size() || a.values[v].meta.dtype != b.values[v].meta.dtype) return false;
-    for (std::size_t d = 0; d < x.size(); ++d)
-      a.values[v].symbols[d] = symbol_for(x[d], y[d], s1, s2);
+    const OpAttrs& attrs = a.nodes[i].attrs;
+    for (std::size_t k = 0; k < attrs.shape_exprs.size(); ++k)
+      if (attrs.shape_exprs[k].evaluate(s1) != attrs.shape[k] ||
+          attrs.shape_exprs[k].evaluate(s2) != b.nodes[i].attrs.shape[k])
+        return false;
   }
   return true;
+}
+
+// Size expressions of `g` that divide: each must come out whole in a call.
+std::vector<SymExpr> divisions(const Graph& g) {
+  std::vector<SymExpr> out;
+  auto add = [&](const SymExpr& e) {
+    if (e.denominator() != 1 && std::find(out.begin(), out.end(), e) == out.end())
+      out.push_back(e);
+  };
+  for (const auto& v : g.values)
+    for (const auto& e : v.sizes)
+      if (!e.is_opaque()) add(e);
+  for (const auto& n : g.nodes)
+    for (const auto& e : n.attrs.shape_exprs) add(e);
+  return out;
 }
 
 }  // namespace
@@ -125,6 +117,10 @@ bool match_traces(Graph& a, const Graph& b, const std::vector<std::int64_t>& s1,
 CompiledFunctionCore::CompiledFunctionCore(CompileOptions options) : options_(std::move(options)) {
   KILN_CHECK(options_.recompile_limit >= 1, "compile: recompile_limit must be >= 1, got {}",
              options_.recompile_limit);
+  if (options_.verify_every == 0)
+    if (const char* every = std::getenv("KILN_JIT_VERIFY")) options_.verify_every = std::atoi(every);
+  for (const nn::Module* m : options_.modules)
+    KILN_CHECK(m != nullptr, "compile: '{}' declares a null module", options_.name);
 }
 
 std::string CompiledFunctionCore::arg_name(std::size_t i) const {
@@ -133,8 +129,6 @@ std::string CompiledFunctionCore::arg_name(std::size_t i) const {
 
 CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const CallArg> args,
                                                              InvokeRef invoke, DimSet candidates) {
-  std::vector<std::string> names;
-  for (std::size_t i = 0; i < args.size(); ++i) names.push_back(arg_name(i));
   for (;;) {
     // Duck sizing: candidate dims of equal size share one symbol.
     std::vector<std::vector<int>> arg_symbols(args.size());
@@ -150,35 +144,27 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
         auto [it, fresh] = symbol_of_size.emplace(shape[d], static_cast<int>(s1.size()));
         if (fresh) {
           s1.push_back(shape[d]);
-          s2.push_back(shape[d] + 1009 + 17 * static_cast<std::int64_t>(s2.size()));
+          // Probe sizes: distinct, and multiples of 12 so that exact divisions by small factors
+          // seen at the traced sizes stay exact.
+          s2.push_back(12 * (shape[d] + 97 + 17 * static_cast<std::int64_t>(s2.size())));
           symbols.push_back({shape[d], static_cast<int>(i), static_cast<int>(d)});
         }
         arg_symbols[i][d] = it->second;
       }
     }
-    Trace trace = run_trace(options_.name, args, invoke, names, arg_symbols, s1);
+    Trace trace = run_trace(args, invoke, arg_symbols, s1);
     DimSet demote;
     if (!symbols.empty()) {
       bool matched = false;
       try {
-        Trace probe = run_trace(options_.name, args, invoke, names, arg_symbols, s2);
+        Trace probe = run_trace(args, invoke, arg_symbols, s2);
         matched = match_traces(trace.graph, probe.graph, s1, s2);
       } catch (const Error&) {
         matched = false;  // the function cannot run at other sizes as traced
       }
-      std::set<int> read_symbols;
-      bool read_derived = !matched;
-      for (auto [value, dim] : trace.reads) {
-        const auto& syms = trace.graph.values[value].symbols;
-        for (std::size_t d = 0; d < syms.size(); ++d) {
-          if (dim >= 0 && static_cast<std::int64_t>(d) != dim) continue;
-          if (syms[d] >= 0) read_symbols.insert(syms[d]);
-          if (syms[d] == -2) read_derived = true;
-        }
-      }
       for (const auto& c : candidates) {
         int s = arg_symbols[c.first][c.second];
-        if (read_derived || read_symbols.count(s)) demote.insert(c);
+        if (!matched || trace.read_opaque || trace.read_symbols.count(s)) demote.insert(c);
       }
     }
     if (!demote.empty()) {
@@ -189,30 +175,50 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
       continue;
     }
     Entry e;
+    e.traced = trace.graph;
+    e.traced.symbols = symbols;
     e.graph = std::move(trace.graph);
     e.graph.symbols = std::move(symbols);
+    e.arg_symbols = arg_symbols;
     graph::optimize(e.graph);
     GuardSet& gs = e.guards;
+    gs.grad_enabled = grad_enabled();
     gs.num_symbols = static_cast<int>(e.graph.symbols.size());
+    gs.whole = divisions(e.graph);
     for (std::size_t i = 0; i < args.size(); ++i) {
       gs.arg_is_tensor.push_back(args[i].is_tensor);
-      gs.arg_names.push_back(names[i]);
+      gs.arg_names.push_back(arg_name(i));
       if (!args[i].is_tensor) {
-        gs.scalars.push_back({static_cast<int>(i), args[i].scalar, names[i]});
+        gs.scalars.push_back({static_cast<int>(i), args[i].scalar, arg_name(i)});
         continue;
       }
       const Tensor& t = *args[i].tensor;
-      gs.tensors.push_back({static_cast<int>(i), Tensor(), names[i], t.device(), t.dtype(),
-                            t.impl().shape, arg_symbols[i], stride_class(t), t.requires_grad()});
+      gs.tensors.push_back({static_cast<int>(i), nullptr, Tensor(), arg_name(i), t.device(),
+                            t.dtype(), t.impl().shape, arg_symbols[i],
+                            stride_class(t.impl().shape, t.strides()), t.requires_grad()});
     }
     for (const auto& in : e.graph.inputs) {
-      if (in.kind != InputKind::captured) continue;
-      const Tensor& t = in.tensor;
-      gs.tensors.push_back({-1, t, in.name, t.device(), t.dtype(), t.impl().shape,
-                            std::vector<int>(t.dim(), -1), stride_class(t), t.requires_grad()});
+      if (in.kind != InputKind::captured && in.kind != InputKind::state) continue;
+      const Tensor& t = in.kind == InputKind::state ? *in.slot : in.tensor;
+      gs.tensors.push_back({-1, in.slot, in.kind == InputKind::captured ? t : Tensor(), in.name,
+                            t.device(), t.dtype(), t.impl().shape, std::vector<int>(t.dim(), -1),
+                            stride_class(t.impl().shape, t.strides()), t.requires_grad()});
     }
     return e;
   }
+}
+
+void CompiledFunctionCore::verify(const Entry& entry, std::span<const CallArg> args,
+                                  InvokeRef invoke,
+                                  std::span<const std::int64_t> symbol_values) const {
+  std::vector<std::int64_t> sizes(symbol_values.begin(), symbol_values.end());
+  Trace now = run_trace(args, invoke, entry.arg_symbols, sizes);
+  auto difference = graph::structural_difference(entry.traced, now.graph);
+  KILN_CHECK_AS(StaleCaptureError, !difference,
+                "compile: '{}' (KILN_JIT_VERIFY) no longer matches its trace: {}. A compiled "
+                "function uses what it captured (tensors, numbers) as it was when traced; pass "
+                "what changes as an argument, or declare modules in CompileOptions::modules",
+                options_.name, *difference);
 }
 
 void CompiledFunctionCore::report(const Entry& e, std::size_t index) const {
@@ -234,9 +240,14 @@ void CompiledFunctionCore::report(const Entry& e, std::size_t index) const {
 std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, InvokeRef invoke) {
   std::vector<std::int64_t> symbol_values;
   std::shared_ptr<const Entry> entry;
+  bool verify_now = false;
   {
     std::lock_guard lock(mutex_);
     ++stats_.calls;
+    if (options_.verify_every > 0 && stats_.calls % options_.verify_every == 0) {
+      verify_now = true;
+      ++stats_.verifications;
+    }
     for (auto& e : entries_) {
       if (e->guards.check(args, symbol_values)) {
         ++e->hits;
@@ -316,7 +327,8 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
     }
   }
   if (!entry) return invoke(args);
-  return execute(entry->graph, args, symbol_values);
+  if (verify_now) verify(*entry, args, invoke, symbol_values);
+  return run_reference(entry->graph, args, symbol_values);
 }
 
 int CompiledFunctionCore::lookup(std::span<const CallArg> args) const {

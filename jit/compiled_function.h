@@ -1,5 +1,6 @@
 // The per-function cache of compiled entries (GuardSet -> graph) behind jit::compile: guard
-// checking, tracing and retracing with explained reasons, dynamic dims, the recompile limit.
+// checking, tracing and retracing with explained reasons, dynamic dims, the recompile limit,
+// and verification of captured values.
 #pragma once
 
 #include <memory>
@@ -16,6 +17,13 @@
 #include "jit/options.h"
 
 namespace kiln::jit {
+
+// A compiled function captured a tensor or value (not declared state, not an argument) that
+// changed since it was traced: the trace still uses the old one. Raised by KILN_JIT_VERIFY.
+class StaleCaptureError : public Error {
+ public:
+  using Error::Error;
+};
 
 // A non-owning reference to "run the user's function on these arguments".
 class InvokeRef {
@@ -36,9 +44,10 @@ class InvokeRef {
 
 struct CompiledStats {
   std::int64_t calls = 0;
-  std::int64_t hits = 0;        // calls served by an existing entry
-  std::int64_t compiles = 0;    // traces that produced an entry
-  std::int64_t eager_calls = 0; // calls past the recompile limit
+  std::int64_t hits = 0;         // calls served by an existing entry
+  std::int64_t compiles = 0;     // traces that produced an entry
+  std::int64_t eager_calls = 0;  // calls past the recompile limit
+  std::int64_t verifications = 0;  // re-traces made for KILN_JIT_VERIFY
 };
 
 class CompiledFunctionCore {
@@ -61,13 +70,21 @@ class CompiledFunctionCore {
  private:
   struct Entry {
     GuardSet guards;
-    graph::Graph graph;
+    graph::Graph graph;   // optimized: what runs
+    graph::Graph traced;  // as recorded: what a verification re-trace is compared with
+    std::vector<std::vector<int>> arg_symbols;
     std::int64_t hits = 0;
     std::string reason;  // why it was traced
   };
   using DimSet = std::set<std::pair<int, int>>;  // (argument, dim)
+  struct Trace;
 
   Entry make_entry(std::span<const CallArg> args, InvokeRef invoke, DimSet dynamic);
+  Trace run_trace(std::span<const CallArg> args, InvokeRef invoke,
+                  const std::vector<std::vector<int>>& arg_symbols,
+                  const std::vector<std::int64_t>& symbol_sizes) const;
+  void verify(const Entry& entry, std::span<const CallArg> args, InvokeRef invoke,
+              std::span<const std::int64_t> symbol_values) const;
   std::string arg_name(std::size_t i) const;
   void report(const Entry& e, std::size_t index) const;
 

@@ -1,10 +1,18 @@
 // Guard checking. The pass path allocates nothing; reasons are formatted only on failure.
 #include "jit/guards.h"
 
+#include "runtime/grad_mode.h"
+
 namespace kiln::jit {
 
 
 namespace {
+
+std::string symbols_str(const std::vector<std::int64_t>& values) {
+  std::vector<std::string> parts;
+  for (std::size_t s = 0; s < values.size(); ++s) parts.push_back(fmt::format("s{} = {}", s, values[s]));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
 
 bool fail(GuardFailure* failure, GuardFailure::Kind kind, std::string reason, int passed) {
   if (failure) {
@@ -33,9 +41,21 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
                               arg_is_tensor[i] ? "tensor" : "scalar",
                               args[i].is_tensor ? "tensor" : "scalar"),
                   passed);
+  ++passed;
+  if (kiln::grad_enabled() != grad_enabled)
+    return fail(failure, Kind::grad_mode,
+                fmt::format("grad mode mismatch: expected {}, actual {}",
+                            grad_enabled ? "enabled" : "disabled",
+                            grad_enabled ? "disabled" : "enabled"),
+                passed);
   symbol_values.assign(num_symbols, -1);
   for (const TensorGuard& g : tensors) {
-    const Tensor& t = g.arg_index >= 0 ? *args[g.arg_index].tensor : g.captured;
+    const Tensor& t = g.arg_index >= 0 ? *args[g.arg_index].tensor : g.slot ? *g.slot : g.captured;
+    if (!t.defined())
+      return fail(failure, Kind::undefined,
+                  fmt::format("tensor '{}' is undefined (declared state must hold a tensor)",
+                              g.name),
+                  passed);
     const TensorImpl& impl = *t.impl_ptr();
     Device device = impl.storage->device();
     if (device != g.device)
@@ -82,7 +102,7 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
       }
     }
     ++passed;
-    StrideClass sc = stride_class(impl);
+    StrideClass sc = stride_class(impl.shape, impl.strides);
     if (sc != g.strides)
       return fail(failure, Kind::strides,
                   fmt::format("tensor '{}' stride mismatch: expected {}, actual {}", g.name,
@@ -104,17 +124,25 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
                               actual),
                   passed);
   }
+  for (const SymExpr& e : whole) {
+    ++passed;
+    if (!e.evaluate(symbol_values))
+      return fail(failure, Kind::divisibility,
+                  fmt::format("size {} is not a whole number with {}", e.str(),
+                              symbols_str(symbol_values)),
+                  passed);
+  }
   return true;
 }
 
 std::size_t GuardSet::count() const {
-  std::size_t n = 1 + arg_is_tensor.size() + scalars.size();
+  std::size_t n = 2 + arg_is_tensor.size() + scalars.size() + whole.size();
   for (const auto& g : tensors) n += 5 + g.sizes.size();
   return n;
 }
 
 std::string GuardSet::str() const {
-  std::string out;
+  std::string out = fmt::format("  grad mode: {}\n", grad_enabled ? "enabled" : "disabled");
   for (const TensorGuard& g : tensors) {
     std::vector<std::string> dims;
     for (std::size_t d = 0; d < g.sizes.size(); ++d)
@@ -123,11 +151,12 @@ std::string GuardSet::str() const {
     out += fmt::format(
         "  tensor '{}'{}: device={} dtype={} sizes=[{}] strides={} "
         "requires_grad={}\n",
-        g.name, g.arg_index < 0 ? " (captured)" : "", g.device.str(), g.dtype,
+        g.name, g.arg_index >= 0 ? "" : g.slot ? " (state)" : " (captured)", g.device.str(), g.dtype,
         fmt::join(dims, ", "), stride_class_name(g.strides), g.requires_grad);
   }
   for (const ScalarGuard& g : scalars)
     out += fmt::format("  scalar '{}': value == {}\n", g.name, g.value);
+  for (const SymExpr& e : whole) out += fmt::format("  size {} is a whole number\n", e.str());
   return out;
 }
 

@@ -1,22 +1,24 @@
-// A GuardSet states what one trace assumed about a call: for each tensor (argument or captured)
-// its device, dtype, rank, sizes (static, or symbolic >= 2), stride class and requires_grad; for
-// each scalar argument its value. Checked in that fixed order, stopping at the first failure,
-// whose reason reads like PyTorch's: "tensor 'x' size mismatch at index 0: expected 3, actual 4".
+// A GuardSet states what one trace assumed about a call: the grad mode; for each tensor
+// (argument, declared state or captured) its device, dtype, rank, sizes (static, or symbolic
+// >= 2), stride class and requires_grad; for each scalar argument its value; and that every
+// symbolic size the graph divides is a whole number. Checked in that fixed order, stopping at
+// the first failure, whose reason reads like PyTorch's: "tensor 'x' size mismatch at index 0:
+// expected 3, actual 4".
 #pragma once
 
 #include <span>
 #include <string>
 #include <vector>
 
-#include "graph/stride_class.h"
 #include "jit/call_args.h"
+#include "runtime/tensor.h"
 
 namespace kiln::jit {
 
-
 struct TensorGuard {
-  int arg_index = -1;  // the call argument, or -1 for a captured tensor
-  Tensor captured;     // read when arg_index == -1
+  int arg_index = -1;            // the call argument, or -1
+  const Tensor* slot = nullptr;  // declared state: the slot read on every call
+  Tensor captured;               // read when neither of the above
   std::string name;
   Device device;
   DType dtype = DType::f32;
@@ -34,7 +36,10 @@ struct ScalarGuard {
 
 // What kind of guard failed, and where (for automatic dynamic dims).
 struct GuardFailure {
-  enum class Kind { none, signature, device, dtype, rank, size, strides, requires_grad, scalar };
+  enum class Kind {
+    none, signature, grad_mode, undefined, device, dtype, rank, size, strides, requires_grad,
+    scalar, divisibility
+  };
   Kind kind = Kind::none;
   std::string reason;
   int passed = 0;  // checks that passed before this one: the larger, the closer the entry
@@ -44,8 +49,10 @@ class GuardSet {
  public:
   std::vector<bool> arg_is_tensor;  // the call signature
   std::vector<std::string> arg_names;
+  bool grad_enabled = true;
   std::vector<TensorGuard> tensors;
   std::vector<ScalarGuard> scalars;
+  std::vector<SymExpr> whole;  // size expressions with a denominator: must divide evenly
   int num_symbols = 0;
 
   // True when every guard passes; then `symbol_values` holds each symbol's size in this call.

@@ -4,6 +4,10 @@
 #include <string>
 #include <vector>
 
+namespace kiln::nn {
+class Module;
+}
+
 namespace kiln::jit {
 
 enum class DynamicMode {
@@ -19,6 +23,13 @@ struct CompileOptions {
   DynamicMode dynamic = DynamicMode::automatic;
   bool error_on_recompile = false;        // any retrace after the first is a kiln::Error
   bool error_on_recompile_limit = false;  // past the limit: a kiln::Error, not eager fallback
+  // The state the function reads: these modules' parameter and buffer slots are read on every
+  // call (guarded on their metadata), so a reassigned or reloaded parameter is used. Anything
+  // else the function captures is a constant of the trace. The modules must outlive it.
+  std::vector<const nn::Module*> modules;
+  // Every N-th call re-traces the function and raises StaleCaptureError if what it captured
+  // changed; 0 takes KILN_JIT_VERIFY from the environment (unset: never).
+  int verify_every = 0;
 };
 
 }  // namespace kiln::jit

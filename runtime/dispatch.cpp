@@ -1,17 +1,16 @@
-// Device routing for primitive ops, and the device-independent view ops.
+// Device routing for primitive ops, and the device-independent view and transfer ops.
 #include "runtime/dispatch.h"
 
 #include <array>
 
-#include "runtime/cpu/kernels.h"
 #include "runtime/trace_hooks.h"
 
 namespace kiln {
 
 namespace {
 
-std::array<BackendFn, 2>& backends() {
-  static std::array<BackendFn, 2> table{};
+std::array<Backend*, 2>& backends() {
+  static std::array<Backend*, 2> table{};
   return table;
 }
 
@@ -19,7 +18,7 @@ Tensor run_view(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta
   const Strides& st = x.strides();
   switch (op) {
     case OpId::reshape: {
-      ViewStrides vs = view_strides(x.shape(), st, out.shape);
+      ViewStrides vs = view_strides(x.impl().shape, st, out.shape);
       if (vs.ok) return make_view(x, out.shape, vs.strides, x.offset());
       // Not expressible as a view: copy, then view the contiguous copy.
       Tensor c = dispatch1(OpId::copy, {&x, 1}, {});
@@ -32,9 +31,9 @@ Tensor run_view(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta
     }
     case OpId::expand: {
       Strides s(out.shape.size(), 0);
-      std::size_t lead = out.shape.size() - x.shape().size();
+      std::size_t lead = out.shape.size() - x.impl().shape.size();
       for (std::size_t i = lead; i < out.shape.size(); ++i)
-        s[i] = x.shape()[i - lead] == out.shape[i] ? st[i - lead] : 0;
+        s[i] = x.impl().shape[i - lead] == out.shape[i] ? st[i - lead] : 0;
       return make_view(x, out.shape, s, x.offset());
     }
     case OpId::slice: {
@@ -43,21 +42,30 @@ Tensor run_view(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta
       s[d] *= attrs.step;
       return make_view(x, out.shape, s, x.offset() + attrs.start * st[d]);
     }
+    case OpId::detach: {
+      Tensor d = make_view(x, out.shape, st, x.offset());
+      d.impl().is_view = x.impl().is_view;  // the same tensor's data, not a new view of it
+      return d;
+    }
     default: break;
   }
   throw Error(fmt::format("{}: not a view op", op));
 }
 
-std::vector<std::string> metas_shapes(const std::vector<TensorMeta>& metas) {
-  std::vector<std::string> out;
-  for (const auto& m : metas) out.push_back(shape_str(m.shape));
-  return out;
-}
+// The backend that moves data between `a` and `b`: the non-CPU one, if any.
+Backend& mover(Device a, Device b) { return backend_for(a.is_cpu() ? b.type : a.type); }
 
 }  // namespace
 
-void register_backend(Device::Type type, BackendFn fn) {
-  backends()[static_cast<std::size_t>(type)] = fn;
+void register_backend(Device::Type type, Backend* backend) {
+  backends()[static_cast<std::size_t>(type)] = backend;
+}
+
+Backend& backend_for(Device::Type type) {
+  Backend* b = backends()[static_cast<std::size_t>(type)];
+  KILN_CHECK(b != nullptr, "no backend is registered for {} tensors in this build",
+             Device{type, 0}.str());
+  return *b;
 }
 
 void copy_data(const Tensor& dst, const Tensor& src) {
@@ -66,16 +74,20 @@ void copy_data(const Tensor& dst, const Tensor& src) {
   Shape shape = broadcast_shapes(dst.shape(), src.shape(), "copy_");
   KILN_CHECK_AS(ShapeError, shape == dst.shape(), "copy_: source shape {} does not broadcast to {}",
                 shape_str(src.shape()), shape_str(dst.shape()));
-  KILN_CHECK(dst.device().is_cpu() && src.device().is_cpu(),
-             "copy_: copies between {} and {} are not available in this build", src.device().str(),
-             dst.device().str());
   Tensor s = src;
   if (src.shape() != shape) {
     OpAttrs attrs;
     attrs.shape = shape;
     s = dispatch1(OpId::expand, {&src, 1}, attrs);
   }
-  cpu::copy_into(dst, s);
+  mover(dst.device(), s.device()).copy_into(dst, s);
+}
+
+Tensor transfer(const Tensor& t, Device device) {
+  KILN_OP_SCOPE;
+  Tensor out = empty(t.shape(), t.dtype(), device);
+  if (t.numel() > 0) mover(t.device(), device).copy_into(out, t);
+  return out;
 }
 
 std::vector<TensorMeta> metas_of(std::span<const Tensor> inputs) {
@@ -95,14 +107,18 @@ std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const OpAt
   for (const auto& t : inputs)
     KILN_CHECK(t.device() == device, "{}: inputs are on different devices ({} and {})", op,
                device.str(), t.device().str());
-  if (OpInterceptor* tracer = active_interceptor()) return tracer->intercept(op, inputs, attrs, outputs);
-  if (op_class(op) == OpClass::view) return {run_view(op, inputs[0], attrs, outputs[0])};
-  BackendFn fn = backends()[static_cast<std::size_t>(device.type)];
-  KILN_CHECK(fn != nullptr,
-             "{}: no kernels for {} tensors in this build (shapes {}); CUDA kernels come from the "
-             "code generator, which is not here yet: copy to the host with to(Device::cpu())",
-             op, device.str(), fmt::join(metas_shapes(metas), ", "));
-  return fn(op, inputs, attrs, outputs);
+  if (OpInterceptor* tracer = active_interceptor())
+    return tracer->intercept(op, inputs, attrs, outputs);
+  switch (op_class(op)) {
+    case OpClass::view: return {run_view(op, inputs[0], attrs, outputs[0])};
+    case OpClass::transfer: return {transfer(inputs[0], attrs.device)};
+    default: return backend_for(device.type).run(op, inputs, attrs, outputs);
+  }
+}
+
+Tensor dispatch1(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
+  KILN_CHECK(num_outputs(op) == 1, "{}: has {} outputs; use dispatch", op, num_outputs(op));
+  return dispatch(op, inputs, attrs)[0];
 }
 
 }  // namespace kiln

@@ -1,30 +1,24 @@
-// The one dispatch point of kiln: runs a primitive op on the device of its inputs, without
-// autograd (autograd/ wraps this). Views are device-independent and handled here; everything
-// else goes to the backend registered for the device type.
+// The one dispatch point of kiln: validates a primitive op's inputs, infers its outputs, and runs
+// it without autograd (autograd/record.h wraps this) on the backend of its inputs' device, or
+// hands it to the tracer while a function is being traced. Views and transfers are
+// device-independent and handled here.
 #pragma once
 
 #include <span>
 #include <vector>
 
-#include "runtime/op.h"
-#include "runtime/tensor.h"
+#include "runtime/backend.h"
 
 namespace kiln {
 
-using BackendFn = std::vector<Tensor> (*)(OpId op, std::span<const Tensor> inputs,
-                                          const OpAttrs& attrs,
-                                          std::span<const TensorMeta> outputs);
-
-// Installs the kernels for a device type (the CPU backend registers itself).
-void register_backend(Device::Type type, BackendFn fn);
-
 std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs);
-inline Tensor dispatch1(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
-  return dispatch(op, inputs, attrs)[0];
-}
+// For ops with a single output.
+Tensor dispatch1(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs);
 
-// Writes `src` (converted and broadcast as needed) into the memory of `dst`.
+// Writes `src` (converted and broadcast as needed) into the memory of `dst`, on any devices.
 void copy_data(const Tensor& dst, const Tensor& src);
+// A contiguous copy of `t` on `device` (no autograd; Tensor::to(Device) records one).
+Tensor transfer(const Tensor& t, Device device);
 
 std::vector<TensorMeta> metas_of(std::span<const Tensor> inputs);
 

@@ -44,10 +44,10 @@ DType promote_types(DType a, DType b) {
   return itemsize(a) >= itemsize(b) ? a : b;
 }
 
-DType scalar_result_type(DType t, bool scalar_is_integral) {
-  int scalar_category = scalar_is_integral ? 1 : 2;
+DType scalar_result_type(DType t, Scalar::Kind kind) {
+  int scalar_category = static_cast<int>(kind);  // boolean 0, integer 1, floating 2
   if (category(t) >= scalar_category) return t;
-  return scalar_is_integral ? DType::i64 : DType::f32;
+  return kind == Scalar::Kind::integer ? DType::i64 : DType::f32;
 }
 
 }  // namespace kiln

@@ -4,8 +4,9 @@
 // - Same category: the wider type wins (i32+i64 -> i64, f16+f32 -> f32, f32+f64 -> f64).
 // - f16 with bf16 -> f32 (neither holds the other).
 // - Different categories: the higher category's type (i64 + f16 -> f16, bool + i32 -> i32).
-// - A C++ scalar adopts the tensor's dtype unless its category is higher: int tensor * 0.5 ->
-//   f32, bool tensor + 1 -> i64 (PyTorch's "wrapped number" rule).
+// - A C++ number (runtime/scalar.h) adopts the tensor's dtype unless its category is higher:
+//   i32 tensor * 3 -> i32, i32 tensor * 3.0 -> f32, bool tensor + 1 -> i64 (PyTorch's
+//   "wrapped number" rule; the category is how the number was written, not its value).
 // f16 and bf16 are storage types: ops compute on them in f32 and round the result once.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include <string_view>
 
 #include "runtime/error.h"
+#include "runtime/scalar.h"
 
 namespace kiln {
 
@@ -33,8 +35,8 @@ inline bool is_floating(DType t) {
 }
 inline bool is_integral(DType t) { return t == DType::i32 || t == DType::i64; }
 DType promote_types(DType a, DType b);
-// The dtype a C++ scalar takes when combined with a tensor of dtype `t` (see the file comment).
-DType scalar_result_type(DType t, bool scalar_is_integral);
+// The dtype a C++ number of kind `kind` takes next to a tensor of dtype `t` (see above).
+DType scalar_result_type(DType t, Scalar::Kind kind);
 // The dtype CPU kernels compute in: f16/bf16 widen to f32, everything else is itself.
 inline DType compute_dtype(DType t) {
   return (t == DType::f16 || t == DType::bf16) ? DType::f32 : t;

@@ -7,16 +7,20 @@
 
 namespace kiln {
 
-Tensor full(const Shape& shape, double value, DType dtype) {
+Tensor full(const Shape& shape, Scalar value, DType dtype) {
   Tensor out = empty(shape, dtype);
-  Tensor v = empty({}, DType::f64);
-  *v.data<double>() = value;
+  // Integers go through i64 so that large values stay exact.
+  Tensor v = value.is_floating() ? empty({}, DType::f64) : empty({}, DType::i64);
+  if (value.is_floating())
+    *v.data<double>() = value.to_double();
+  else
+    *v.data<std::int64_t>() = value.to_int();
   cpu::copy_into(out, make_view(v, shape, Strides(shape.size(), 0), 0));
   return out;
 }
 Tensor zeros(const Shape& shape, DType dtype) { return empty(shape, dtype); }
-Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
-Tensor scalar_tensor(double value, DType dtype) { return full({}, value, dtype); }
+Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1, dtype); }
+Tensor scalar_tensor(Scalar value, DType dtype) { return full({}, value, dtype); }
 
 Tensor arange(double start, double end, double step, DType dtype) {
   KILN_CHECK(step != 0, "arange: step must be nonzero");
@@ -25,7 +29,7 @@ Tensor arange(double start, double end, double step, DType dtype) {
   auto n = static_cast<std::int64_t>(std::ceil((end - start) / step));
   std::vector<double> values(std::max<std::int64_t>(n, 0));
   for (std::int64_t i = 0; i < n; ++i) values[i] = start + static_cast<double>(i) * step;
-  return from_vector(values).to(dtype);
+  return cpu::materialize(from_vector(values), {static_cast<std::int64_t>(values.size())}, dtype);
 }
 
 Tensor linspace(double start, double end, std::int64_t steps, DType dtype) {
@@ -37,7 +41,7 @@ Tensor linspace(double start, double end, std::int64_t steps, DType dtype) {
   for (std::int64_t i = 0; i < steps; ++i)
     values[i] = i < steps / 2 || steps == 1 ? start + delta * static_cast<double>(i)
                                             : end - delta * static_cast<double>(steps - 1 - i);
-  return from_vector(values).to(dtype);
+  return cpu::materialize(from_vector(values), {steps}, dtype);
 }
 
 Tensor eye(std::int64_t n, std::int64_t m, DType dtype) {
@@ -46,7 +50,7 @@ Tensor eye(std::int64_t n, std::int64_t m, DType dtype) {
   Tensor out = empty({n, m}, DType::f64);
   double* p = out.data<double>();
   for (std::int64_t i = 0; i < std::min(n, m); ++i) p[i * m + i] = 1.0;
-  return out.to(dtype);
+  return cpu::materialize(out, {n, m}, dtype);
 }
 
 template <typename T>
@@ -67,8 +71,13 @@ template Tensor from_vector(const std::vector<bf16>&, const Shape&);
 template Tensor from_vector(const std::vector<float>&, const Shape&);
 template Tensor from_vector(const std::vector<double>&, const Shape&);
 
+Tensor convert(const Tensor& t, DType dtype) {
+  KILN_CHECK(t.device().is_cpu(), "convert: expects a host tensor, got one on {}", t.device().str());
+  return cpu::materialize_copy(t, dtype);
+}
+
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
-Tensor full_like(const Tensor& t, double value) { return full(t.shape(), value, t.dtype()); }
+Tensor full_like(const Tensor& t, Scalar value) { return full(t.shape(), value, t.dtype()); }
 
 }  // namespace kiln

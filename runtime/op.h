@@ -1,62 +1,142 @@
-// The primitive ops every backend implements, their attributes, and their shape/dtype
-// inference. Composites (softmax, layer_norm, ...) are written with these in autograd/.
+// The primitive ops: their ids and facts (derived from the one table, runtime/ops.def), their
+// attributes, and their shape/dtype inference. Composites (layer_norm, cross_entropy, ...) are
+// written with these in autograd/.
 #pragma once
 
+#include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "runtime/device.h"
 #include "runtime/dtype.h"
 #include "runtime/shape.h"
+#include "runtime/sym_int.h"
 
 namespace kiln {
 
-// Unary elementwise ops. The "float" ones compute in floating point: an integer or bool input
-// yields f32, as in PyTorch.
-#define KILN_UNARY_FLOAT_OPS(X) \
-  X(exp) X(log) X(log1p) X(expm1) X(sqrt) X(rsqrt) X(reciprocal) X(sin) X(cos) X(tanh) \
-  X(sigmoid) X(gelu) X(gelu_tanh) X(silu) X(erf)
-#define KILN_UNARY_OPS(X) KILN_UNARY_FLOAT_OPS(X) X(neg) X(abs) X(relu) X(sign) X(logical_not)
-#define KILN_BINARY_ARITH_OPS(X) X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum)
-#define KILN_BINARY_COMPARE_OPS(X) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
-#define KILN_BINARY_LOGICAL_OPS(X) X(logical_and) X(logical_or)
-#define KILN_BINARY_OPS(X) \
-  KILN_BINARY_ARITH_OPS(X) KILN_BINARY_COMPARE_OPS(X) KILN_BINARY_LOGICAL_OPS(X)
-#define KILN_REDUCTION_OPS(X) X(sum) X(prod) X(amax) X(amin) X(argmax) X(argmin)
-#define KILN_VIEW_OPS(X) X(reshape) X(permute) X(expand) X(slice)
-#define KILN_OTHER_OPS(X) \
-  X(cast) X(copy) X(where) X(matmul) X(gather) X(index_select) X(scatter_add) X(index_add) \
-  X(cat) X(pad)
-#define KILN_ALL_OPS(X) \
-  KILN_UNARY_OPS(X) KILN_BINARY_OPS(X) KILN_REDUCTION_OPS(X) KILN_VIEW_OPS(X) KILN_OTHER_OPS(X)
-
-enum class OpId {
-#define KILN_OP_ENUM(name) name,
-  KILN_ALL_OPS(KILN_OP_ENUM)
-#undef KILN_OP_ENUM
+enum class OpId : std::uint8_t {
+#define KILN_OP(name, ...) name,
+#include "runtime/ops.def"
+#undef KILN_OP
 };
 
-enum class OpClass { elementwise, reduction, view, index, matmul, other };
+// What an op does to data, as the fuser sees it.
+enum class OpClass : std::uint8_t {
+  elementwise,    // out[i] depends on inputs at i (broadcast) and on i itself
+  reduction,      // folds dims away
+  scan,           // prefix operations along a dim
+  normalization,  // a reduction over a dim broadcast back over it (softmax)
+  view,           // no data movement: a new shape/strides over the same storage
+  index,          // data-dependent addressing
+  matmul,
+  movement,  // copies with index arithmetic (cat, pad)
+  transfer,  // between devices
+};
 
-std::string_view op_name(OpId op);
-OpClass op_class(OpId op);
-bool is_unary(OpId op);
-bool is_binary(OpId op);
+// How an elementwise op types its output.
+enum class DTypeRule : std::uint8_t {
+  same,              // the input's dtype
+  to_floating,       // the input's dtype if floating, else f32
+  to_bool,           // bool
+  promote,           // the promoted dtype of the inputs (runtime/dtype.h)
+  promote_floating,  // promote, then f32 if not floating (true division)
+  custom,            // the op's own rule
+};
 
-// Attributes of an op call; each op reads the fields its comment names.
+// Whether an op's output carries gradient to its inputs.
+enum class Grad : std::uint8_t {
+  none,        // never requires grad (comparisons, argmax, detach)
+  zero,        // differentiable with a zero gradient everywhere (sign, floor, ...)
+  derivative,  // a derivative rule (autograd/derivatives.cpp)
+};
+
+// The OpAttrs fields an op reads, as a bit set.
+using AttrSet = std::uint16_t;
+namespace attr {
+inline constexpr AttrSet none = 0;
+inline constexpr AttrSet dims = 1 << 0;       // reductions: dims; permute: order; pad: pairs
+inline constexpr AttrSet shape = 1 << 1;      // reshape, expand: target shape
+inline constexpr AttrSet keepdim = 1 << 2;    // reductions
+inline constexpr AttrSet dim = 1 << 3;        // one dim
+inline constexpr AttrSet range = 1 << 4;      // slice: start, end, step
+inline constexpr AttrSet value = 1 << 5;      // pad: fill value
+inline constexpr AttrSet dtype = 1 << 6;      // cast: target dtype
+inline constexpr AttrSet device = 1 << 7;     // to_device: target device
+inline constexpr AttrSet diagonal = 1 << 8;   // tril, triu
+inline constexpr AttrSet beta = 1 << 9;       // softplus
+inline constexpr AttrSet threshold = 1 << 10; // softplus
+inline constexpr AttrSet reverse = 1 << 11;   // cumsum
+}  // namespace attr
+
+// Which inputs (bits 0-3) and outputs (bits 4-7) a derivative reads the values of.
+using SavedSet = std::uint8_t;
+namespace saved {
+inline constexpr SavedSet none = 0;
+inline constexpr SavedSet in0 = 1 << 0, in1 = 1 << 1, in2 = 1 << 2;
+inline constexpr SavedSet out0 = 1 << 4, out1 = 1 << 5;
+inline constexpr bool input(SavedSet s, std::size_t i) { return i < 4 && (s >> i & 1); }
+inline constexpr bool output(SavedSet s, std::size_t i) { return i < 4 && (s >> (4 + i) & 1); }
+}  // namespace saved
+
+// One row of the op table.
+struct OpDef {
+  std::string_view name;
+  OpClass op_class;
+  int arity;  // -1: any number
+  int num_outputs;
+  AttrSet attrs;
+  DTypeRule dtype_rule;
+  Grad grad;
+  SavedSet saved;
+};
+
+inline constexpr OpDef kOpTable[] = {
+#define KILN_OP(name, op_class, arity, outputs, attrs, dtype_rule, grad, saved) \
+  {#name, OpClass::op_class, arity, outputs, attrs, DTypeRule::dtype_rule, Grad::grad, saved},
+#include "runtime/ops.def"
+#undef KILN_OP
+};
+inline constexpr std::size_t kNumOps = std::size(kOpTable);
+
+inline const OpDef& op_def(OpId op) { return kOpTable[static_cast<std::size_t>(op)]; }
+inline std::string_view op_name(OpId op) { return op_def(op).name; }
+inline OpClass op_class(OpId op) { return op_def(op).op_class; }
+inline int num_outputs(OpId op) { return op_def(op).num_outputs; }
+inline bool is_differentiable(OpId op) { return op_def(op).grad != Grad::none; }
+// Every op, in table order (for sweeps over the table).
+std::span<const OpId> all_ops();
+std::string_view op_class_name(OpClass c);
+
+// Attributes of an op call; each op reads the fields its table row names (attr::*).
 struct OpAttrs {
-  std::vector<std::int64_t> dims;  // reductions: dims; permute: permutation; pad: (lo, hi) pairs
-  Shape shape;                     // reshape, expand: target shape
-  bool keepdim = false;            // reductions
-  std::int64_t dim = 0;            // slice, gather, index_select, scatter_add, index_add, cat
-  std::int64_t start = 0, end = 0, step = 1;  // slice (already clamped)
-  double value = 0.0;                          // pad: fill value
-  DType dtype = DType::f32;                    // cast: target dtype
+  std::vector<std::int64_t> dims;
+  Shape shape;
+  // While tracing: the size expression of each entry of `shape` (empty when all are static).
+  std::vector<SymExpr> shape_exprs;
+  bool keepdim = false;
+  std::int64_t dim = 0;
+  std::int64_t start = 0, end = 0, step = 1;  // already clamped
+  double value = 0.0;
+  DType dtype = DType::f32;
+  Device device;
+  std::int64_t diagonal = 0;
+  double beta = 1.0, threshold = 20.0;
+  bool reverse = false;
 };
+
+// Equality and hashing over the fields `op` reads (graph CSE, trace comparison); a double
+// compares by its bits, so NaN equals NaN and -0.0 differs from 0.0. Symbolic shapes compare
+// by expression.
+bool attrs_equal(OpId op, const OpAttrs& a, const OpAttrs& b);
+std::size_t attrs_hash(OpId op, const OpAttrs& a);
+// "dims=[1], keepdim=true": the fields `op` reads, in a fixed order (empty when none).
+std::string attrs_str(OpId op, const OpAttrs& a);
 
 struct TensorMeta {
   Shape shape;
-  DType dtype;
+  DType dtype = DType::f32;
 };
 
 // Validates the inputs of `op` and returns the shape and dtype of each output. Errors name the

@@ -73,7 +73,7 @@ Tensor rand(const Shape& shape, DType dtype, Generator* gen) {
   auto words = random_words(numel(shape), gen);
   std::vector<double> values(words.size());
   for (std::size_t i = 0; i < words.size(); ++i) values[i] = to_unit(words[i], dtype);
-  return from_vector(values, shape).to(dtype);
+  return convert(from_vector(values, shape), dtype);
 }
 
 Tensor randn(const Shape& shape, DType dtype, Generator* gen) {
@@ -89,7 +89,7 @@ Tensor randn(const Shape& shape, DType dtype, Generator* gen) {
     values[i] = r * std::cos(2 * std::numbers::pi * u2);
     if (i + 1 < n) values[i + 1] = r * std::sin(2 * std::numbers::pi * u2);
   }
-  return from_vector(values, shape).to(dtype);
+  return convert(from_vector(values, shape), dtype);
 }
 
 Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dtype,
@@ -104,7 +104,7 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dt
     std::uint64_t w = (static_cast<std::uint64_t>(words[2 * i]) << 32) | words[2 * i + 1];
     values[i] = low + static_cast<std::int64_t>(w % range);
   }
-  return from_vector(values, shape).to(dtype);
+  return convert(from_vector(values, shape), dtype);
 }
 
 }  // namespace kiln

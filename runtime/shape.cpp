@@ -110,6 +110,37 @@ ViewStrides view_strides(const Shape& shape, const Strides& strides, const Shape
   return result;
 }
 
+bool is_contiguous(const Shape& shape, const Strides& strides) {
+  std::int64_t expected = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+StrideClass stride_class(const Shape& shape, const Strides& strides) {
+  if (is_contiguous(shape, strides)) return StrideClass::contiguous;
+  if (shape.size() >= 2) {
+    Shape s = shape;
+    Strides st = strides;
+    std::swap(s[s.size() - 1], s[s.size() - 2]);
+    std::swap(st[st.size() - 1], st[st.size() - 2]);
+    if (is_contiguous(s, st)) return StrideClass::transposed;
+  }
+  return StrideClass::general;
+}
+
+std::string_view stride_class_name(StrideClass c) {
+  switch (c) {
+    case StrideClass::contiguous: return "contiguous";
+    case StrideClass::transposed: return "transposed";
+    case StrideClass::general: return "general";
+  }
+  return "?";
+}
+
 Shape infer_reshape(const Shape& shape, Shape target, std::string_view op) {
   std::int64_t known = 1;
   int infer_at = -1;

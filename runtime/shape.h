@@ -35,6 +35,15 @@ struct ViewStrides {
 };
 ViewStrides view_strides(const Shape& shape, const Strides& strides, const Shape& new_shape);
 
+// Row-major contiguity; the strides of size-1 dims do not matter.
+bool is_contiguous(const Shape& shape, const Strides& strides);
+
+// The memory layout classes that graphs record and guards check: row-major contiguous, a
+// transposed matrix or batch of them (contiguous once the last two dims swap), or anything else.
+enum class StrideClass : std::uint8_t { contiguous, transposed, general };
+StrideClass stride_class(const Shape& shape, const Strides& strides);
+std::string_view stride_class_name(StrideClass c);
+
 // Resolves one -1 in a reshape target; ShapeError if numel differs.
 Shape infer_reshape(const Shape& shape, Shape target, std::string_view op);
 

@@ -1,7 +1,7 @@
 // Tensor metadata, host data access and printing. Ops live in autograd/ops.cpp.
 #include "runtime/tensor.h"
 
-#include "runtime/cuda_memory.h"
+#include "runtime/dispatch.h"
 #include "runtime/trace_hooks.h"
 
 #include <cstdlib>
@@ -24,22 +24,21 @@ TensorImpl& Tensor::impl() const {
   return *impl_;
 }
 
-std::int64_t Tensor::size(std::int64_t d) const {
+SymInt Tensor::size(std::int64_t d) const {
   d = normalize_dim(d, dim(), "size");
-  note_size_read(d);
-  return impl().shape[d];
+  std::int64_t value = impl().shape[d];
+  if (impl().trace_value < 0) return SymInt(value);
+  return SymInt(value, traced_size_expr(*impl_, d));
 }
 
-bool Tensor::is_contiguous() const {
-  const Shape& s = impl().shape;
-  std::int64_t expected = 1;
-  for (std::size_t i = s.size(); i-- > 0;) {
-    if (s[i] == 1) continue;
-    if (strides()[i] != expected) return false;
-    expected *= s[i];
-  }
-  return true;
+SymShape Tensor::sym_shape() const {
+  SymShape out;
+  out.reserve(impl().shape.size());
+  for (std::int64_t d = 0; d < dim(); ++d) out.push_back(size(d));
+  return out;
 }
+
+bool Tensor::is_contiguous() const { return kiln::is_contiguous(impl().shape, impl().strides); }
 
 void* Tensor::raw_data() const {
   check_not_traced(*this, "data access");
@@ -91,7 +90,7 @@ void for_each_offset(const Shape& shape, const Strides& strides, Fn&& fn) {
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
   check_not_traced(*this, "to_vector");
-  if (!device().is_cpu()) return to(Device::cpu()).to_vector<T>();
+  if (!device().is_cpu()) return transfer(*this, Device::cpu()).to_vector<T>();
   std::vector<T> out;
   out.reserve(numel());
   visit_dtype(dtype(), [&](auto tag) {
@@ -125,7 +124,7 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
     KILN_CHECK_AS(ShapeError, d >= 0, "empty: negative size in shape {}", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
   std::size_t nbytes = static_cast<std::size_t>(numel(shape)) * itemsize(dtype);
-  impl->storage = device.is_cpu() ? Storage::allocate_cpu(nbytes) : allocate_cuda_storage(nbytes, device);
+  impl->storage = backend_for(device.type).allocate(nbytes, device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

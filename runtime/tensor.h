@@ -11,8 +11,10 @@
 
 #include "runtime/device.h"
 #include "runtime/dtype.h"
+#include "runtime/scalar.h"
 #include "runtime/shape.h"
 #include "runtime/storage.h"
+#include "runtime/sym_int.h"
 
 namespace kiln {
 
@@ -42,8 +44,11 @@ struct TensorImpl {
   std::uint64_t dynamic_dims = 0;
 };
 
-// Tells an active tracer that user code read a size of a traced tensor (runtime/trace_hooks.h).
-void report_size_read(const TensorImpl& impl, std::int64_t dim);
+// Tells an active tracer that user code read the whole shape of a traced tensor
+// (runtime/trace_hooks.h).
+void report_shape_read(const TensorImpl& impl);
+// The size expression of dim `dim` of a traced tensor (a constant outside tracing).
+SymExpr traced_size_expr(const TensorImpl& impl, std::int64_t dim);
 
 class Tensor {
  public:
@@ -52,15 +57,18 @@ class Tensor {
 
   // ---- metadata ----
   bool defined() const { return impl_ != nullptr; }
-  // Reading sizes of a traced tensor is noted: it may specialize dynamic dims.
+  // The sizes as plain integers. While tracing this is a read of every dim, which specializes
+  // dynamic dims; size() and sym_shape() keep them symbolic (runtime/sym_int.h).
   const Shape& shape() const {
-    note_size_read(-1);
+    note_shape_read();
     return impl().shape;
   }
-  std::int64_t size(std::int64_t dim) const;
+  // One size, symbolic while tracing: `x.reshape({x.size(0) * 2, -1})` keeps dim 0 dynamic.
+  SymInt size(std::int64_t dim) const;
+  SymShape sym_shape() const;
   std::int64_t dim() const { return static_cast<std::int64_t>(impl().shape.size()); }
   std::int64_t numel() const {
-    note_size_read(-1);
+    note_shape_read();
     return kiln::numel(impl().shape);
   }
   const Strides& strides() const { return impl().strides; }
@@ -108,19 +116,22 @@ class Tensor {
   Tensor detach() const;
 
   // ---- views (no copy) ----
-  Tensor reshape(const Shape& shape) const;  // a view when strides allow, else a copy
-  Tensor view(const Shape& shape) const;     // ShapeError when a view is impossible
+  Tensor reshape(const SymShape& shape) const;  // a view when strides allow, else a copy
+  Tensor view(const SymShape& shape) const;     // ShapeError when a view is impossible
   Tensor permute(const std::vector<std::int64_t>& dims) const;
   Tensor transpose(std::int64_t dim0, std::int64_t dim1) const;
   Tensor t() const;  // transpose of a rank <= 2 tensor
-  Tensor expand(const Shape& shape) const;
-  Tensor broadcast_to(const Shape& shape) const { return expand(shape); }
+  Tensor expand(const SymShape& shape) const;
+  Tensor broadcast_to(const SymShape& shape) const { return expand(shape); }
+  Tensor expand_as(const Tensor& other) const { return expand(other.sym_shape()); }
   Tensor slice(std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step = 1) const;
   Tensor select(std::int64_t dim, std::int64_t index) const;
   Tensor squeeze() const;
   Tensor squeeze(std::int64_t dim) const;
   Tensor unsqueeze(std::int64_t dim) const;
   Tensor flatten(std::int64_t start_dim = 0, std::int64_t end_dim = -1) const;
+  // Splits dim `dim` into `sizes` (one of them may be -1).
+  Tensor unflatten(std::int64_t dim, const SymShape& sizes) const;
 
   // ---- copies and conversion ----
   Tensor contiguous() const;
@@ -142,22 +153,22 @@ class Tensor {
   Tensor log() const;
   Tensor sqrt() const;
   Tensor abs() const;
-  Tensor pow(double exponent) const;
+  Tensor pow(Scalar exponent) const;
 
   // ---- in-place (bump the storage version; rejected on leaves that require grad) ----
-  Tensor& add_(const Tensor& other, double alpha = 1.0);
-  Tensor& sub_(const Tensor& other) { return add_(other, -1.0); }
+  Tensor& add_(const Tensor& other, Scalar alpha = 1);
+  Tensor& sub_(const Tensor& other) { return add_(other, -1); }
   Tensor& mul_(const Tensor& other);
-  Tensor& mul_(double value);
-  Tensor& fill_(double value);
-  Tensor& zero_() { return fill_(0.0); }
+  Tensor& mul_(Scalar value);
+  Tensor& fill_(Scalar value);
+  Tensor& zero_() { return fill_(0); }
   Tensor& copy_(const Tensor& src);
 
   std::string str() const;  // PyTorch-like printing
 
  private:
-  void note_size_read(std::int64_t dim) const {
-    if (impl().trace_value >= 0) report_size_read(*impl_, dim);
+  void note_shape_read() const {
+    if (impl().trace_value >= 0) report_shape_read(*impl_);
   }
 
   std::shared_ptr<TensorImpl> impl_;
@@ -165,7 +176,7 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
-// Allocates an uninitialized-looking (zeroed) contiguous tensor.
+// Allocates a zero-filled contiguous tensor on `device` (through the device's backend).
 Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 // A view of `base`'s storage with the given geometry (no autograd); for op implementations.
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, std::int64_t offset);

@@ -34,8 +34,20 @@ void check_not_tracing(std::string_view what) {
                 what);
 }
 
-void report_size_read(const TensorImpl& impl, std::int64_t dim) {
-  if (current_interceptor && shape_read_depth == 0) current_interceptor->on_size_read(impl, dim);
+void report_shape_read(const TensorImpl& impl) {
+  if (!current_interceptor || shape_read_depth > 0) return;
+  for (std::size_t d = 0; d < impl.shape.size(); ++d)
+    current_interceptor->on_size_read(
+        current_interceptor->size_expr(impl, static_cast<std::int64_t>(d)));
+}
+
+void report_sym_read(const SymExpr& expr) {
+  if (current_interceptor && shape_read_depth == 0) current_interceptor->on_size_read(expr);
+}
+
+SymExpr traced_size_expr(const TensorImpl& impl, std::int64_t dim) {
+  if (!current_interceptor) return SymExpr::constant(impl.shape[dim]);
+  return current_interceptor->size_expr(impl, dim);
 }
 
 }  // namespace kiln

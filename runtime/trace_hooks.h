@@ -1,6 +1,7 @@
 // What tracing (graph/tracer.h) needs from runtime, without runtime knowing about graphs: a
-// per-thread interceptor that records ops instead of running them, and a report of every size
-// read that user code makes on a traced tensor (such reads specialize dynamic dims).
+// per-thread interceptor that records ops instead of running them, gives traced tensors their
+// symbolic sizes, and hears of every size user code turns into a plain integer (such reads
+// specialize dynamic dims).
 #pragma once
 
 #include <span>
@@ -26,8 +27,10 @@ class OpInterceptor {
   virtual std::vector<Tensor> intercept(OpId op, std::span<const Tensor> inputs,
                                         const OpAttrs& attrs,
                                         std::span<const TensorMeta> outputs) = 0;
-  // User code read size `dim` (-1: the whole shape) of a traced tensor.
-  virtual void on_size_read(const TensorImpl& tensor, std::int64_t dim) = 0;
+  // The size expression of dim `dim` of a traced tensor.
+  virtual SymExpr size_expr(const TensorImpl& tensor, std::int64_t dim) = 0;
+  // User code turned a size with this expression into a plain integer.
+  virtual void on_size_read(const SymExpr& size) = 0;
 };
 
 // The interceptor active on this thread, or nullptr when not tracing.

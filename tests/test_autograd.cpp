@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "autograd/engine.h"
-#include "autograd/grad_mode.h"
+#include "runtime/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 

@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "autograd/ops.h"
-#include "runtime/cuda_memory.h"
+#include "runtime/cuda_backend.h"
 
 using namespace kiln;
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "autograd/ops.h"
-#include "graph/op_registry.h"
 #include "graph/passes.h"
 #include "jit/compile.h"
 
@@ -112,28 +111,9 @@ BOOST_AUTO_TEST_CASE(text_printing_is_deterministic_and_exact) {
       "  return (%4)\n";
   BOOST_TEST(f.core().graph(0).str() == expected);
   std::string dot = f.core().graph(0).dot();
-  BOOST_TEST(dot.find("v0 -> v2;") != std::string::npos);
-  BOOST_TEST(dot.find("v4 -> out0;") != std::string::npos);
-}
-
-BOOST_AUTO_TEST_CASE(registry_describes_every_primitive) {
-  const auto& ops = graph::all_ops();
-  BOOST_TEST(ops.size() > 50u);
-  BOOST_TEST(graph::op_info(OpId::matmul).name == "matmul");
-  BOOST_TEST(graph::op_info(OpId::where).arity == 3);
-  BOOST_TEST(graph::op_info(OpId::cat).arity == -1);
-  BOOST_TEST((graph::op_info(OpId::sum).op_class == OpClass::reduction));
-  BOOST_TEST((graph::op_info(OpId::slice).attributes ==
-              std::vector<std::string_view>{"dim", "start", "end", "step"}));
-  BOOST_TEST(!graph::op_info(OpId::argmax).differentiable);
-  std::vector<TensorMeta> in = {{{2, 3}, DType::f32}, {{3}, DType::f64}};
-  auto out = graph::op_info(OpId::add).infer(in, {});
-  BOOST_TEST(out[0].shape == (Shape{2, 3}));
-  BOOST_TEST((out[0].dtype == DType::f64));
-  bool softmax_listed = false;
-  for (const auto& c : graph::all_composites())
-    if (c.name == "softmax") softmax_listed = c.closed_form_backward;
-  BOOST_TEST(softmax_listed);
+  BOOST_TEST(dot.find("v0 -> n0;") != std::string::npos);       // input x into matmul
+  BOOST_TEST(dot.find("n0 -> n1 [label=\"%2\"];") != std::string::npos);  // matmul into relu
+  BOOST_TEST(dot.find("n2 -> out0 [label=\"%4\"];") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

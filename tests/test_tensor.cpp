@@ -81,11 +81,13 @@ BOOST_AUTO_TEST_CASE(binary_op_result_dtype_follows_promotion_table) {
 }
 
 BOOST_AUTO_TEST_CASE(scalars_adopt_the_tensor_dtype_unless_their_category_is_higher) {
-  BOOST_TEST(scalar_result_type(DType::i64, false) == DType::f32);
-  BOOST_TEST(scalar_result_type(DType::bool_, true) == DType::i64);
-  BOOST_TEST(scalar_result_type(DType::i32, true) == DType::i32);
-  BOOST_TEST(scalar_result_type(DType::f16, false) == DType::f16);
-  BOOST_TEST(scalar_result_type(DType::f64, true) == DType::f64);
+  using Kind = Scalar::Kind;
+  BOOST_TEST(scalar_result_type(DType::i64, Kind::floating) == DType::f32);
+  BOOST_TEST(scalar_result_type(DType::bool_, Kind::integer) == DType::i64);
+  BOOST_TEST(scalar_result_type(DType::bool_, Kind::boolean) == DType::bool_);
+  BOOST_TEST(scalar_result_type(DType::i32, Kind::integer) == DType::i32);
+  BOOST_TEST(scalar_result_type(DType::f16, Kind::floating) == DType::f16);
+  BOOST_TEST(scalar_result_type(DType::f64, Kind::integer) == DType::f64);
 
   Tensor half = i64s({1, 2, 3}) * 0.5;
   check_values(half, {3}, DType::f32, {0.5, 1.0, 1.5});
@@ -96,6 +98,14 @@ BOOST_AUTO_TEST_CASE(scalars_adopt_the_tensor_dtype_unless_their_category_is_hig
   check_values(typed(DType::f16, {1.5}, {1}) * 2, {1}, DType::f16, {3.0});
   check_values(bools({true, false}, {2}) * 0.5, {2}, DType::f32, {0.5, 0.0});
   check_values(3 - i64s({1, 5}), {2}, DType::i64, {2, -2});
+  // How a number is written decides, not its value (C++ tells 3 from 3.0, as Python does).
+  check_values(i32s({1, 2}, {2}) * 3.0, {2}, DType::f32, {3, 6});
+  check_values(i32s({1, 2}, {2}) * 3, {2}, DType::i32, {3, 6});
+  check_values(i64s({7}) / 2, {1}, DType::f32, {3.5});  // true division
+  check_values(i64s({1}) + 2.0f, {1}, DType::f32, {3});
+  // i64 numbers beyond 2^53 stay exact.
+  std::int64_t big = (std::int64_t{1} << 60) + 1;
+  BOOST_TEST((i64s({0}) + big).item<std::int64_t>() == big);
 }
 
 // ---- shapes and strides ----

@@ -1,5 +1,6 @@
 // Strided, converting copies: the one place CPU kernels touch non-contiguous memory. Every other
 // kernel materializes its inputs contiguous and computes with Eigen on flat arrays.
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/cpu/kernels.h"
@@ -89,6 +90,38 @@ Tensor materialize(const Tensor& x, const Shape& shape, DType dtype) {
   Tensor out = empty(shape, dtype);
   copy_into(out, src);
   return out;
+}
+
+Tensor materialize_copy(const Tensor& x, DType dtype) {
+  Tensor out = empty(x.shape(), dtype);
+  copy_into(out, x);
+  return out;
+}
+
+Rows rows_of(const Tensor& x, const std::vector<std::int64_t>& dims, DType dtype) {
+  Rows r;
+  for (std::int64_t d = 0; d < x.dim(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) r.order.push_back(d);
+  for (auto d : dims) {
+    r.order.push_back(d);
+    r.inner *= x.shape()[d];
+  }
+  Strides strides;
+  for (auto d : r.order) {
+    r.shape.push_back(x.shape()[d]);
+    strides.push_back(x.strides()[d]);
+  }
+  r.outer = r.inner == 0 ? 0 : x.numel() / r.inner;
+  if (x.dim() == 0) r.outer = 1;
+  r.data = materialize(make_view(x, r.shape, strides, x.offset()), r.shape, dtype);
+  return r;
+}
+
+void scatter_rows(const Tensor& out, const Rows& rows, const Tensor& computed) {
+  Strides strides;
+  for (auto d : rows.order) strides.push_back(out.strides()[d]);
+  copy_into(make_view(out, rows.shape, strides, out.offset()),
+            make_view(computed, rows.shape, contiguous_strides(rows.shape), computed.offset()));
 }
 
 }  // namespace kiln::cpu

@@ -1,6 +1,7 @@
 // Elementwise CPU kernels on Eigen arrays. Inputs are materialized contiguous in the compute
 // dtype (f16/bf16 widen to f32), computed, then rounded once to the output dtype.
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <type_traits>
 
@@ -37,7 +38,7 @@ T sigmoid_of(T x) {
 }
 
 template <typename T>
-void unary_float(OpId op, ConstArrayMap<T> x, ArrayMap<T> y) {
+void unary_float(OpId op, const OpAttrs& attrs, ConstArrayMap<T> x, ArrayMap<T> y) {
   switch (op) {
     // exp and sqrt use libm: Eigen 3.4's vectorized versions clamp exp's argument (exp(-inf)
     // gave 2.9e-39 in f32) and, under EIGEN_FAST_MATH, compute f32 sqrt(inf) as NaN.
@@ -63,19 +64,43 @@ void unary_float(OpId op, ConstArrayMap<T> x, ArrayMap<T> y) {
         return T(0.5) * v * (T(1) + std::tanh(k * (v + T(0.044715) * v * v * v)));
       });
       break;
+    case OpId::softplus: {
+      // Linear above the threshold, as in PyTorch (exp would overflow there anyway).
+      const T beta = T(attrs.beta), threshold = T(attrs.threshold);
+      y = x.unaryExpr([=](T v) {
+        return v * beta > threshold ? v : std::log1p(std::exp(v * beta)) / beta;
+      });
+      break;
+    }
     default: throw Error(fmt::format("{}: not a floating unary op", op));
   }
 }
 
 template <typename T>
-void unary_any(OpId op, ConstArrayMap<T> x, ArrayMap<T> y) {
+void unary_any(OpId op, const OpAttrs& attrs, ConstArrayMap<T> x, ArrayMap<T> y) {
   switch (op) {
     case OpId::neg: y = -x; break;
     case OpId::abs: y = x.abs(); break;
     case OpId::relu: y = x.max(T(0)); break;
     case OpId::sign: y = x.unaryExpr([](T v) { return T((T(0) < v) - (v < T(0))); }); break;
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+    case OpId::trunc:
+      if constexpr (std::is_floating_point_v<T>) {
+        switch (op) {
+          case OpId::floor: y = x.unaryExpr([](T v) { return std::floor(v); }); break;
+          case OpId::ceil: y = x.unaryExpr([](T v) { return std::ceil(v); }); break;
+          // Ties to even, as PyTorch (the default rounding mode of nearbyint).
+          case OpId::round: y = x.unaryExpr([](T v) { return std::nearbyint(v); }); break;
+          default: y = x.unaryExpr([](T v) { return std::trunc(v); }); break;
+        }
+      } else {
+        y = x;  // integers are already whole
+      }
+      break;
     default:
-      if constexpr (std::is_floating_point_v<T>) unary_float(op, x, y);
+      if constexpr (std::is_floating_point_v<T>) unary_float(op, attrs, x, y);
       else throw Error(fmt::format("{}: not an integer unary op", op));
   }
 }
@@ -96,6 +121,39 @@ T int_pow(T base, T exp) {
   return static_cast<T>(result);
 }
 
+// Python's %: the result has the divisor's sign (PyTorch's remainder).
+template <typename T>
+T python_mod(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    T mod = std::fmod(a, b);
+    return mod != 0 && (b < 0) != (mod < 0) ? mod + b : mod;
+  } else {
+    KILN_CHECK(b != 0, "remainder: integer division by zero ({} % 0)", a);
+    if (b == -1) return 0;  // also avoids the overflow of INT_MIN % -1
+    T mod = a % b;
+    return mod != 0 && (b < 0) != (mod < 0) ? mod + b : mod;
+  }
+}
+
+// Division rounded toward negative infinity, as PyTorch's floor_divide (div_floor_* in ATen).
+template <typename T>
+T floor_div(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (b == 0) return a / b;  // the IEEE result: inf or NaN
+    T mod = std::fmod(a, b);
+    T div = (a - mod) / b;
+    if (mod != 0 && (b < 0) != (mod < 0)) div -= T(1);
+    if (div == 0) return std::copysign(T(0), a / b);
+    T floored = std::floor(div);
+    return div - floored > T(0.5) ? floored + T(1) : floored;
+  } else {
+    KILN_CHECK(b != 0, "floor_divide: integer division by zero ({} // 0)", a);
+    if (b == -1) return static_cast<T>(0 - static_cast<std::make_unsigned_t<T>>(a));  // wraps
+    T quot = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? quot - 1 : quot;
+  }
+}
+
 template <typename T>
 void binary_arith(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<T> y) {
   switch (op) {
@@ -114,6 +172,8 @@ void binary_arith(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<T> y
     case OpId::minimum:
       y = a.binaryExpr(b, [](T u, T v) { return (u != u || u < v) ? u : v; });
       break;
+    case OpId::remainder: y = a.binaryExpr(b, [](T u, T v) { return python_mod(u, v); }); break;
+    case OpId::floor_divide: y = a.binaryExpr(b, [](T u, T v) { return floor_div(u, v); }); break;
     default: throw Error(fmt::format("{}: not an arithmetic op", op));
   }
 }
@@ -133,7 +193,7 @@ void binary_compare(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<bo
 
 }  // namespace
 
-Tensor unary(OpId op, const Tensor& x, const TensorMeta& out) {
+Tensor unary(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& out) {
   if (op == OpId::logical_not) {
     Tensor xb = materialize(x, x.shape(), DType::bool_);
     Tensor y = empty(out.shape, DType::bool_);
@@ -148,7 +208,7 @@ Tensor unary(OpId op, const Tensor& x, const TensorMeta& out) {
     if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, f16> || std::is_same_v<T, bf16>)
       throw DTypeError(fmt::format("{}: not supported for dtype {}", op, ct));
     else
-      unary_any<T>(op, flat<T>(xc), flat_mut<T>(y));
+      unary_any<T>(op, attrs, flat<T>(xc), flat_mut<T>(y));
   });
   return finish(y, out.dtype);
 }
@@ -197,6 +257,26 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, const TensorM
       flat_mut<T>(y) = flat<bool>(cc).select(flat<T>(ac), flat<T>(bc));
   });
   return finish(y, out.dtype);
+}
+
+}  // namespace kiln::cpu
+
+namespace kiln::cpu {
+
+Tensor triangle(OpId op, const Tensor& x, std::int64_t diagonal, const TensorMeta& out) {
+  Tensor y = materialize_copy(x, out.dtype);
+  std::int64_t rows = out.shape[out.shape.size() - 2], cols = out.shape.back();
+  std::int64_t batches = rows * cols == 0 ? 0 : numel(out.shape) / (rows * cols);
+  std::size_t bytes = itemsize(out.dtype);
+  char* base = static_cast<char*>(y.raw_data());
+  // tril keeps column - row <= diagonal, triu keeps column - row >= diagonal.
+  for (std::int64_t b = 0; b < batches; ++b)
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) {
+        bool keep = op == OpId::tril ? j - i <= diagonal : j - i >= diagonal;
+        if (!keep) std::memset(base + ((b * rows + i) * cols + j) * bytes, 0, bytes);
+      }
+  return y;
 }
 
 }  // namespace kiln::cpu

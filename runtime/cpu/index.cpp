@@ -1,5 +1,6 @@
 // Indexing kernels (gather, index_select, scatter_add, index_add) and the copying ops cat and
 // pad. Index values are checked here, where the data is: IndexError names the bad value.
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/cpu/kernels.h"
@@ -83,7 +84,7 @@ template <typename Fn>
 Tensor accumulate_into_copy(const Tensor& self, const Tensor& src, Fn&& body) {
   DType ct = compute_dtype(self.dtype());
   Tensor acc = materialize(self, self.shape(), ct);
-  if (acc.same(self)) acc = materialize(self.clone(), self.shape(), ct);
+  if (acc.same(self)) acc = materialize_copy(self, ct);
   Tensor sc = materialize(src, src.shape(), ct);
   visit_dtype(ct, [&](auto tag) {
     using T = decltype(tag);
@@ -111,7 +112,7 @@ Tensor scatter_add(const Tensor& self, const Tensor& index, const Tensor& src, s
 }
 
 Tensor index_add(const Tensor& self, const Tensor& index, const Tensor& src, std::int64_t dim) {
-  if (self.dim() == 0) return scatter_add(self, index.reshape({}), src, 0);
+  if (self.dim() == 0) return scatter_add(self, make_view(index, {}, {}, index.offset()), src, 0);
   dim = normalize_dim(dim, self.dim(), "index_add");
   Tensor ic = materialize(index, index.shape(), DType::i64);
   const auto* ip = static_cast<const std::int64_t*>(ic.raw_data());
@@ -148,12 +149,19 @@ Tensor pad(const Tensor& x, const OpAttrs& attrs, const TensorMeta& out) {
   Tensor value = empty({}, DType::f64);
   *value.data<double>() = attrs.value;
   copy_into(y, make_view(value, out.shape, Strides(out.shape.size(), 0), 0));
-  std::int64_t offset = 0;
+  // Copy the part of x that survives: a positive amount shifts it inward, a negative one crops.
+  Shape kept = x.shape();
+  std::int64_t src_offset = x.offset(), dst_offset = 0;
   for (std::size_t i = 0; i < attrs.dims.size() / 2; ++i) {
     std::size_t d = out.shape.size() - 1 - i;
-    offset += attrs.dims[2 * i] * y.strides()[d];
+    std::int64_t before = attrs.dims[2 * i];
+    std::int64_t skip = std::max<std::int64_t>(0, -before), shift = std::max<std::int64_t>(0, before);
+    kept[d] = std::max<std::int64_t>(0, std::min(x.shape()[d] - skip, out.shape[d] - shift));
+    src_offset += skip * x.strides()[d];
+    dst_offset += shift * y.strides()[d];
   }
-  copy_into(make_view(y, x.shape(), y.strides(), offset), x);
+  if (numel(kept) > 0)
+    copy_into(make_view(y, kept, y.strides(), dst_offset), make_view(x, kept, x.strides(), src_offset));
   return y;
 }
 

@@ -15,11 +15,32 @@ void copy_into(const Tensor& dst, const Tensor& src);
 // `x` broadcast to `shape` and converted to `dtype`, as a fresh contiguous tensor (or `x`
 // itself when it already is one).
 Tensor materialize(const Tensor& x, const Shape& shape, DType dtype);
+// A fresh contiguous copy of `x` in `dtype`, never `x` itself.
+Tensor materialize_copy(const Tensor& x, DType dtype);
 
-Tensor unary(OpId op, const Tensor& x, const TensorMeta& out);
+// `x` with `dims` moved innermost and made contiguous in `dtype`: `outer` rows of `inner`
+// elements each. `order` is the permutation applied, `shape` the permuted shape.
+struct Rows {
+  Tensor data;
+  std::int64_t outer = 1, inner = 1;
+  std::vector<std::int64_t> order;
+  Shape shape;
+};
+Rows rows_of(const Tensor& x, const std::vector<std::int64_t>& dims, DType dtype);
+// Writes rows computed in the layout of `rows` back into `out`, which has x's shape.
+void scatter_rows(const Tensor& out, const Rows& rows, const Tensor& computed);
+
+Tensor unary(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& out);
 Tensor binary(OpId op, const Tensor& a, const Tensor& b, const TensorMeta& out);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, const TensorMeta& out);
+Tensor triangle(OpId op, const Tensor& x, std::int64_t diagonal, const TensorMeta& out);
 Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& out);
+// max_dim / min_dim: values and i64 indices of the extreme along `dim` (NaN wins, ties keep
+// the first).
+std::vector<Tensor> extreme_along(OpId op, const Tensor& x, std::int64_t dim,
+                                  std::span<const TensorMeta> out);
+Tensor cumsum(const Tensor& x, std::int64_t dim, bool reverse, const TensorMeta& out);
+Tensor softmax(OpId op, const Tensor& x, std::int64_t dim, const TensorMeta& out);
 Tensor matmul(const Tensor& a, const Tensor& b, const TensorMeta& out);
 Tensor gather(const Tensor& x, const Tensor& index, std::int64_t dim, const TensorMeta& out);
 Tensor index_select(const Tensor& x, const Tensor& index, std::int64_t dim,

@@ -1,5 +1,5 @@
-// Reductions: permute the reduced dims innermost, materialize, and reduce the rows of an
-// (outer x inner) row-major Eigen matrix.
+// Reductions: move the reduced dims innermost, materialize, and reduce the rows of an
+// (outer x inner) row-major Eigen array.
 #include <algorithm>
 #include <cmath>
 
@@ -33,28 +33,11 @@ std::int64_t arg_extreme(const T* row, std::int64_t n, Better better) {
 
 Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& out) {
   auto dims = normalize_dims(attrs.dims, x.dim(), op_name(op));
-  std::vector<std::int64_t> order;
-  std::int64_t inner = 1;
-  for (std::int64_t d = 0; d < x.dim(); ++d)
-    if (std::find(dims.begin(), dims.end(), d) == dims.end()) order.push_back(d);
-  for (auto d : dims) {
-    order.push_back(d);
-    inner *= x.shape()[d];
-  }
-  std::int64_t outer = inner == 0 ? numel(out.shape) : x.numel() / std::max<std::int64_t>(inner, 1);
-  if (x.dim() == 0) outer = 1;
-
   bool is_arg = op == OpId::argmax || op == OpId::argmin;
   DType ct = compute_dtype(is_arg ? x.dtype() : out.dtype);
   if (ct == DType::bool_) ct = DType::i64;  // amax/amin of bool compute as integers
-  Shape permuted_shape;
-  Strides permuted_strides;
-  for (auto d : order) {
-    permuted_shape.push_back(x.shape()[d]);
-    permuted_strides.push_back(x.strides()[d]);
-  }
-  Tensor permuted = make_view(x, permuted_shape, permuted_strides, x.offset());
-  Tensor xc = materialize(permuted, permuted_shape, ct);
+  Rows rows = rows_of(x, dims, ct);
+  std::int64_t outer = rows.inner == 0 ? numel(out.shape) : rows.outer, inner = rows.inner;
 
   Tensor y = empty(out.shape, is_arg ? DType::i64 : ct);
   visit_dtype(ct, [&](auto tag) {
@@ -62,13 +45,14 @@ Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& 
     if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16> || std::is_same_v<T, bool>) {
       throw DTypeError(fmt::format("{}: unexpected compute dtype {}", op, ct));
     } else {
-      const T* src = static_cast<const T*>(xc.raw_data());
+      const T* src = static_cast<const T*>(rows.data.raw_data());
+      auto greater = [](T a, T b) { return a > b; };
+      auto less = [](T a, T b) { return a < b; };
       if (is_arg) {
         auto* dst = static_cast<std::int64_t*>(y.raw_data());
         for (std::int64_t r = 0; r < outer; ++r)
-          dst[r] = op == OpId::argmax
-                       ? arg_extreme(src + r * inner, inner, [](T a, T b) { return a > b; })
-                       : arg_extreme(src + r * inner, inner, [](T a, T b) { return a < b; });
+          dst[r] = op == OpId::argmax ? arg_extreme(src + r * inner, inner, greater)
+                                      : arg_extreme(src + r * inner, inner, less);
         return;
       }
       T* dst = static_cast<T*>(y.raw_data());
@@ -82,13 +66,11 @@ Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& 
           break;
         case OpId::amax:
           for (std::int64_t r = 0; r < outer; ++r)
-            dst[r] = src[r * inner + arg_extreme(src + r * inner, inner,
-                                                  [](T a, T b) { return a > b; })];
+            dst[r] = src[r * inner + arg_extreme(src + r * inner, inner, greater)];
           break;
         case OpId::amin:
           for (std::int64_t r = 0; r < outer; ++r)
-            dst[r] = src[r * inner + arg_extreme(src + r * inner, inner,
-                                                  [](T a, T b) { return a < b; })];
+            dst[r] = src[r * inner + arg_extreme(src + r * inner, inner, less)];
           break;
         default: throw Error(fmt::format("{}: not a reduction", op));
       }

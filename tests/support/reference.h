@@ -15,7 +15,7 @@
 #include <typeinfo>
 #include <vector>
 
-#include "autograd/grad_mode.h"
+#include "runtime/grad_mode.h"
 #include "autograd/ops.h"
 
 namespace kiln {

@@ -10,7 +10,8 @@
 
 namespace kiln::jit {
 
-std::vector<Tensor> execute(const graph::Graph& g, std::span<const CallArg> args,
-                            const std::vector<std::int64_t>& symbol_values);
+// `symbol_values` gives each symbol's size in this call (from the guard check).
+std::vector<Tensor> run_reference(const graph::Graph& g, std::span<const CallArg> args,
+                                  std::span<const std::int64_t> symbol_values);
 
 }  // namespace kiln::jit

@@ -1,70 +1,21 @@
-// Names, classes and shape/dtype inference of the primitive ops.
+// Shape and dtype inference of the primitive ops, one rule per op class; elementwise dtypes
+// follow the table's DTypeRule (runtime/ops.def).
 #include <algorithm>
 
 #include "runtime/op.h"
 
 namespace kiln {
 
-std::string_view op_name(OpId op) {
-  switch (op) {
-#define KILN_OP_NAME(name) \
-  case OpId::name: return #name;
-    KILN_ALL_OPS(KILN_OP_NAME)
-#undef KILN_OP_NAME
-  }
-  return "invalid";
-}
-
-bool is_unary(OpId op) {
-  switch (op) {
-#define KILN_OP_CASE(name) case OpId::name:
-    KILN_UNARY_OPS(KILN_OP_CASE)
-    return true;
-    default: return false;
-  }
-}
-
-bool is_binary(OpId op) {
-  switch (op) {
-    KILN_BINARY_OPS(KILN_OP_CASE)
-    return true;
-    default: return false;
-  }
-}
-
-OpClass op_class(OpId op) {
-  switch (op) {
-    KILN_UNARY_OPS(KILN_OP_CASE)
-    KILN_BINARY_OPS(KILN_OP_CASE)
-    case OpId::cast:
-    case OpId::copy:
-    case OpId::where: return OpClass::elementwise;
-    KILN_REDUCTION_OPS(KILN_OP_CASE)
-    return OpClass::reduction;
-    KILN_VIEW_OPS(KILN_OP_CASE)
-    return OpClass::view;
-    case OpId::gather:
-    case OpId::index_select:
-    case OpId::scatter_add:
-    case OpId::index_add: return OpClass::index;
-    case OpId::matmul: return OpClass::matmul;
-    default: return OpClass::other;
-  }
-}
-
 namespace {
 
-bool is_float_unary(OpId op) {
-  switch (op) {
-    KILN_UNARY_FLOAT_OPS(KILN_OP_CASE)
-    return true;
-    default: return false;
+void check_arity(OpId op, std::span<const TensorMeta> in) {
+  int arity = op_def(op).arity;
+  if (arity < 0) {
+    KILN_CHECK_AS(ShapeError, !in.empty(), "{}: expects at least one tensor", op);
+    return;
   }
-}
-#undef KILN_OP_CASE
-
-void check_arity(OpId op, std::span<const TensorMeta> in, std::size_t n) {
-  KILN_CHECK(in.size() == n, "{}: expected {} inputs, got {}", op, n, in.size());
+  KILN_CHECK(in.size() == static_cast<std::size_t>(arity), "{}: expected {} inputs, got {}", op,
+             arity, in.size());
 }
 
 void check_index_dtype(OpId op, DType t) {
@@ -72,46 +23,74 @@ void check_index_dtype(OpId op, DType t) {
                 "{}: index tensor must have dtype i64 or i32, got {}", op, t);
 }
 
-TensorMeta infer_unary(OpId op, const TensorMeta& x) {
-  if (op == OpId::logical_not) return {x.shape, DType::bool_};
-  if (is_float_unary(op)) return {x.shape, is_floating(x.dtype) ? x.dtype : DType::f32};
-  KILN_CHECK_AS(DTypeError, x.dtype != DType::bool_, "{}: not supported for dtype bool (shape {})",
-                op, shape_str(x.shape));
-  return x;
+std::string shapes_str(std::span<const TensorMeta> in) {
+  std::vector<std::string> parts;
+  for (const auto& m : in) parts.push_back(shape_str(m.shape));
+  return fmt::format("{}", fmt::join(parts, " and "));
 }
 
-TensorMeta infer_binary(OpId op, const TensorMeta& a, const TensorMeta& b) {
-  Shape shape = broadcast_shapes(a.shape, b.shape, op_name(op));
-  if (op == OpId::eq || op == OpId::ne || op == OpId::lt || op == OpId::le || op == OpId::gt ||
-      op == OpId::ge || op == OpId::logical_and || op == OpId::logical_or)
-    return {shape, DType::bool_};
-  DType t = promote_types(a.dtype, b.dtype);
-  KILN_CHECK_AS(DTypeError, t != DType::bool_,
-                "{}: arithmetic on bool tensors (shapes {} and {}) is not supported; use "
-                "logical_and/logical_or or cast first",
-                op, shape_str(a.shape), shape_str(b.shape));
-  if (op == OpId::div && !is_floating(t)) t = DType::f32;  // true division
-  return {shape, t};
+TensorMeta infer_elementwise(OpId op, std::span<const TensorMeta> in, const OpAttrs& attrs) {
+  Shape shape = in[0].shape;
+  for (std::size_t i = 1; i < in.size(); ++i)
+    shape = broadcast_shapes(shape, in[i].shape, op_name(op));
+  DType t = in[0].dtype;
+  if (in.size() == 2) t = promote_types(in[0].dtype, in[1].dtype);
+  switch (op_def(op).dtype_rule) {
+    case DTypeRule::to_bool: return {shape, DType::bool_};
+    case DTypeRule::to_floating: return {shape, is_floating(t) ? t : DType::f32};
+    case DTypeRule::same:
+      if (op == OpId::copy) return {shape, t};  // any dtype copies
+      [[fallthrough]];
+    case DTypeRule::promote:
+    case DTypeRule::promote_floating:
+      KILN_CHECK_AS(DTypeError, t != DType::bool_,
+                    "{}: not supported for bool tensors (shapes {}); use logical_and/logical_or "
+                    "or cast first",
+                    op, shapes_str(in));
+      if (op == OpId::tril || op == OpId::triu)
+        KILN_CHECK_AS(ShapeError, shape.size() >= 2,
+                      "{}: expects a tensor of rank >= 2 (a matrix or a batch of them), got {}",
+                      op, shape_str(shape));
+      if (op_def(op).dtype_rule == DTypeRule::promote_floating && !is_floating(t))
+        t = DType::f32;  // true division
+      return {shape, t};
+    case DTypeRule::custom: break;
+  }
+  switch (op) {
+    case OpId::where:
+      KILN_CHECK_AS(DTypeError, in[0].dtype == DType::bool_,
+                    "where: condition must have dtype bool, got {}", in[0].dtype);
+      return {shape, promote_types(in[1].dtype, in[2].dtype)};
+    case OpId::cast: return {shape, attrs.dtype};
+    default: break;
+  }
+  throw Error(fmt::format("{}: no elementwise inference rule", op));
 }
 
-TensorMeta infer_reduction(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
+std::vector<TensorMeta> infer_reduction(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
   auto rank = static_cast<std::int64_t>(x.shape.size());
-  auto dims = normalize_dims(attrs.dims, rank, op_name(op));
-  DType t = x.dtype;
-  if (op == OpId::argmax || op == OpId::argmin) {
+  bool one_dim = op == OpId::max_dim || op == OpId::min_dim;
+  std::vector<std::int64_t> given = one_dim ? std::vector<std::int64_t>{attrs.dim} : attrs.dims;
+  auto dims = normalize_dims(given, rank, op_name(op));
+  if (op == OpId::argmax || op == OpId::argmin)
     KILN_CHECK_AS(IndexError, attrs.dims.size() == 1, "{}: expects exactly one dim, got [{}]", op,
                   fmt::join(attrs.dims, ", "));
-    t = DType::i64;
-  } else if (op == OpId::sum || op == OpId::prod) {
-    if (!is_floating(t)) t = DType::i64;
-  }
   if (op != OpId::sum && op != OpId::prod) {
     for (auto d : dims)
       KILN_CHECK_AS(IndexError, x.shape[d] != 0,
                     "{}: cannot reduce over dim {} of size 0 (shape {}): the op has no identity",
                     op, d, shape_str(x.shape));
   }
-  return {reduced_shape(x.shape, dims, attrs.keepdim), t};
+  Shape out = reduced_shape(x.shape, dims, attrs.keepdim);
+  switch (op) {
+    case OpId::argmax:
+    case OpId::argmin: return {{out, DType::i64}};
+    case OpId::max_dim:
+    case OpId::min_dim: return {{out, x.dtype}, {out, DType::i64}};
+    case OpId::sum:
+    case OpId::prod: return {{out, is_floating(x.dtype) ? x.dtype : DType::i64}};
+    default: return {{out, x.dtype}};
+  }
 }
 
 TensorMeta infer_view(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
@@ -126,7 +105,7 @@ TensorMeta infer_view(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
       KILN_CHECK_AS(ShapeError, static_cast<std::int64_t>(attrs.dims.size()) == rank,
                     "permute: {} dims given for a tensor of shape {}", attrs.dims.size(),
                     shape_str(x.shape));
-      auto dims = normalize_dims(attrs.dims, rank, "permute");  // also rejects repeats
+      normalize_dims(attrs.dims, rank, "permute");  // rejects repeats
       Shape out;
       for (auto d : attrs.dims) out.push_back(x.shape[normalize_dim(d, rank, "permute")]);
       return {out, x.dtype};
@@ -149,8 +128,8 @@ TensorMeta infer_view(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
       return {out, x.dtype};
     }
     case OpId::slice: {
-      auto d = normalize_dim(attrs.dim, rank, "slice");
       KILN_CHECK_AS(ShapeError, rank > 0, "slice: cannot slice a 0-d tensor");
+      auto d = normalize_dim(attrs.dim, rank, "slice");
       KILN_CHECK_AS(IndexError, attrs.step > 0, "slice: step must be positive, got {}",
                     attrs.step);
       KILN_CHECK_AS(IndexError,
@@ -161,6 +140,7 @@ TensorMeta infer_view(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
       out[d] = (attrs.end - attrs.start + attrs.step - 1) / attrs.step;
       return {out, x.dtype};
     }
+    case OpId::detach: return x;
     default: break;
   }
   throw Error(fmt::format("{}: not a view op", op));
@@ -243,7 +223,6 @@ TensorMeta infer_index(OpId op, std::span<const TensorMeta> in, const OpAttrs& a
 }
 
 TensorMeta infer_cat(std::span<const TensorMeta> in, const OpAttrs& attrs) {
-  KILN_CHECK_AS(ShapeError, !in.empty(), "cat: expects at least one tensor");
   const Shape& first = in[0].shape;
   KILN_CHECK_AS(ShapeError, !first.empty(), "cat: zero-dimensional tensors cannot be concatenated");
   auto d = normalize_dim(attrs.dim, static_cast<std::int64_t>(first.size()), "cat");
@@ -273,48 +252,37 @@ TensorMeta infer_pad(const TensorMeta& x, const OpAttrs& attrs) {
   Shape out = x.shape;
   for (std::size_t i = 0; i < p.size() / 2; ++i) {
     std::size_t d = x.shape.size() - 1 - i;  // pairs start from the last dim, as in PyTorch
-    KILN_CHECK_AS(ShapeError, p[2 * i] >= 0 && p[2 * i + 1] >= 0,
-                  "pad: negative padding [{}] is not supported", fmt::join(p, ", "));
     out[d] += p[2 * i] + p[2 * i + 1];
+    // Negative amounts crop; they may remove the whole dim but not more.
+    KILN_CHECK_AS(ShapeError, out[d] >= 0,
+                  "pad: padding [{}] crops dim {} of shape {} below size 0", fmt::join(p, ", "),
+                  d, shape_str(x.shape));
   }
   return {out, x.dtype};
+}
+
+TensorMeta infer_along_dim(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
+  normalize_dim(attrs.dim, static_cast<std::int64_t>(x.shape.size()), op_name(op));
+  if (op == OpId::cumsum) return {x.shape, is_floating(x.dtype) ? x.dtype : DType::i64};
+  return {x.shape, is_floating(x.dtype) ? x.dtype : DType::f32};  // softmax, log_softmax
 }
 
 }  // namespace
 
 std::vector<TensorMeta> infer_meta(OpId op, std::span<const TensorMeta> in,
                                    const OpAttrs& attrs) {
-  if (is_unary(op)) {
-    check_arity(op, in, 1);
-    return {infer_unary(op, in[0])};
-  }
-  if (is_binary(op)) {
-    check_arity(op, in, 2);
-    return {infer_binary(op, in[0], in[1])};
-  }
+  check_arity(op, in);
   switch (op_class(op)) {
-    case OpClass::reduction: check_arity(op, in, 1); return {infer_reduction(op, in[0], attrs)};
-    case OpClass::view: check_arity(op, in, 1); return {infer_view(op, in[0], attrs)};
-    case OpClass::index:
-      check_arity(op, in, op == OpId::gather || op == OpId::index_select ? 2 : 3);
-      return {infer_index(op, in, attrs)};
-    case OpClass::matmul: check_arity(op, in, 2); return {infer_matmul(in[0], in[1])};
-    default: break;
-  }
-  switch (op) {
-    case OpId::cast: check_arity(op, in, 1); return {{in[0].shape, attrs.dtype}};
-    case OpId::copy: check_arity(op, in, 1); return {in[0]};
-    case OpId::where: {
-      check_arity(op, in, 3);
-      KILN_CHECK_AS(DTypeError, in[0].dtype == DType::bool_,
-                    "where: condition must have dtype bool, got {}", in[0].dtype);
-      Shape s = broadcast_shapes(broadcast_shapes(in[0].shape, in[1].shape, "where"),
-                                 in[2].shape, "where");
-      return {{s, promote_types(in[1].dtype, in[2].dtype)}};
-    }
-    case OpId::cat: return {infer_cat(in, attrs)};
-    case OpId::pad: check_arity(op, in, 1); return {infer_pad(in[0], attrs)};
-    default: break;
+    case OpClass::elementwise: return {infer_elementwise(op, in, attrs)};
+    case OpClass::reduction: return infer_reduction(op, in[0], attrs);
+    case OpClass::scan:
+    case OpClass::normalization: return {infer_along_dim(op, in[0], attrs)};
+    case OpClass::view: return {infer_view(op, in[0], attrs)};
+    case OpClass::index: return {infer_index(op, in, attrs)};
+    case OpClass::matmul: return {infer_matmul(in[0], in[1])};
+    case OpClass::movement:
+      return {op == OpId::cat ? infer_cat(in, attrs) : infer_pad(in[0], attrs)};
+    case OpClass::transfer: return {in[0]};
   }
   throw Error(fmt::format("{}: no shape inference rule", op));
 }

@@ -1,5 +1,5 @@
 // Grad mode is per thread, as in PyTorch: a NoGradGuard on one thread leaves others recording.
-#include "autograd/grad_mode.h"
+#include "runtime/grad_mode.h"
 
 namespace kiln {
 

@@ -1,0 +1,144 @@
+// Per-class rules mapping input dims to output dims.
+#include "graph/sym_shapes.h"
+
+#include <algorithm>
+
+namespace kiln::graph {
+
+namespace {
+
+SizeExprs constants(const Shape& shape) {
+  SizeExprs out;
+  for (auto d : shape) out.push_back(SymExpr::constant(d));
+  return out;
+}
+
+// NumPy broadcasting: each output dim comes from an input whose dim is not 1.
+SizeExprs broadcast(std::span<const SizeExprs> in, std::span<const TensorMeta> meta,
+                    const Shape& out) {
+  SizeExprs r = constants(out);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == 1) continue;
+    std::size_t from_right = out.size() - 1 - i;
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      const Shape& s = meta[k].shape;
+      if (from_right >= s.size()) continue;
+      std::size_t d = s.size() - 1 - from_right;
+      if (s[d] != 1) {
+        r[i] = in[k][d];
+        break;
+      }
+    }
+  }
+  return r;
+}
+
+SizeExprs reduced(const SizeExprs& x, const std::vector<std::int64_t>& dims, bool keepdim) {
+  SizeExprs r;
+  for (std::size_t d = 0; d < x.size(); ++d) {
+    bool gone = std::find(dims.begin(), dims.end(), static_cast<std::int64_t>(d)) != dims.end();
+    if (!gone)
+      r.push_back(x[d]);
+    else if (keepdim)
+      r.push_back(SymExpr::constant(1));
+  }
+  return r;
+}
+
+// A target shape's entries: their expressions when given, constants otherwise; for expand, an
+// entry equal to a (non-1) input size follows that input dim.
+SizeExprs target(const OpAttrs& attrs, const SizeExprs* input, const Shape* input_shape) {
+  if (!attrs.shape_exprs.empty()) return attrs.shape_exprs;
+  SizeExprs r = constants(attrs.shape);
+  if (!input) return r;
+  std::size_t lead = attrs.shape.size() - input_shape->size();
+  for (std::size_t i = lead; i < r.size(); ++i)
+    if ((*input_shape)[i - lead] != 1) r[i] = (*input)[i - lead];
+  return r;
+}
+
+// A dim changed by a fixed amount (cat, pad, slice): constant if it was, else opaque.
+SymExpr changed(const SymExpr& before, std::int64_t after) {
+  return before.is_constant() ? SymExpr::constant(after) : SymExpr::opaque();
+}
+
+}  // namespace
+
+std::vector<SizeExprs> infer_size_exprs(OpId op, std::span<const SizeExprs> in,
+                                        std::span<const TensorMeta> meta, const OpAttrs& attrs,
+                                        std::span<const TensorMeta> out) {
+  const Shape& out0 = out[0].shape;
+  auto rank = [&](std::size_t k) { return static_cast<std::int64_t>(meta[k].shape.size()); };
+  switch (op_class(op)) {
+    case OpClass::elementwise: return {broadcast(in, meta, out0)};
+    case OpClass::scan:
+    case OpClass::normalization:
+    case OpClass::transfer: return {in[0]};
+    case OpClass::reduction: {
+      std::vector<std::int64_t> given =
+          op == OpId::max_dim || op == OpId::min_dim ? std::vector{attrs.dim} : attrs.dims;
+      SizeExprs r = reduced(in[0], normalize_dims(given, rank(0), op_name(op)), attrs.keepdim);
+      return std::vector<SizeExprs>(out.size(), r);
+    }
+    case OpClass::view:
+      switch (op) {
+        case OpId::reshape: return {target(attrs, nullptr, nullptr)};
+        case OpId::expand: return {target(attrs, &in[0], &meta[0].shape)};
+        case OpId::permute: {
+          SizeExprs r;
+          for (auto d : attrs.dims) r.push_back(in[0][normalize_dim(d, rank(0), "permute")]);
+          return {r};
+        }
+        case OpId::slice: {
+          SizeExprs r = in[0];
+          auto d = static_cast<std::size_t>(normalize_dim(attrs.dim, rank(0), "slice"));
+          bool whole = attrs.start == 0 && attrs.end == meta[0].shape[d] && attrs.step == 1;
+          if (!whole) r[d] = changed(r[d], out0[d]);
+          return {r};
+        }
+        default: return {in[0]};  // detach
+      }
+    case OpClass::index:
+      switch (op) {
+        case OpId::gather: return {in[1]};
+        case OpId::index_select: {
+          SizeExprs r = in[0];
+          if (!r.empty()) {
+            auto d = static_cast<std::size_t>(normalize_dim(attrs.dim, rank(0), "index_select"));
+            r[d] = in[1].empty() ? SymExpr::constant(1) : in[1][0];
+          }
+          return {r};
+        }
+        default: return {in[0]};  // scatter_add, index_add
+      }
+    case OpClass::matmul: {
+      SizeExprs a(in[0].begin(), in[0].end() - 2), b(in[1].begin(), in[1].end() - 2);
+      std::vector<TensorMeta> batch_meta = {
+          {Shape(meta[0].shape.begin(), meta[0].shape.end() - 2), meta[0].dtype},
+          {Shape(meta[1].shape.begin(), meta[1].shape.end() - 2), meta[1].dtype}};
+      SizeExprs batch_in[] = {a, b};
+      SizeExprs r = broadcast(batch_in, batch_meta, Shape(out0.begin(), out0.end() - 2));
+      r.push_back(in[0][in[0].size() - 2]);
+      r.push_back(in[1].back());
+      return {r};
+    }
+    case OpClass::movement: {
+      SizeExprs r = in[0];
+      if (op == OpId::cat) {
+        auto d = static_cast<std::size_t>(normalize_dim(attrs.dim, rank(0), "cat"));
+        bool all_constant = true;
+        for (const auto& e : in) all_constant = all_constant && e[d].is_constant();
+        r[d] = all_constant ? SymExpr::constant(out0[d]) : SymExpr::opaque();
+      } else {  // pad
+        for (std::size_t i = 0; i < attrs.dims.size() / 2; ++i) {
+          std::size_t d = r.size() - 1 - i;
+          if (attrs.dims[2 * i] != 0 || attrs.dims[2 * i + 1] != 0) r[d] = changed(r[d], out0[d]);
+        }
+      }
+      return {r};
+    }
+  }
+  throw Error(fmt::format("{}: no size-expression rule", op));
+}
+
+}  // namespace kiln::graph

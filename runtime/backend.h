@@ -1,0 +1,38 @@
+// A backend object per device type: where that device's tensors get memory, how primitive ops
+// run on them, and how data moves in and out. The CPU registers its Eigen reference kernels
+// (runtime/cpu/); CUDA registers memory and copies (runtime/cuda_backend.h), and its kernels come
+// from the code generator in jit/, which installs its own CUDA backend at load, so runtime/ never
+// depends on jit/.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "runtime/op.h"
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Zero-filled memory for `nbytes` on `device`.
+  virtual std::shared_ptr<Storage> allocate(std::size_t nbytes, Device device) = 0;
+  // Runs a primitive op (not a view, not a transfer) on validated inputs of this device;
+  // `outputs` is the inferred metadata of each output.
+  virtual std::vector<Tensor> run(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs,
+                                  std::span<const TensorMeta> outputs) = 0;
+  // Writes `src` into `dst`: equal shapes, any strides, converting dtype. Each of the two is on
+  // this backend's device type or on the CPU.
+  virtual void copy_into(const Tensor& dst, const Tensor& src) = 0;
+};
+
+// Installs `backend` (which must outlive every tensor) for a device type, replacing any other.
+void register_backend(Device::Type type, Backend* backend);
+// The backend of a device type; an Error naming the device when none is registered.
+Backend& backend_for(Device::Type type);
+
+}  // namespace kiln
