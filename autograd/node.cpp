@@ -49,6 +49,8 @@ SavedTensor SavedTensor::output(const Tensor& t, std::uint32_t output_nr, bool v
 }
 
 void SavedTensor::release() {
+  // Metadata holds no data worth freeing, and a rule that reads only shapes may run again.
+  if (!check_version_) return;
   tensor_ = Tensor();
   released_ = true;
 }

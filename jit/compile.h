@@ -9,7 +9,12 @@
 //   Tensor y = f(x, 0.5);
 //
 // Arguments: any mix of Tensor and arithmetic scalars (scalars are guarded by value). Results:
-// Tensor, std::vector<Tensor>, std::pair or std::tuple of Tensors.
+// Tensor, std::vector<Tensor>, std::pair or std::tuple of Tensors, ValuesIndices.
+//
+// What the function reads: its arguments and the modules it declares (options.modules), whose
+// parameter slots are read on every call. Anything else it captures (a tensor, a number in the
+// closure) is a constant of the trace; KILN_JIT_VERIFY=N re-traces every N-th call and raises
+// StaleCaptureError when such a capture changed.
 #pragma once
 
 #include <array>
@@ -19,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "jit/compiled_function.h"
 
 namespace kiln::jit {
@@ -68,6 +74,13 @@ struct Outputs<std::tuple<Ts...>> {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       return std::tuple<Ts...>{std::move(v.at(I))...};
     }(std::index_sequence_for<Ts...>{});
+  }
+};
+template <>
+struct Outputs<ValuesIndices> {
+  static std::vector<Tensor> flatten(const ValuesIndices& v) { return {v.values, v.indices}; }
+  static ValuesIndices unflatten(std::vector<Tensor>&& v) {
+    return {std::move(v.at(0)), std::move(v.at(1))};
   }
 };
 template <>

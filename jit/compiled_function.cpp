@@ -356,9 +356,13 @@ std::string indent(const std::string& text, int by) {
 std::string CompiledFunctionCore::explain() const {
   std::lock_guard lock(mutex_);
   std::string out = fmt::format(
-      "compiled function '{}': {} calls, {} hits, {} compiles, {} eager calls, {} entries\n",
+      "compiled function '{}': {} calls, {} hits, {} compiles, {} eager calls, {} entries\n"
+      "runs on: the reference executor (node by node through autograd, on the inputs' device)\n",
       options_.name, stats_.calls, stats_.hits, stats_.compiles, stats_.eager_calls,
       entries_.size());
+  if (options_.verify_every > 0)
+    out += fmt::format("verifies captures every {} calls ({} so far)\n", options_.verify_every,
+                       stats_.verifications);
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = *entries_[i];
     out += fmt::format("entry {} ({} hits), traced because: {}\n  guards ({} checks):\n{}", i,
