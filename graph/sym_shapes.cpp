@@ -33,18 +33,6 @@ SizeExprs broadcast(std::span<const SizeExprs> in, std::span<const TensorMeta> m
   return r;
 }
 
-SizeExprs reduced(const SizeExprs& x, const std::vector<std::int64_t>& dims, bool keepdim) {
-  SizeExprs r;
-  for (std::size_t d = 0; d < x.size(); ++d) {
-    bool gone = std::find(dims.begin(), dims.end(), static_cast<std::int64_t>(d)) != dims.end();
-    if (!gone)
-      r.push_back(x[d]);
-    else if (keepdim)
-      r.push_back(SymExpr::constant(1));
-  }
-  return r;
-}
-
 // A target shape's entries: their expressions when given, constants otherwise; for expand, an
 // entry equal to a (non-1) input size follows that input dim.
 SizeExprs target(const OpAttrs& attrs, const SizeExprs* input, const Shape* input_shape) {
@@ -77,7 +65,8 @@ std::vector<SizeExprs> infer_size_exprs(OpId op, std::span<const SizeExprs> in,
     case OpClass::reduction: {
       std::vector<std::int64_t> given =
           op == OpId::max_dim || op == OpId::min_dim ? std::vector{attrs.dim} : attrs.dims;
-      SizeExprs r = reduced(in[0], normalize_dims(given, rank(0), op_name(op)), attrs.keepdim);
+      SizeExprs r = reduce_dims(in[0], normalize_dims(given, rank(0), op_name(op)), attrs.keepdim,
+                                SymExpr::constant(1));
       return std::vector<SizeExprs>(out.size(), r);
     }
     case OpClass::view:

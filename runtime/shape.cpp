@@ -63,18 +63,6 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {
   return out;
 }
 
-Shape reduced_shape(const Shape& shape, const std::vector<std::int64_t>& dims, bool keepdim) {
-  Shape out;
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    bool reduced = std::find(dims.begin(), dims.end(), static_cast<std::int64_t>(i)) != dims.end();
-    if (!reduced)
-      out.push_back(shape[i]);
-    else if (keepdim)
-      out.push_back(1);
-  }
-  return out;
-}
-
 // PyTorch's computeStride: groups of old dims that are contiguous among themselves can be
 // re-split arbitrarily; a new dim may not straddle a stride discontinuity.
 ViewStrides view_strides(const Shape& shape, const Strides& strides, const Shape& new_shape) {

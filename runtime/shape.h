@@ -24,8 +24,26 @@ std::vector<std::int64_t> normalize_dims(const std::vector<std::int64_t>& dims, 
 
 // NumPy broadcasting; ShapeError naming `op` and both shapes when they do not broadcast.
 Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
-// The shape of reducing `dims` (normalized) of `shape`.
-Shape reduced_shape(const Shape& shape, const std::vector<std::int64_t>& dims, bool keepdim);
+// The sizes left after reducing `dims` (normalized) of `sizes`: dropped, or `one` with keepdim.
+// Generic so that symbolic sizes (graph/sym_shapes.cpp) follow the same rule.
+template <typename Size>
+std::vector<Size> reduce_dims(const std::vector<Size>& sizes, const std::vector<std::int64_t>& dims,
+                              bool keepdim, const Size& one) {
+  std::vector<Size> out;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    bool reduced = false;
+    for (auto d : dims) reduced = reduced || d == static_cast<std::int64_t>(i);
+    if (!reduced)
+      out.push_back(sizes[i]);
+    else if (keepdim)
+      out.push_back(one);
+  }
+  return out;
+}
+inline Shape reduced_shape(const Shape& shape, const std::vector<std::int64_t>& dims,
+                           bool keepdim) {
+  return reduce_dims<std::int64_t>(shape, dims, keepdim, 1);
+}
 
 // Strides that view a tensor of (shape, strides) as `new_shape` without copying, or an empty
 // optional-like result (`ok == false`) when the memory layout does not allow it.
