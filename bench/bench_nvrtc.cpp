@@ -18,14 +18,15 @@ extern "C" __global__ void gelu_bias(const float* x, const float* bias, float* y
 }
 )";
 
-void bench(const char* label, const kiln::jit::Target& target, bool fast_math) {
-  kiln::jit::CompileOptions options;
+void bench(const char* label, const kiln::nvrtc::Target& target, bool fast_math) {
+  kiln::nvrtc::ProgramOptions options;
   if (fast_math) options.flags.push_back("--use_fast_math");
-  kiln::jit::compile(kSource, "gelu_bias.cu", target, options);  // warm-up: loads NVRTC's state
+  kiln::nvrtc::compile_program(kSource, "gelu_bias.cu", target,
+                               options);  // warm-up: loads NVRTC's state
   std::vector<double> ms;
   for (int i = 0; i < 20; ++i) {
     auto start = std::chrono::steady_clock::now();
-    kiln::jit::compile(kSource, "gelu_bias.cu", target, options);
+    kiln::nvrtc::compile_program(kSource, "gelu_bias.cu", target, options);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                      .count());
   }
@@ -38,9 +39,9 @@ void bench(const char* label, const kiln::jit::Target& target, bool fast_math) {
 }  // namespace
 
 int main() {
-  std::printf("%s\n", kiln::jit::nvrtc_version().to_string().c_str());
-  bench("PTX, default", kiln::jit::Target::ptx(9, 0), false);
-  bench("PTX, --use_fast_math", kiln::jit::Target::ptx(9, 0), true);
-  bench("cubin + ptxas -v, default", kiln::jit::Target::sass(9, 0, true), false);
+  std::printf("%s\n", kiln::nvrtc::version().to_string().c_str());
+  bench("PTX, default", kiln::nvrtc::Target::ptx(9, 0), false);
+  bench("PTX, --use_fast_math", kiln::nvrtc::Target::ptx(9, 0), true);
+  bench("cubin + ptxas -v, default", kiln::nvrtc::Target::sass(9, 0, true), false);
   return 0;
 }

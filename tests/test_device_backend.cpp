@@ -164,9 +164,10 @@ BOOST_AUTO_TEST_CASE(virtual_gpu_round_trip) {
   auto dx = gpu.alloc(n * sizeof(float)), dy = gpu.alloc(n * sizeof(float));
   gpu.copy_to_device(dx, x.data(), n * sizeof(float));
   gpu.memset8(dy, 0, n * sizeof(float));
-  auto m = kiln::jit::compile(R"(extern "C" __global__ void twice(const float* x, float* y, int n) {
+  auto m = kiln::nvrtc::compile_program(
+      R"(extern "C" __global__ void twice(const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; })",
-                              "twice.cu", kiln::jit::Target::for_device(props));
+      "twice.cu", kiln::nvrtc::Target::for_device(props));
   auto mod = gpu.load_module(m.image());
   auto fn = gpu.get_function(mod, "twice");
   auto stream = gpu.create_stream();

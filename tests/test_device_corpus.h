@@ -117,11 +117,11 @@ class Runner {
  public:
   Runner(kiln::cuda::Backend& be, const KernelCase& kc, bool fast_math)
       : be_(be), case_(kc), fast_math_(fast_math) {
-    kiln::jit::CompileOptions opts;
+    kiln::nvrtc::ProgramOptions opts;
     opts.flags = kc.flags;
     if (fast_math) opts.flags.push_back("--use_fast_math");
-    auto target = kiln::jit::Target::for_device(be.properties(0));
-    module_ = kiln::jit::compile(kc.source, kc.name + ".cu", target, opts);
+    auto target = kiln::nvrtc::Target::for_device(be.properties(0));
+    module_ = kiln::nvrtc::compile_program(kc.source, kc.name + ".cu", target, opts);
     handle_ = be.load_module(module_.image());
   }
   ~Runner() {
@@ -133,7 +133,7 @@ class Runner {
 
   bool fast_math() const { return fast_math_; }
   kiln::cuda::Backend& backend() { return be_; }
-  const kiln::jit::CompiledModule& module() const { return module_; }
+  const kiln::nvrtc::CompiledModule& module() const { return module_; }
 
   template <class T>
   Buf<T> input(const std::vector<T>& host) {
@@ -252,7 +252,7 @@ class Runner {
   kiln::cuda::Backend& be_;
   const KernelCase& case_;
   bool fast_math_;
-  kiln::jit::CompiledModule module_;
+  kiln::nvrtc::CompiledModule module_;
   kiln::cuda::Module handle_ = nullptr;
   std::vector<kiln::cuda::DevicePtr> owned_;
 };

@@ -7,8 +7,8 @@
 
 namespace {
 
-using kiln::jit::CompileOptions;
-using kiln::jit::Target;
+using kiln::nvrtc::ProgramOptions;
+using kiln::nvrtc::Target;
 
 const char* kSaxpy = R"(
 extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
@@ -44,12 +44,12 @@ kiln::cuda::DeviceProperties device(int major, int minor, bool is_virtual) {
 BOOST_AUTO_TEST_SUITE(nvrtc)
 
 BOOST_AUTO_TEST_CASE(version_and_archs) {
-  const auto& v = kiln::jit::nvrtc_version();
+  const auto& v = kiln::nvrtc::version();
   BOOST_TEST(v.major >= 12);
   BOOST_TEST(v.build.starts_with(std::to_string(v.major) + "." + std::to_string(v.minor) + "."),
              "build '" << v.build << "' starts with the version");
   BOOST_TEST(v.to_string().find("NVRTC") != std::string::npos);
-  const auto& archs = kiln::jit::nvrtc_supported_archs();
+  const auto& archs = kiln::nvrtc::supported_archs();
   BOOST_TEST(std::is_sorted(archs.begin(), archs.end()));
   BOOST_TEST((std::find(archs.begin(), archs.end(), 90) != archs.end()));
 }
@@ -63,12 +63,12 @@ BOOST_AUTO_TEST_CASE(target_from_device) {
   // An arch newer than NVRTC knows: PTX for the newest one, which the driver JITs forward.
   auto future = Target::for_device(device(99, 0, false));
   BOOST_TEST(!future.cubin);
-  BOOST_TEST(future.major * 10 + future.minor == kiln::jit::nvrtc_supported_archs().back());
+  BOOST_TEST(future.major * 10 + future.minor == kiln::nvrtc::supported_archs().back());
   BOOST_CHECK_THROW(Target::for_device(device(3, 0, false)), kiln::Error);
 }
 
 BOOST_AUTO_TEST_CASE(ptx_for_the_virtual_gpu) {
-  auto m = kiln::jit::compile(kSaxpy, "saxpy.cu", Target::ptx(9, 0));
+  auto m = kiln::nvrtc::compile_program(kSaxpy, "saxpy.cu", Target::ptx(9, 0));
   BOOST_TEST(m.cubin.empty());
   BOOST_TEST(m.image().data() == m.ptx.data());
   BOOST_TEST(m.ptx.find(".target sm_90") != std::string::npos);
@@ -82,7 +82,7 @@ BOOST_AUTO_TEST_CASE(ptx_for_the_virtual_gpu) {
 }
 
 BOOST_AUTO_TEST_CASE(cubin_with_resources) {
-  auto m = kiln::jit::compile(kResources, "res.cu", Target::sass(9, 0, true));
+  auto m = kiln::nvrtc::compile_program(kResources, "res.cu", Target::sass(9, 0, true));
   BOOST_TEST(m.cubin.size() > 4);
   BOOST_TEST(m.cubin.substr(0, 4) == std::string("\x7f"
                                                  "ELF"));
@@ -109,10 +109,10 @@ BOOST_AUTO_TEST_CASE(cubin_with_resources) {
 BOOST_AUTO_TEST_CASE(fast_math_changes_code) {
   const char* src =
       "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] = expf(x[threadIdx.x]) / x[1]; }";
-  auto precise = kiln::jit::compile(src, "k.cu", Target::ptx(9, 0));
-  CompileOptions fast;
+  auto precise = kiln::nvrtc::compile_program(src, "k.cu", Target::ptx(9, 0));
+  ProgramOptions fast;
   fast.flags = {"--use_fast_math"};
-  auto approx = kiln::jit::compile(src, "k.cu", Target::ptx(9, 0), fast);
+  auto approx = kiln::nvrtc::compile_program(src, "k.cu", Target::ptx(9, 0), fast);
   BOOST_TEST(precise.ptx.find("div.rn.f32") != std::string::npos);
   BOOST_TEST(approx.ptx.find("div.rn.f32") == std::string::npos);
   BOOST_TEST(approx.ptx.find(".ftz") != std::string::npos);
@@ -122,15 +122,15 @@ BOOST_AUTO_TEST_CASE(fp16_headers_are_found) {
   const char* src = R"(#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 extern "C" __global__ void k(__half* h, __nv_bfloat16* b) { h[0] = __float2half(__bfloat162float(b[0])); })";
-  BOOST_CHECK_NO_THROW(kiln::jit::compile(src, "k.cu", Target::ptx(9, 0)));
+  BOOST_CHECK_NO_THROW(kiln::nvrtc::compile_program(src, "k.cu", Target::ptx(9, 0)));
   // cooperative_groups needs libcu++ (cuda/std/...), which CUDA 13 keeps under include/cccl.
   const char* cg = R"(#include <cooperative_groups.h>
 extern "C" __global__ void k(int* x) { x[0] = cooperative_groups::this_thread_block().size(); })";
-  BOOST_CHECK_NO_THROW(kiln::jit::compile(cg, "cg.cu", Target::ptx(9, 0)));
-  CompileOptions bare;
+  BOOST_CHECK_NO_THROW(kiln::nvrtc::compile_program(cg, "cg.cu", Target::ptx(9, 0)));
+  ProgramOptions bare;
   bare.toolkit_include = false;
-  BOOST_CHECK_THROW(kiln::jit::compile(src, "k.cu", Target::ptx(9, 0), bare),
-                    kiln::jit::CompileError);
+  BOOST_CHECK_THROW(kiln::nvrtc::compile_program(src, "k.cu", Target::ptx(9, 0), bare),
+                    kiln::nvrtc::CompileError);
 }
 
 BOOST_AUTO_TEST_CASE(compile_error_has_log_and_excerpt) {
@@ -138,9 +138,9 @@ BOOST_AUTO_TEST_CASE(compile_error_has_log_and_excerpt) {
       "// line 1\n// line 2\nextern \"C\" __global__ void bad(float* x) {\n"
       "  x[0] = undefined_name + 1;\n}\n// line 6\n";
   try {
-    kiln::jit::compile(src, "bad.cu", Target::ptx(9, 0));
+    kiln::nvrtc::compile_program(src, "bad.cu", Target::ptx(9, 0));
     BOOST_FAIL("expected a CompileError");
-  } catch (const kiln::jit::CompileError& e) {
+  } catch (const kiln::nvrtc::CompileError& e) {
     std::string what = e.what();
     BOOST_TEST(e.log().find("bad.cu(4): error") != std::string::npos, "log: " << e.log());
     BOOST_TEST(e.log().find("undefined_name") != std::string::npos);
@@ -152,17 +152,17 @@ BOOST_AUTO_TEST_CASE(compile_error_has_log_and_excerpt) {
     BOOST_TEST(what.find("compute_90") != std::string::npos);
     BOOST_TEST(what.find("undefined_name + 1") != std::string::npos);
   }
-  CompileOptions bogus;
+  ProgramOptions bogus;
   bogus.flags = {"--no-such-option"};
-  BOOST_CHECK_THROW(kiln::jit::compile(kSaxpy, "saxpy.cu", Target::ptx(9, 0), bogus),
-                    kiln::jit::CompileError);
+  BOOST_CHECK_THROW(kiln::nvrtc::compile_program(kSaxpy, "saxpy.cu", Target::ptx(9, 0), bogus),
+                    kiln::nvrtc::CompileError);
 }
 
 BOOST_AUTO_TEST_CASE(name_expressions_for_templates) {
   const char* src = "template <class T> __global__ void scale(T* x, T a) { x[threadIdx.x] *= a; }";
-  CompileOptions opts;
+  ProgramOptions opts;
   opts.name_expressions = {"scale<float>", "scale<double>"};
-  auto m = kiln::jit::compile(src, "tmpl.cu", Target::ptx(9, 0), opts);
+  auto m = kiln::nvrtc::compile_program(src, "tmpl.cu", Target::ptx(9, 0), opts);
   auto f = m.lowered_name("scale<float>");
   auto d = m.lowered_name("scale<double>");
   BOOST_REQUIRE(f.has_value());
@@ -181,7 +181,7 @@ ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 380 bytes c
 ptxas info    : Function properties for _Z3food
 ptxas         .     16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 )";
-  auto ks = kiln::jit::parse_ptxas_info(log);
+  auto ks = kiln::nvrtc::parse_ptxas_info(log);
   BOOST_REQUIRE_EQUAL(ks.size(), 2u);
   BOOST_TEST(ks[0].name == "kern");
   BOOST_TEST(ks[0].is_entry);
@@ -208,7 +208,7 @@ BOOST_AUTO_TEST_CASE(concurrent_compiles) {
                     "x[threadIdx.x] * {0}.5f + sinf(x[0]); }}",
                     t));
     serial.push_back(
-        kiln::jit::compile(sources[t], fmt::format("k{}.cu", t), Target::ptx(9, 0)).ptx);
+        kiln::nvrtc::compile_program(sources[t], fmt::format("k{}.cu", t), Target::ptx(9, 0)).ptx);
   }
   std::vector<std::string> got(threads);
   std::vector<std::string> errors(threads);
@@ -218,7 +218,7 @@ BOOST_AUTO_TEST_CASE(concurrent_compiles) {
       try {
         for (int rep = 0; rep < 3; ++rep) {
           auto target = rep == 1 ? Target::sass(8, 0) : Target::ptx(9, 0);
-          auto m = kiln::jit::compile(sources[t], fmt::format("k{}.cu", t), target);
+          auto m = kiln::nvrtc::compile_program(sources[t], fmt::format("k{}.cu", t), target);
           if (rep != 1)
             got[t] = m.ptx;
           else if (!m.kernel(fmt::format("k{}", t)) ||

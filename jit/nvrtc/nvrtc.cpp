@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-namespace kiln::jit {
+namespace kiln::nvrtc {
 namespace {
 
 void check(nvrtcResult result, const char* call, std::string_view name) {
@@ -60,11 +60,11 @@ std::string get_log(nvrtcProgram program) {
 
 Target Target::for_device(const cuda::DeviceProperties& props) {
   int cc = props.compute_major * 10 + props.compute_minor;
-  const auto& archs = nvrtc_supported_archs();
+  const auto& archs = supported_archs();
   KILN_CHECK(!archs.empty() && cc >= archs.front(),
              "device '{}' has compute capability {}.{}, older than the oldest arch NVRTC {} "
              "supports (sm_{})",
-             props.name, props.compute_major, props.compute_minor, nvrtc_version().to_string(),
+             props.name, props.compute_major, props.compute_minor, version().to_string(),
              archs.empty() ? 0 : archs.front());
   int best = archs.front();
   for (int a : archs)
@@ -98,13 +98,13 @@ std::optional<std::string> CompiledModule::lowered_name(std::string_view express
   return std::nullopt;
 }
 
-std::string NvrtcVersion::to_string() const {
+std::string Version::to_string() const {
   return fmt::format("NVRTC {}.{} (build {})", major, minor, build.empty() ? "?" : build);
 }
 
-const NvrtcVersion& nvrtc_version() {
-  static const NvrtcVersion version = [] {
-    NvrtcVersion v;
+const Version& version() {
+  static const Version version = [] {
+    Version v;
     check(nvrtcVersion(&v.major, &v.minor), "nvrtcVersion", "");
     // NVRTC has no build query; its PTX header says "Cuda compilation tools, release 13.0,
     // V13.0.88" and "Compiler Build ID: CL-36424714". Compile an empty kernel once to read them.
@@ -133,7 +133,7 @@ const NvrtcVersion& nvrtc_version() {
   return version;
 }
 
-const std::vector<int>& nvrtc_supported_archs() {
+const std::vector<int>& supported_archs() {
   static const std::vector<int> archs = [] {
     int n = 0;
     check(nvrtcGetNumSupportedArchs(&n), "nvrtcGetNumSupportedArchs", "");
@@ -145,8 +145,8 @@ const std::vector<int>& nvrtc_supported_archs() {
   return archs;
 }
 
-CompiledModule compile(std::string_view source, std::string_view name, const Target& target,
-                       const CompileOptions& options) {
+CompiledModule compile_program(std::string_view source, std::string_view name, const Target& target,
+                               const ProgramOptions& options) {
   auto start = std::chrono::steady_clock::now();
   CompiledModule out;
   out.name = std::string(name);
@@ -178,7 +178,7 @@ CompiledModule compile(std::string_view source, std::string_view name, const Tar
     auto excerpt = source_excerpt(source, name, out.log);
     throw CompileError(fmt::format("{} failed to compile '{}' for {} ({}) with options "
                                    "[{}]:\n{}{}{}",
-                                   nvrtc_version().to_string(), name, target.arch(),
+                                   version().to_string(), name, target.arch(),
                                    nvrtcGetErrorString(result), fmt::join(out.options, " "),
                                    out.log, excerpt.empty() ? "" : "source:\n", excerpt),
                        out.log, excerpt);
@@ -213,4 +213,4 @@ CompiledModule compile(std::string_view source, std::string_view name, const Tar
   return out;
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::nvrtc

@@ -10,7 +10,7 @@
 #include "runtime/cuda/backend.h"
 #include "runtime/error.h"
 
-namespace kiln::jit {
+namespace kiln::nvrtc {
 
 // What NVRTC produces code for. Built from the device so the choice is explicit and testable.
 struct Target {
@@ -66,7 +66,7 @@ struct CompiledModule {
   std::optional<std::string> lowered_name(std::string_view expression) const;
 };
 
-struct CompileOptions {
+struct ProgramOptions {
   std::vector<std::string> flags;             // extra NVRTC options, e.g. "--use_fast_math"
   std::vector<std::string> name_expressions;  // templated kernels to instantiate and look up
   bool toolkit_include = true;                // add -I<CUDA toolkit>/include (cuda_fp16.h...)
@@ -89,18 +89,18 @@ class CompileError : public Error {
 
 // Compiles `source` (its file name in messages is `name`). Thread-safe: each call owns its own
 // nvrtcProgram, and NVRTC compiles distinct programs concurrently.
-CompiledModule compile(std::string_view source, std::string_view name, const Target& target,
-                       const CompileOptions& options = {});
+CompiledModule compile_program(std::string_view source, std::string_view name, const Target& target,
+                               const ProgramOptions& options = {});
 
-struct NvrtcVersion {
+struct Version {
   int major = 0;
   int minor = 0;
   std::string build;              // from NVRTC's PTX header, e.g. "13.0.88 CL-36424714"
   std::string to_string() const;  // "NVRTC 13.0 (build 13.0.88 CL-36424714)"
 };
-const NvrtcVersion& nvrtc_version();
+const Version& version();
 // Compute capabilities (e.g. 75, 80, 90) this NVRTC can target, ascending.
-const std::vector<int>& nvrtc_supported_archs();
+const std::vector<int>& supported_archs();
 
 // Parses ptxas -v output ("Compiling entry function", "Function properties for", "Used N
 // registers", "N bytes smem", ...) into per-function resources; exposed for tests.
@@ -111,4 +111,4 @@ std::vector<std::string> ptx_entries(std::string_view ptx);
 std::string source_excerpt(std::string_view source, std::string_view name, std::string_view log,
                            int context = 3);
 
-}  // namespace kiln::jit
+}  // namespace kiln::nvrtc

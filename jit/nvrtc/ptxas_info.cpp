@@ -7,7 +7,7 @@
 
 #include "jit/nvrtc/nvrtc.h"
 
-namespace kiln::jit {
+namespace kiln::nvrtc {
 namespace {
 
 std::vector<std::string_view> split_lines(std::string_view text) {
@@ -127,4 +127,4 @@ std::string source_excerpt(std::string_view source, std::string_view name, std::
   return out;
 }
 
-}  // namespace kiln::jit
+}  // namespace kiln::nvrtc

@@ -20,12 +20,12 @@ using cuda::Dim3;
 
 // PTX for the virtual GPU; a compile error fails the test with NVRTC's log.
 inline std::string compile(const std::string& src, std::vector<std::string> extra = {}) {
-  jit::CompileOptions options;
+  nvrtc::ProgramOptions options;
   options.flags = {"-default-device", "-std=c++17"};
   options.flags.insert(options.flags.end(), extra.begin(), extra.end());
   try {
-    return jit::compile(src, "k.cu", jit::Target::ptx(9, 0), options).ptx;
-  } catch (const jit::CompileError& e) {
+    return nvrtc::compile_program(src, "k.cu", nvrtc::Target::ptx(9, 0), options).ptx;
+  } catch (const nvrtc::CompileError& e) {
     BOOST_FAIL(e.what() << "\n" << e.log());
   }
   return {};
