@@ -106,20 +106,34 @@ std::string Graph::str() const {
   return out;
 }
 
-std::string Graph::dot() const {
+std::string Graph::dot(std::span<const int> cluster_of,
+                       std::span<const std::string> cluster_labels) const {
   std::ostringstream os;
   os << "digraph \"" << name << "\" {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n";
   for (const Input& in : inputs)
     os << fmt::format("  v{} [shape=ellipse, label=\"{} '{}'\\n{}\"];\n", in.value,
                       kind_str(in.kind), in.name, value_type_str(values[in.value]));
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
+  auto node_line = [&](std::size_t i) {
     const Node& n = nodes[i];
     std::string attrs = attrs_str(n.op, n.attrs);
     std::vector<std::string> types;
     for (int v : n.outputs) types.push_back(value_type_str(values[v]));
-    os << fmt::format("  n{} [shape=box, label=\"{}{}{}{}\\n{}\"];\n", i, n.op,
-                      attrs.empty() ? "" : "\\n", attrs, n.grad ? "" : "\\nno_grad",
-                      fmt::join(types, ", "));
+    return fmt::format("n{} [shape=box, label=\"{}{}{}{}\\n{}\"];\n", i, n.op,
+                       attrs.empty() ? "" : "\\n", attrs, n.grad ? "" : "\\nno_grad",
+                       fmt::join(types, ", "));
+  };
+  bool clustered = cluster_of.size() == nodes.size();
+  if (clustered) {
+    for (std::size_t c = 0; c < cluster_labels.size(); ++c) {
+      os << fmt::format("  subgraph cluster_{} {{\n    label=\"{}\";\n", c, cluster_labels[c]);
+      for (std::size_t i = 0; i < nodes.size(); ++i)
+        if (cluster_of[i] == static_cast<int>(c)) os << "    " << node_line(i);
+      os << "  }\n";
+    }
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (!clustered) os << "  " << node_line(i);
     for (int v : n.inputs) {
       int p = values[v].producer;
       if (p < 0)

@@ -3,6 +3,7 @@
 // values whose sizes may be symbolic.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,8 +75,10 @@ class Graph {
 
   // Deterministic text: one line per node, `%3: f32[s0, 4] = add(%1, %2)`.
   std::string str() const;
-  // Graphviz DOT with inputs as ellipses and ops as boxes.
-  std::string dot() const;
+  // Graphviz DOT with inputs as ellipses and ops as boxes; with `cluster_of` (node -> cluster)
+  // the nodes of each cluster are drawn in a box labelled by `cluster_labels`.
+  std::string dot(std::span<const int> cluster_of = {},
+                  std::span<const std::string> cluster_labels = {}) const;
 };
 
 // "f32[s0, 4]" (with {general} strides and @device when they are not the default).

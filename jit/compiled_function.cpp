@@ -181,6 +181,7 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
     e.graph.symbols = std::move(symbols);
     e.arg_symbols = arg_symbols;
     graph::optimize(e.graph);
+    e.fusion = graph::partition(e.graph);
     GuardSet& gs = e.guards;
     gs.grad_enabled = grad_enabled();
     gs.num_symbols = static_cast<int>(e.graph.symbols.size());
@@ -229,10 +230,12 @@ void CompiledFunctionCore::report(const Entry& e, std::size_t index) const {
         fmt::format("kiln: guards of '{}' entry {}:\n{}", options_.name, index, e.guards.str()));
   if (log_enabled(LogTopic::graph))
     log_line(fmt::format("kiln: graph of '{}' entry {}:\n{}", options_.name, index, e.graph.str()));
+  if (log_enabled(LogTopic::fusion))
+    log_line(fmt::format("kiln: {}", e.fusion.str(e.graph)));
   if (const char* dir = std::getenv("KILN_DUMP_DIR")) {
     std::string path = fmt::format("{}/{}.{}.dot", dir, options_.name, index);
     std::ofstream out(path);
-    out << e.graph.dot();
+    out << e.fusion.dot(e.graph);
     if (!out) log_line(fmt::format("kiln: cannot write {} (KILN_DUMP_DIR)", path));
   }
 }
@@ -368,6 +371,8 @@ std::string CompiledFunctionCore::explain() const {
     out += fmt::format("entry {} ({} hits), traced because: {}\n  guards ({} checks):\n{}", i,
                        e.hits, e.reason, e.guards.count(), indent(e.guards.str(), 2));
     out += "  graph:\n" + indent(e.graph.str(), 4);
+    out += "  fusion plan (the kernels code generation will launch):\n" +
+           indent(e.fusion.str(e.graph), 4);
   }
   return out;
 }
@@ -379,7 +384,7 @@ std::string CompiledFunctionCore::graph_dot(int entry) const {
   KILN_CHECK_AS(IndexError, entry < static_cast<int>(entries_.size()),
                 "graph_dot: entry {} does not exist ('{}' has {})", entry, options_.name,
                 entries_.size());
-  return entries_[entry]->graph.dot();
+  return entries_[entry]->fusion.dot(entries_[entry]->graph);
 }
 
 std::size_t CompiledFunctionCore::num_entries() const {
@@ -390,6 +395,11 @@ std::size_t CompiledFunctionCore::num_entries() const {
 const graph::Graph& CompiledFunctionCore::graph(int entry) const {
   std::lock_guard lock(mutex_);
   return entries_.at(entry)->graph;
+}
+
+const graph::Partition& CompiledFunctionCore::fusion(int entry) const {
+  std::lock_guard lock(mutex_);
+  return entries_.at(entry)->fusion;
 }
 
 const GuardSet& CompiledFunctionCore::guards(int entry) const {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "graph/fusion.h"
 #include "graph/graph.h"
 #include "jit/call_args.h"
 #include "jit/guards.h"
@@ -62,6 +63,7 @@ class CompiledFunctionCore {
   std::string graph_dot(int entry = -1) const;  // -1: the newest entry
   std::size_t num_entries() const;
   const graph::Graph& graph(int entry) const;
+  const graph::Partition& fusion(int entry) const;
   const GuardSet& guards(int entry) const;
   std::vector<std::string> recompile_reasons() const;
   CompiledStats stats() const;
@@ -72,6 +74,7 @@ class CompiledFunctionCore {
     GuardSet guards;
     graph::Graph graph;   // optimized: what runs
     graph::Graph traced;  // as recorded: what a verification re-trace is compared with
+    graph::Partition fusion;  // the kernels `graph` becomes once code generation runs it
     std::vector<std::vector<int>> arg_symbols;
     std::int64_t hits = 0;
     std::string reason;  // why it was traced

@@ -24,10 +24,11 @@ int parse(const char* spec) {
     if (topic == "recompiles") mask |= static_cast<int>(LogTopic::recompiles);
     else if (topic == "guards") mask |= static_cast<int>(LogTopic::guards);
     else if (topic == "graph") mask |= static_cast<int>(LogTopic::graph);
-    else if (topic == "all") mask |= 7;
+    else if (topic == "fusion") mask |= static_cast<int>(LogTopic::fusion);
+    else if (topic == "all") mask |= 15;
     else if (!topic.empty())
       std::fprintf(stderr, "kiln: KILN_LOG topic '%s' is unknown (known: recompiles, guards, "
-                   "graph, all)\n", topic.c_str());
+                   "graph, fusion, all)\n", topic.c_str());
     start = end + 1;
   }
   return mask;

@@ -1,0 +1,575 @@
+// The fuser's partition (rules in fusion.h): greedy vertical merging along edges in graph order,
+// then sibling merging; every refused merge leaves its reason on the edge.
+#include "graph/fusion.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <queue>
+#include <set>
+
+namespace kiln::graph {
+namespace {
+
+// What a group iterates: a domain, and for reductions the dims folded into rows.
+struct Domain {
+  std::vector<SymExpr> sizes;
+  std::vector<std::int64_t> dims;
+  bool reduces = false;
+};
+
+enum class Level { none, full, reduced };
+
+std::optional<SymExpr> numel_of(const std::vector<SymExpr>& sizes) {
+  SymExpr n = SymExpr::constant(1);
+  for (const auto& s : sizes) {
+    if (s.is_opaque()) return std::nullopt;
+    n = n * s;
+  }
+  return n;
+}
+
+// Opaque sizes never compare equal: kiln cannot tell whether two of them agree.
+bool same_sizes(const std::vector<SymExpr>& a, const std::vector<SymExpr>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].is_opaque() || !(a[i] == b[i])) return false;
+  return true;
+}
+
+Level level_in(const Domain& d, const std::vector<SymExpr>& sizes) {
+  if (d.reduces) {
+    if (same_sizes(sizes, d.sizes)) return Level::full;
+    auto one = SymExpr::constant(1);
+    if (same_sizes(sizes, reduce_dims(d.sizes, d.dims, true, one)) ||
+        same_sizes(sizes, reduce_dims(d.sizes, d.dims, false, one)))
+      return Level::reduced;
+    return Level::none;
+  }
+  auto a = numel_of(sizes), b = numel_of(d.sizes);
+  return a && b && *a == *b ? Level::full : Level::none;
+}
+
+bool is_fusible(OpClass c) {
+  return c == OpClass::elementwise || c == OpClass::reduction || c == OpClass::normalization ||
+         c == OpClass::view;
+}
+
+std::string sizes_str(const std::vector<SymExpr>& sizes) {
+  std::vector<std::string> parts;
+  for (const auto& s : sizes) parts.push_back(s.str());
+  return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
+std::string boundary_reason(OpId op) {
+  switch (op_class(op)) {
+    case OpClass::matmul:
+      return fmt::format("{} is a library call (its epilogue is left to the cuBLASLt lowering)",
+                         op);
+    case OpClass::index:
+      return fmt::format("{} is an indexing op: a kernel of its own", op);
+    case OpClass::scan:
+      return fmt::format("{} is a scan: a kernel of its own", op);
+    case OpClass::movement:
+      return fmt::format("{} copies with index arithmetic: a kernel of its own", op);
+    case OpClass::transfer:
+      return fmt::format("{} is a device transfer", op);
+    default:
+      return fmt::format("{} does not fuse", op);
+  }
+}
+
+struct WorkGroup {
+  std::vector<int> nodes;
+  Domain domain;
+  bool fusible = true;
+  bool alive = true;
+};
+
+class Partitioner {
+ public:
+  Partitioner(const Graph& g, const FusionLimits& limits) : g_(g), limits_(limits) {
+    consumers_.resize(g.values.size());
+    for (std::size_t i = 0; i < g.nodes.size(); ++i)
+      for (int v : g.nodes[i].inputs) consumers_[v].push_back(static_cast<int>(i));
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+      group_of_.push_back(static_cast<int>(i));
+      groups_.push_back(initial_group(static_cast<int>(i)));
+    }
+  }
+
+  Partition run() {
+    for (std::size_t n = 0; n < g_.nodes.size(); ++n)
+      for (int v : g_.nodes[n].inputs) try_edge(v, static_cast<int>(n));
+    merge_siblings();
+    return finish();
+  }
+
+ private:
+  WorkGroup initial_group(int n) {
+    const Node& node = g_.nodes[n];
+    WorkGroup w;
+    w.nodes = {n};
+    OpClass c = op_class(node.op);
+    w.fusible = is_fusible(c);
+    if (c == OpClass::reduction || c == OpClass::normalization) {
+      const Value& x = g_.values[node.inputs.at(0)];
+      auto rank = static_cast<std::int64_t>(x.sizes.size());
+      bool one_dim =
+          c == OpClass::normalization || node.op == OpId::max_dim || node.op == OpId::min_dim;
+      w.domain = {
+          x.sizes,
+          normalize_dims(one_dim ? std::vector<std::int64_t>{node.attrs.dim} : node.attrs.dims,
+                         rank, op_name(node.op)),
+          true};
+    } else {
+      w.domain.sizes = g_.values[node.output()].sizes;
+    }
+    return w;
+  }
+
+  std::vector<int> nodes_of(int a, int b) const {
+    std::vector<int> all = groups_[a].nodes;
+    all.insert(all.end(), groups_[b].nodes.begin(), groups_[b].nodes.end());
+    return all;
+  }
+
+  // Tries to fuse the group making `v` with the group of its consumer `n`. Views join the
+  // kernel of their consumers (never the other way round, which would materialize them); once
+  // one has joined, the edges into it are tried again.
+  void try_edge(int v, int n) {
+    int p = g_.values[v].producer;
+    if (p < 0) return;
+    int a = group_of_[p], b = group_of_[n];
+    if (a == b) return;
+    if (groups_[b].fusible && !computes(b)) {
+      reasons_[{v, n}] = fmt::format(
+          "%{} feeds a view, which stays on the host unless one kernel "
+          "reads it",
+          v);
+      return;
+    }
+    if (auto why = why_not(a, b, v)) {
+      reasons_[{v, n}] = *why;
+      return;
+    }
+    bool pulled_view = !computes(a);
+    std::vector<int> pulled = groups_[a].nodes;
+    merge(a, b, groups_[a].domain.reduces ? groups_[a].domain : groups_[b].domain);
+    if (pulled_view)
+      for (int m : pulled)
+        for (int u : g_.nodes[m].inputs) try_edge(u, m);
+  }
+
+  std::optional<std::string> why_not(int a, int b, int edge_value) const {
+    for (int w : {a, b})
+      if (!groups_[w].fusible) return boundary_reason(g_.nodes[groups_[w].nodes[0]].op);
+    if (!computes(a))
+      for (int n : groups_[a].nodes)
+        for (int v : g_.nodes[n].outputs) {
+          bool returned = std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end();
+          bool shared = std::any_of(consumers_[v].begin(), consumers_[v].end(),
+                                    [&](int c) { return group_of_[c] != a && group_of_[c] != b; });
+          if (returned || shared)
+            return fmt::format(
+                "%{} is a view read by several kernels or returned: it stays a "
+                "host-side view",
+                v);
+        }
+    const Domain& da = groups_[a].domain;
+    const Domain& db = groups_[b].domain;
+    if (da.reduces && db.reduces && (!same_sizes(da.sizes, db.sizes) || da.dims != db.dims))
+      return fmt::format("reductions over different rows: {} dims [{}] and {} dims [{}]",
+                         sizes_str(da.sizes), fmt::join(da.dims, ", "), sizes_str(db.sizes),
+                         fmt::join(db.dims, ", "));
+    if (int via = indirect_path(a, b); via >= 0)
+      return fmt::format(
+          "fusing would make a cycle: the consumer also depends on the producer "
+          "through {}",
+          op_name(g_.nodes[groups_[via].nodes[0]].op));
+    Domain d = da.reduces ? da : db;
+    auto members = nodes_of(a, b);
+    std::set<int> inside(members.begin(), members.end());
+    // Every value the merged kernel computes must be full or reduced in its domain; the edge's
+    // own value is checked first so that the reason names it.
+    std::vector<int> values = {edge_value};
+    for (int n : members)
+      for (int v : g_.nodes[n].outputs) values.push_back(v);
+    for (int v : values)
+      if (level_in(d, g_.values[v].sizes) == Level::none) return level_reason(v, d);
+    if (auto why = row_reason(members, inside, d)) return why;
+    return bound_reason(members, inside);
+  }
+
+  std::string level_reason(int v, const Domain& d) const {
+    const Value& val = g_.values[v];
+    auto have = numel(val.meta.shape);
+    std::int64_t want = 1;
+    for (const auto& s : d.sizes) want *= s.is_constant() ? s.constant_value() : 1;
+    bool symbolic = std::any_of(d.sizes.begin(), d.sizes.end(),
+                                [](const SymExpr& s) { return !s.is_constant(); });
+    std::string what = fmt::format("%{} {}", v, sizes_str(val.sizes));
+    if (!symbolic && have < want)
+      return fmt::format(
+          "{} is broadcast over {}: fusing would recompute its producers for "
+          "every element",
+          what, sizes_str(d.sizes));
+    if (!symbolic && have > want)
+      return fmt::format(
+          "{} is larger than the domain {} it would join: its producers would "
+          "compute elements nobody reads",
+          what, sizes_str(d.sizes));
+    if (d.reduces)
+      return fmt::format("{} is neither the rows {} dims [{}] nor their reduced shape", what,
+                         sizes_str(d.sizes), fmt::join(d.dims, ", "));
+    return fmt::format("{} does not cover the same elements as the domain {}", what,
+                       sizes_str(d.sizes));
+  }
+
+  // A value reduced inside the kernel and read again over its rows needs each row on one block:
+  // impossible when the reduction folds every dim (that would take a grid-wide barrier).
+  std::optional<std::string> row_reason(const std::vector<int>& members,
+                                        const std::set<int>& inside, const Domain& d) const {
+    if (!d.reduces || !reduce_dims(d.sizes, d.dims, false, SymExpr::constant(1)).empty())
+      return std::nullopt;
+    for (int n : members) {
+      const Node& node = g_.nodes[n];
+      bool reads_full = op_class(node.op) == OpClass::reduction ||
+                        op_class(node.op) == OpClass::normalization ||
+                        level_in(d, g_.values[node.output()].sizes) == Level::full;
+      if (!reads_full) continue;
+      for (int v : node.inputs) {
+        int p = g_.values[v].producer;
+        if (p >= 0 && inside.count(p) && level_in(d, g_.values[v].sizes) == Level::reduced)
+          return fmt::format(
+              "%{} reduces every dim of {} and is read back over every element: "
+              "that needs a grid-wide barrier",
+              v, sizes_str(d.sizes));
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::string> bound_reason(const std::vector<int>& members,
+                                          const std::set<int>& inside) const {
+    if (static_cast<int>(members.size()) > limits_.max_nodes)
+      return fmt::format("the kernel would compute {} nodes (limit {})", members.size(),
+                         limits_.max_nodes);
+    auto reads = external_inputs(members, inside).size();
+    if (static_cast<int>(reads) > limits_.max_inputs)
+      return fmt::format("the kernel would read {} tensors (limit {})", reads, limits_.max_inputs);
+    return std::nullopt;
+  }
+
+  // Tensors the nodes read from outside; 0-dim constants become kernel constants, not reads.
+  std::vector<int> external_inputs(const std::vector<int>& members,
+                                   const std::set<int>& inside) const {
+    std::vector<int> out;
+    for (int n : members)
+      for (int v : g_.nodes[n].inputs) {
+        int p = g_.values[v].producer;
+        if (p >= 0 && inside.count(p)) continue;
+        if (p < 0 && g_.is_constant(v) && g_.values[v].meta.shape.empty()) continue;
+        if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+      }
+    return out;
+  }
+
+  std::set<int> successors(int w) const {
+    std::set<int> out;
+    for (int n : groups_[w].nodes)
+      for (int v : g_.nodes[n].outputs)
+        for (int c : consumers_[v])
+          if (group_of_[c] != w) out.insert(group_of_[c]);
+    return out;
+  }
+
+  // A group other than the two through which `to` is reachable from `from`, or -1.
+  int indirect_path(int from, int to) const {
+    std::queue<std::pair<int, int>> todo;  // (group, the first group on its path)
+    std::set<int> seen;
+    for (int s : successors(from))
+      if (s != to) todo.push({s, s}), seen.insert(s);
+    while (!todo.empty()) {
+      auto [w, via] = todo.front();
+      todo.pop();
+      for (int s : successors(w)) {
+        if (s == to) return via;
+        if (seen.insert(s).second) todo.push({s, via});
+      }
+    }
+    return -1;
+  }
+
+  void merge(int a, int b, Domain d) {
+    for (int n : groups_[b].nodes) group_of_[n] = a;
+    groups_[a].nodes.insert(groups_[a].nodes.end(), groups_[b].nodes.begin(),
+                            groups_[b].nodes.end());
+    groups_[a].domain = std::move(d);
+    groups_[b].alive = false;
+    groups_[b].nodes.clear();
+  }
+
+  bool computes(int w) const {
+    return std::any_of(groups_[w].nodes.begin(), groups_[w].nodes.end(),
+                       [&](int n) { return op_class(g_.nodes[n].op) != OpClass::view; });
+  }
+
+  // Rule 7: groups over the same domain and rows that read a common tensor and are independent.
+  void merge_siblings() {
+    for (std::size_t v = 0; v < g_.values.size(); ++v) {
+      std::vector<int> readers;
+      for (int c : consumers_[v]) {
+        int w = group_of_[c];
+        if (groups_[w].fusible && computes(w) &&
+            std::find(readers.begin(), readers.end(), w) == readers.end())
+          readers.push_back(w);
+      }
+      for (std::size_t i = 0; i < readers.size(); ++i)
+        for (std::size_t j = i + 1; j < readers.size(); ++j) {
+          int a = readers[i], b = readers[j];
+          if (!groups_[a].alive || !groups_[b].alive) continue;
+          const Domain& da = groups_[a].domain;
+          const Domain& db = groups_[b].domain;
+          if (da.reduces != db.reduces || !same_sizes(da.sizes, db.sizes) || da.dims != db.dims)
+            continue;
+          if (indirect_path(a, b) >= 0 || indirect_path(b, a) >= 0 || successors(a).count(b) ||
+              successors(b).count(a))
+            continue;
+          auto members = nodes_of(a, b);
+          std::set<int> inside(members.begin(), members.end());
+          if (bound_reason(members, inside)) continue;
+          merge(a, b, da);
+        }
+    }
+  }
+
+  Partition finish() {
+    // Groups in dependency order (Kahn), ties broken by their first node.
+    std::vector<int> alive;
+    for (std::size_t w = 0; w < groups_.size(); ++w)
+      if (groups_[w].alive) {
+        std::sort(groups_[w].nodes.begin(), groups_[w].nodes.end());
+        alive.push_back(static_cast<int>(w));
+      }
+    std::map<int, int> indegree;
+    for (int w : alive) indegree[w] += 0;
+    for (int w : alive)
+      for (int s : successors(w)) ++indegree[s];
+    auto first = [&](int w) { return groups_[w].nodes.front(); };
+    auto later = [&](int x, int y) { return first(x) > first(y); };
+    std::priority_queue<int, std::vector<int>, decltype(later)> ready(later);
+    for (int w : alive)
+      if (indegree[w] == 0) ready.push(w);
+    std::vector<int> order;
+    while (!ready.empty()) {
+      int w = ready.top();
+      ready.pop();
+      order.push_back(w);
+      for (int s : successors(w))
+        if (--indegree[s] == 0) ready.push(s);
+    }
+    KILN_CHECK(order.size() == alive.size(), "fusion: the partition of graph '{}' has a cycle",
+               g_.name);
+
+    Partition out;
+    std::map<int, int> index;
+    for (int w : order) index[w] = static_cast<int>(index.size());
+    out.group_of.resize(g_.nodes.size());
+    for (std::size_t n = 0; n < g_.nodes.size(); ++n) out.group_of[n] = index[group_of_[n]];
+    for (int w : order) out.groups.push_back(describe(w));
+    for (std::size_t n = 0; n < g_.nodes.size(); ++n)
+      for (int v : g_.nodes[n].inputs) {
+        int p = g_.values[v].producer;
+        if (p < 0 || out.group_of[p] == out.group_of[n]) continue;
+        auto it = reasons_.find({v, static_cast<int>(n)});
+        std::string why =
+            it != reasons_.end() ? it->second : "merged groups changed after this edge was tried";
+        out.unfused.push_back(
+            {v, out.group_of[p], out.group_of[n], static_cast<int>(n), std::move(why)});
+      }
+    return out;
+  }
+
+  FusionGroup describe(int w) const {
+    const WorkGroup& wg = groups_[w];
+    FusionGroup fg;
+    fg.nodes = wg.nodes;
+    std::set<int> inside(wg.nodes.begin(), wg.nodes.end());
+    fg.domain = wg.domain.sizes;
+    if (wg.domain.reduces) fg.reduce_dims = wg.domain.dims;
+    for (int n : wg.nodes)
+      for (int v : g_.nodes[n].inputs) {
+        int p = g_.values[v].producer;
+        if ((p < 0 || !inside.count(p)) &&
+            std::find(fg.inputs.begin(), fg.inputs.end(), v) == fg.inputs.end())
+          fg.inputs.push_back(v);
+      }
+    for (int n : wg.nodes)
+      for (int v : g_.nodes[n].outputs) {
+        bool read_outside = std::any_of(consumers_[v].begin(), consumers_[v].end(),
+                                        [&](int c) { return !inside.count(c); });
+        bool returned = std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end();
+        if (read_outside || returned) fg.outputs.push_back(v);
+      }
+    fg.kind = kind_of(wg, inside);
+    std::vector<std::string> names;
+    for (int n : wg.nodes) {
+      std::string name(op_name(g_.nodes[n].op));
+      bool view = op_class(g_.nodes[n].op) == OpClass::view;
+      if ((!view || fg.kind == FusionKind::view) &&
+          std::find(names.begin(), names.end(), name) == names.end())
+        names.push_back(std::move(name));
+    }
+    fg.name = fmt::format("{}", fmt::join(names, "_"));
+    return fg;
+  }
+
+  FusionKind kind_of(const WorkGroup& wg, const std::set<int>& inside) const {
+    OpId first = g_.nodes[wg.nodes[0]].op;
+    switch (op_class(first)) {
+      case OpClass::matmul:
+        return FusionKind::matmul;
+      case OpClass::index:
+        return FusionKind::index;
+      case OpClass::scan:
+        return FusionKind::scan;
+      case OpClass::movement:
+        return FusionKind::movement;
+      case OpClass::transfer:
+        return FusionKind::transfer;
+      default:
+        break;
+    }
+    bool any_compute = false, normalizes = false;
+    for (int n : wg.nodes) {
+      const Node& node = g_.nodes[n];
+      OpClass c = op_class(node.op);
+      any_compute = any_compute || c != OpClass::view;
+      normalizes = normalizes || c == OpClass::normalization;
+      // A full value computed from a reduced one of this kernel: the row is read back.
+      if (wg.domain.reduces && c != OpClass::reduction &&
+          level_in(wg.domain, g_.values[node.output()].sizes) == Level::full)
+        for (int v : node.inputs) {
+          int p = g_.values[v].producer;
+          normalizes = normalizes || (p >= 0 && inside.count(p) &&
+                                      level_in(wg.domain, g_.values[v].sizes) == Level::reduced);
+        }
+      // A reduction over values that depend on an earlier reduction (two-pass variance).
+      if (c == OpClass::reduction) {
+        int p = g_.values[node.inputs[0]].producer;
+        normalizes = normalizes || (p >= 0 && inside.count(p) && depends_on_reduction(p, inside));
+      }
+    }
+    if (!any_compute) return FusionKind::view;
+    if (normalizes) return FusionKind::normalization;
+    return wg.domain.reduces ? FusionKind::reduction : FusionKind::pointwise;
+  }
+
+  bool depends_on_reduction(int n, const std::set<int>& inside) const {
+    std::vector<int> todo = {n};
+    std::set<int> seen;
+    while (!todo.empty()) {
+      int m = todo.back();
+      todo.pop_back();
+      if (!seen.insert(m).second) continue;
+      if (op_class(g_.nodes[m].op) == OpClass::reduction) return true;
+      for (int v : g_.nodes[m].inputs) {
+        int p = g_.values[v].producer;
+        if (p >= 0 && inside.count(p)) todo.push_back(p);
+      }
+    }
+    return false;
+  }
+
+  const Graph& g_;
+  FusionLimits limits_;
+  std::vector<std::vector<int>> consumers_;  // value -> consuming nodes
+  std::vector<int> group_of_;                // node -> work group
+  std::vector<WorkGroup> groups_;
+  std::map<std::pair<int, int>, std::string> reasons_;  // (value, consumer node) -> why not
+};
+
+}  // namespace
+
+std::string_view fusion_kind_name(FusionKind kind) {
+  switch (kind) {
+    case FusionKind::pointwise:
+      return "pointwise";
+    case FusionKind::reduction:
+      return "reduction";
+    case FusionKind::normalization:
+      return "normalization";
+    case FusionKind::view:
+      return "view";
+    case FusionKind::matmul:
+      return "matmul";
+    case FusionKind::index:
+      return "index";
+    case FusionKind::scan:
+      return "scan";
+    case FusionKind::movement:
+      return "movement";
+    case FusionKind::transfer:
+      return "transfer";
+  }
+  return "?";
+}
+
+bool FusionGroup::launches() const {
+  return kind != FusionKind::view;
+}
+
+int Partition::launch_count() const {
+  return static_cast<int>(std::count_if(groups.begin(), groups.end(),
+                                        [](const FusionGroup& g) { return g.launches(); }));
+}
+
+std::string Partition::str(const Graph& graph) const {
+  std::string out = fmt::format("fusion of '{}': {} groups, {} launches\n", graph.name,
+                                groups.size(), launch_count());
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const FusionGroup& g = groups[i];
+    std::vector<std::string> parts;
+    for (const auto& s : g.domain) parts.push_back(s.str());
+    std::string rows = g.reduce_dims.empty()
+                           ? std::string()
+                           : fmt::format(" rows over dims [{}]", fmt::join(g.reduce_dims, ", "));
+    out += fmt::format("  group {} {} '{}' over [{}]{}{}\n", i, fusion_kind_name(g.kind), g.name,
+                       fmt::join(parts, ", "), rows, g.launches() ? "" : " (host only)");
+    for (int n : g.nodes) {
+      const Node& node = graph.nodes[n];
+      std::vector<std::string> outs, ins;
+      for (int v : node.outputs) outs.push_back(fmt::format("%{}", v));
+      for (int v : node.inputs) ins.push_back(fmt::format("%{}", v));
+      out += fmt::format("    {} = {}({})\n", fmt::join(outs, ", "), node.op, fmt::join(ins, ", "));
+    }
+    auto values = [](const std::vector<int>& vs) {
+      std::vector<std::string> s;
+      for (int v : vs) s.push_back(fmt::format("%{}", v));
+      return fmt::format("{}", fmt::join(s, ", "));
+    };
+    out += fmt::format("    reads {}; writes {}\n", values(g.inputs), values(g.outputs));
+  }
+  for (const UnfusedEdge& e : unfused)
+    out += fmt::format("  not fused: %{} (group {}) -> {} (group {}): {}\n", e.value, e.producer,
+                       graph.nodes[e.consumer_node].op, e.consumer, e.reason);
+  return out;
+}
+
+std::string Partition::dot(const Graph& graph) const {
+  std::vector<std::string> labels;
+  for (std::size_t i = 0; i < groups.size(); ++i)
+    labels.push_back(
+        fmt::format("group {}: {} {}", i, fusion_kind_name(groups[i].kind), groups[i].name));
+  return graph.dot(group_of, labels);
+}
+
+Partition partition(const Graph& graph, const FusionLimits& limits) {
+  return Partitioner(graph, limits).run();
+}
+
+}  // namespace kiln::graph

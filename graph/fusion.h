@@ -1,0 +1,91 @@
+// The fuser's partition: which nodes of a graph run together as one generated kernel, which are
+// library calls or host-side views, and, for every edge between two groups, why the two were not
+// fused. Pure IR: scheduling and code generation (jit/) take the groups from here.
+//
+// The rules, in the order they are checked (each is tested in tests/test_fusion.cpp):
+//  1. Only elementwise, reduction, normalization and view nodes fuse; matmul is a library call
+//     (its epilogue is the cuBLASLt lowering's), index, scan and movement ops and device
+//     transfers are kernels of their own.
+//  2. A group iterates one domain: the shape of its largest values. Elementwise chains fuse when
+//     their values cover the same number of elements (views are index arithmetic); a computed
+//     value broadcast to a larger shape or sliced to a smaller one is a boundary, since fusing
+//     would recompute its producers per element or compute elements nobody reads.
+//  3. A group with reductions has rows: every reduction in it folds the same dims of the same
+//     domain. Its values are either full (the domain's shape) or reduced (the rows' shape): an
+//     elementwise prologue, several reductions over the same rows, epilogues over the reduced
+//     values, and epilogues that broadcast a reduced value back over its row (softmax,
+//     LayerNorm) are one kernel. Reading a reduced value back over the row needs the row on one
+//     block, so a reduction over every dim keeps no such epilogue.
+//  4. No cycles: two groups do not merge when a path between them leaves the pair.
+//  5. No recomputation: every node is in exactly one group; a value needed by several groups is
+//     written once by its own.
+//  6. Bounds: at most `max_inputs` tensors read and `max_nodes` nodes per kernel.
+//  7. Siblings: two groups over the same domain and rows that read a common tensor and do not
+//     depend on each other become one multi-output kernel (the tensor is read once).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace kiln::graph {
+
+enum class FusionKind : std::uint8_t {
+  pointwise,      // elementwise chain over one domain
+  reduction,      // reductions over the same rows, with prologues and reduced epilogues
+  normalization,  // a reduction read back over its rows: the row stays on chip
+  view,           // views of a value produced elsewhere: a stride change on the host, no kernel
+  matmul,         // a library call
+  index,          // gather, index_select, scatter_add, index_add
+  scan,           // cumsum
+  movement,       // cat, pad
+  transfer,       // to_device
+};
+std::string_view fusion_kind_name(FusionKind kind);
+
+struct FusionGroup {
+  FusionKind kind = FusionKind::pointwise;
+  std::string name;             // after the ops it fuses: "sum_div_sub_mul_rsqrt_add"
+  std::vector<int> nodes;       // node indices, in graph (topological) order
+  std::vector<int> inputs;      // values read from outside the group, in first-use order
+  std::vector<int> outputs;     // values the group writes: read by other groups or returned
+  std::vector<SymExpr> domain;  // the iteration shape (full values)
+  std::vector<std::int64_t> reduce_dims;  // dims of `domain` folded into rows; empty: none
+  // Whether running the group launches device work (a kernel or a library call); a view group
+  // only changes strides on the host.
+  bool launches() const;
+};
+
+// An edge between two groups: value `value` made by a node of `producer` is read by node
+// `consumer_node` of group `consumer`.
+struct UnfusedEdge {
+  int value = -1;
+  int producer = -1;
+  int consumer = -1;
+  int consumer_node = -1;
+  std::string reason;
+};
+
+struct FusionLimits {
+  int max_inputs = 24;  // tensors a kernel reads: kernel parameter space and index registers
+  int max_nodes = 96;   // nodes a kernel computes: a proxy for its registers
+};
+
+struct Partition {
+  std::vector<FusionGroup> groups;  // in an order that respects every edge
+  std::vector<int> group_of;        // node index -> group index
+  std::vector<UnfusedEdge> unfused;
+
+  int launch_count() const;
+  // One block per group (kind, name, nodes, domain, inputs, outputs), then the unfused edges
+  // with their reasons: what KILN_LOG=fusion prints.
+  std::string str(const Graph& graph) const;
+  // The graph's DOT with one cluster per group.
+  std::string dot(const Graph& graph) const;
+};
+
+Partition partition(const Graph& graph, const FusionLimits& limits = {});
+
+}  // namespace kiln::graph
