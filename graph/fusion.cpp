@@ -105,6 +105,7 @@ class Partitioner {
     for (std::size_t n = 0; n < g_.nodes.size(); ++n)
       for (int v : g_.nodes[n].inputs) try_edge(v, static_cast<int>(n));
     merge_siblings();
+    pull_views();
     return finish();
   }
 
@@ -316,6 +317,23 @@ class Partitioner {
   bool computes(int w) const {
     return std::any_of(groups_[w].nodes.begin(), groups_[w].nodes.end(),
                        [&](int n) { return op_class(g_.nodes[n].op) != OpClass::view; });
+  }
+
+  // Views left on the host because their readers were in several groups when tried: once the
+  // readers share one kernel, that kernel takes the view.
+  void pull_views() {
+    for (std::size_t w = 0; w < groups_.size(); ++w) {
+      if (!groups_[w].alive || !groups_[w].fusible || computes(static_cast<int>(w))) continue;
+      auto next = successors(static_cast<int>(w));
+      if (next.size() != 1) continue;
+      int b = *next.begin();
+      int n = groups_[b].nodes.front();
+      for (int m : groups_[b].nodes)
+        for (int v : g_.nodes[m].inputs)
+          if (g_.values[v].producer >= 0 && group_of_[g_.values[v].producer] == static_cast<int>(w))
+            n = m;
+      try_edge(g_.nodes[groups_[w].nodes.back()].output(), n);
+    }
   }
 
   // Rule 7: groups over the same domain and rows that read a common tensor and are independent.

@@ -1,0 +1,227 @@
+// CUDA spellings of the elementwise primitives and of dtypes (see cuda_expr.h).
+#include "jit/codegen/cuda_expr.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cmath>
+
+namespace kiln::jit::codegen {
+namespace {
+
+bool is_comparison(OpId op) {
+  return op == OpId::eq || op == OpId::ne || op == OpId::lt || op == OpId::le || op == OpId::gt ||
+         op == OpId::ge;
+}
+
+// Fills `{f}` (the libm suffix: "f" for float) and `{0}`, `{1}`, `{2}` (the arguments).
+std::string spell(std::string_view pattern, DType t, std::span<const std::string> args) {
+  std::string f = t == DType::f64 ? "" : "f";
+  std::string a0 = args.size() > 0 ? args[0] : "", a1 = args.size() > 1 ? args[1] : "",
+              a2 = args.size() > 2 ? args[2] : "";
+  return fmt::format(fmt::runtime(pattern), fmt::arg("f", f), fmt::arg("a", a0), fmt::arg("b", a1),
+                     fmt::arg("c", a2), fmt::arg("T", register_type(t)));
+}
+
+std::optional<std::string> floating_expr(OpId op, const OpAttrs& attrs, DType t,
+                                         std::span<const std::string> args) {
+  switch (op) {
+    case OpId::exp:
+      return spell("exp{f}({a})", t, args);
+    case OpId::log:
+      return spell("log{f}({a})", t, args);
+    case OpId::log1p:
+      return spell("log1p{f}({a})", t, args);
+    case OpId::expm1:
+      return spell("expm1{f}({a})", t, args);
+    case OpId::sqrt:
+      return spell("sqrt{f}({a})", t, args);
+    // 1/sqrt rather than rsqrt: CUDA's rsqrtf is not correctly rounded.
+    case OpId::rsqrt:
+      return spell("({T}(1) / sqrt{f}({a}))", t, args);
+    case OpId::reciprocal:
+      return spell("({T}(1) / {a})", t, args);
+    case OpId::sin:
+      return spell("sin{f}({a})", t, args);
+    case OpId::cos:
+      return spell("cos{f}({a})", t, args);
+    case OpId::tanh:
+      return spell("tanh{f}({a})", t, args);
+    case OpId::erf:
+      return spell("erf{f}({a})", t, args);
+    // Two branches keep exp() from overflowing for large |x| (as the CPU kernel).
+    case OpId::sigmoid:
+      return spell(
+          "({a} >= 0 ? {T}(1) / ({T}(1) + exp{f}(-{a})) : exp{f}({a}) / ({T}(1) + "
+          "exp{f}({a})))",
+          t, args);
+    case OpId::silu:
+      return spell(
+          "({a} * ({a} >= 0 ? {T}(1) / ({T}(1) + exp{f}(-{a})) : exp{f}({a}) / "
+          "({T}(1) + exp{f}({a}))))",
+          t, args);
+    case OpId::gelu:
+      return spell("({T}(0.5) * {a} * ({T}(1) + erf{f}({a} * {T}(0.70710678118654752440))))", t,
+                   args);
+    case OpId::gelu_tanh:
+      return spell(
+          "({T}(0.5) * {a} * ({T}(1) + tanh{f}({T}(0.79788456080286535588) * ({a} + "
+          "{T}(0.044715) * {a} * {a} * {a}))))",
+          t, args);
+    case OpId::softplus: {
+      std::string beta = literal(t, attrs.beta), threshold = literal(t, attrs.threshold);
+      return spell(fmt::format("({{a}} * {0} > {1} ? {{a}} : log1p{{f}}(exp{{f}}({{a}} * {0})) / "
+                               "{0})",
+                               beta, threshold),
+                   t, args);
+    }
+    case OpId::abs:
+      return spell("fabs{f}({a})", t, args);
+    case OpId::floor:
+      return spell("floor{f}({a})", t, args);
+    case OpId::ceil:
+      return spell("ceil{f}({a})", t, args);
+    case OpId::round:
+      return spell("rint{f}({a})", t, args);  // half to even
+    case OpId::trunc:
+      return spell("trunc{f}({a})", t, args);
+    case OpId::div:
+      return spell("({a} / {b})", t, args);
+    case OpId::pow:
+      return spell("pow{f}({a}, {b})", t, args);
+    case OpId::remainder:
+      return spell("kiln_python_mod({a}, {b})", t, args);
+    case OpId::floor_divide:
+      return spell("kiln_floor_div({a}, {b})", t, args);
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::string storage_type(DType t) {
+  switch (t) {
+    case DType::bool_:
+      return "bool";
+    case DType::i32:
+      return "int";
+    case DType::i64:
+      return "long long";
+    case DType::f16:
+      return "__half";
+    case DType::bf16:
+      return "__nv_bfloat16";
+    case DType::f32:
+      return "float";
+    case DType::f64:
+      return "double";
+  }
+  return "?";
+}
+
+std::string register_type(DType t) {
+  return storage_type(compute_dtype(t));
+}
+
+std::string load_expr(DType t, const std::string& stored) {
+  if (t == DType::f16) return fmt::format("__half2float({})", stored);
+  if (t == DType::bf16) return fmt::format("__bfloat162float({})", stored);
+  return stored;
+}
+
+std::string store_expr(DType t, const std::string& value) {
+  if (t == DType::f16) return fmt::format("__float2half_rn({})", value);
+  if (t == DType::bf16) return fmt::format("__float2bfloat16_rn({})", value);
+  return value;
+}
+
+std::string convert_expr(DType from, DType to, const std::string& value) {
+  if (register_type(from) == register_type(to)) return value;
+  if (to == DType::bool_) return fmt::format("({} != 0)", value);
+  return fmt::format("static_cast<{}>({})", register_type(to), value);
+}
+
+std::string literal(DType t, double value) {
+  switch (compute_dtype(t)) {
+    case DType::bool_:
+      return value != 0 ? "true" : "false";
+    case DType::i32:
+      return fmt::format("{}", static_cast<std::int32_t>(value));
+    case DType::i64:
+      return fmt::format("{}ll", static_cast<std::int64_t>(value));
+    case DType::f32: {
+      auto bits = std::bit_cast<std::uint32_t>(static_cast<float>(value));
+      if (!std::isfinite(value)) return fmt::format("__int_as_float(0x{:08x})", bits);
+      return fmt::format("{:a}f", static_cast<float>(value));
+    }
+    default: {
+      auto bits = std::bit_cast<std::uint64_t>(value);
+      if (!std::isfinite(value)) return fmt::format("__longlong_as_double(0x{:016x}ll)", bits);
+      return fmt::format("{:a}", value);
+    }
+  }
+}
+
+DType compute_dtype_of(OpId op, std::span<const DType> inputs, DType output) {
+  if (op == OpId::logical_not || op == OpId::logical_and || op == OpId::logical_or)
+    return DType::bool_;
+  if (is_comparison(op)) return compute_dtype(promote_types(inputs[0], inputs[1]));
+  return compute_dtype(output);
+}
+
+std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType t,
+                                            std::span<const std::string> args) {
+  switch (op) {
+    case OpId::neg:
+      return t == DType::bool_ ? std::nullopt : std::optional(spell("(-{a})", t, args));
+    case OpId::relu:
+      // NaN stays NaN, as in PyTorch.
+      return spell("(({a} != {a} || {a} > {T}(0)) ? {a} : {T}(0))", t, args);
+    case OpId::sign:
+      return spell("{T}(({T}(0) < {a}) - ({a} < {T}(0)))", t, args);
+    case OpId::logical_not:
+      return spell("(!{a})", t, args);
+    case OpId::add:
+      return spell("({a} + {b})", t, args);
+    case OpId::sub:
+      return spell("({a} - {b})", t, args);
+    case OpId::mul:
+      return spell("({a} * {b})", t, args);
+    // NaN propagates through maximum/minimum, as in PyTorch.
+    case OpId::maximum:
+      return spell("(({a} != {a} || {a} > {b}) ? {a} : {b})", t, args);
+    case OpId::minimum:
+      return spell("(({a} != {a} || {a} < {b}) ? {a} : {b})", t, args);
+    case OpId::eq:
+      return spell("({a} == {b})", t, args);
+    case OpId::ne:
+      return spell("({a} != {b})", t, args);
+    case OpId::lt:
+      return spell("({a} < {b})", t, args);
+    case OpId::le:
+      return spell("({a} <= {b})", t, args);
+    case OpId::gt:
+      return spell("({a} > {b})", t, args);
+    case OpId::ge:
+      return spell("({a} >= {b})", t, args);
+    case OpId::logical_and:
+      return spell("({a} && {b})", t, args);
+    case OpId::logical_or:
+      return spell("({a} || {b})", t, args);
+    case OpId::where:
+      return spell("({a} ? {b} : {c})", t, args);
+    case OpId::cast:
+    case OpId::copy:
+      return args[0];
+    case OpId::abs:
+      if (is_integral(t)) return spell("({a} < 0 ? -{a} : {a})", t, args);
+      break;
+    default:
+      break;
+  }
+  if (t == DType::f32 || t == DType::f64) return floating_expr(op, attrs, t, args);
+  return std::nullopt;
+}
+
+}  // namespace kiln::jit::codegen

@@ -1,0 +1,34 @@
+// The per-op CUDA expression table: how each elementwise primitive is written in CUDA C++, and
+// how each dtype is stored, loaded and converted. The one place that knows CUDA spellings; the
+// same semantics as the CPU kernels (runtime/cpu/elementwise.cpp), which tests compare against.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+
+#include "runtime/op.h"
+
+namespace kiln::jit::codegen {
+
+// How a dtype lives in memory ("__half") and in registers ("float": f16/bf16 compute in f32).
+std::string storage_type(DType t);
+std::string register_type(DType t);
+// `stored` (an lvalue of storage_type(t)) as a register value, and back.
+std::string load_expr(DType t, const std::string& stored);
+std::string store_expr(DType t, const std::string& value);
+// A register value of dtype `from` converted to the register type of `to`.
+std::string convert_expr(DType from, DType to, const std::string& value);
+// A number as a literal of `t`'s register type, exact (hex floats for floating types).
+std::string literal(DType t, double value);
+
+// The dtype an elementwise node computes in, given its input and output dtypes (comparisons
+// compute in the promoted input dtype, everything else in the output's).
+DType compute_dtype_of(OpId op, std::span<const DType> inputs, DType output);
+
+// The expression computing `op` on `args` (register values already in the compute dtype `t`),
+// or nullopt when code generation does not cover the op at `t` yet.
+std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType t,
+                                            std::span<const std::string> args);
+
+}  // namespace kiln::jit::codegen

@@ -1,0 +1,253 @@
+// Pointwise code generation: statements per node from the expression table, rendered into
+// templates/pointwise.cu.mustache; compiled once per source and launched over a grid-stride loop.
+#include "jit/codegen/pointwise.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <kainjow/mustache.hpp>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "jit/codegen/cuda_expr.h"
+#include "jit/codegen/templates.h"
+#include "jit/nvrtc/nvrtc.h"
+#include "runtime/cuda/backend.h"
+#include "runtime/dispatch.h"
+
+namespace kiln::jit::codegen {
+namespace {
+
+using Data = kainjow::mustache::data;
+
+constexpr int kMaxRank = 8;
+
+std::string var(int v) {
+  return fmt::format("v{}", v);
+}
+
+// A 0-dim constant is inlined into the source as a literal instead of being read.
+bool is_inlined(const graph::Graph& g, int v) {
+  return g.values[v].producer < 0 && g.is_constant(v) && g.values[v].meta.shape.empty();
+}
+
+std::string node_text(const graph::Graph& g, int n) {
+  const graph::Node& node = g.nodes[n];
+  std::vector<std::string> ins, outs;
+  for (int v : node.inputs) ins.push_back(fmt::format("%{}", v));
+  for (int v : node.outputs)
+    outs.push_back(fmt::format("%{}: {}", v, graph::value_type_str(g.values[v])));
+  std::string attrs = attrs_str(node.op, node.attrs);
+  return fmt::format("{} = {}({}{}{})", fmt::join(outs, ", "), node.op, fmt::join(ins, ", "),
+                     attrs.empty() ? "" : ", ", attrs);
+}
+
+Data list() {
+  return Data(Data::type::list);
+}
+
+}  // namespace
+
+PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup& group) {
+  KILN_CHECK(group.kind == graph::FusionKind::pointwise,
+             "codegen: group '{}' is a {} group, not pointwise", group.name,
+             graph::fusion_kind_name(group.kind));
+  PointwiseKernel k;
+  k.name = "k_" + group.name;
+  k.rank = std::max<int>(1, static_cast<int>(group.domain.size()));
+  KILN_CHECK(k.rank <= kMaxRank, "codegen: '{}' has rank {} (at most {} supported)", group.name,
+             k.rank, kMaxRank);
+  std::set<int> inside(group.nodes.begin(), group.nodes.end());
+  std::set<int> computed;  // values this kernel holds in registers
+  bool fp16 = false, bf16 = false, python_mod = false, floor_div = false;
+  auto note_dtype = [&](DType t) {
+    fp16 = fp16 || t == DType::f16;
+    bf16 = bf16 || t == DType::bf16;
+  };
+
+  // Views whose input comes from outside run on the host: their results are what the kernel
+  // reads, with the strides the view gives them.
+  for (int n : group.nodes) {
+    const graph::Node& node = g.nodes[n];
+    if (op_class(node.op) != OpClass::view) continue;
+    for (int v : node.inputs)
+      KILN_CHECK(g.values[v].producer < 0 || !inside.count(g.values[v].producer),
+                 "codegen: '{}': the view {} of a value computed in the same kernel is not "
+                 "supported yet",
+                 group.name, node_text(g, n));
+    k.host_views.push_back(n);
+  }
+  auto is_host_view_output = [&](int v) {
+    int p = g.values[v].producer;
+    return p >= 0 && std::find(k.host_views.begin(), k.host_views.end(), p) != k.host_views.end();
+  };
+
+  Data loads = list(), statements = list(), stores = list(), params = list(), nodes = list();
+  for (int n : group.nodes) nodes.push_back(Data("text", node_text(g, n)));
+  auto read = [&](int v) -> std::string {
+    if (computed.count(v)) return var(v);
+    if (is_inlined(g, v)) return literal(g.values[v].meta.dtype, g.input_of(v)->tensor.item());
+    int p = g.values[v].producer;
+    if (p >= 0 && inside.count(p) && !is_host_view_output(v))
+      throw Error(fmt::format("codegen: '{}' reads %{} before it is computed", group.name, v));
+    auto slot = std::find(k.reads.begin(), k.reads.end(), v);
+    int index = static_cast<int>(slot - k.reads.begin());
+    if (slot == k.reads.end()) {
+      DType t = g.values[v].meta.dtype;
+      note_dtype(t);
+      k.reads.push_back(v);
+      params.push_back(
+          Data("decl", fmt::format("const {}* __restrict__ in{}", storage_type(t), index)));
+      Data load;
+      load.set("type", register_type(t));
+      load.set("var", var(v));
+      load.set("expr", load_expr(t, fmt::format("in{}[offset[{}]]", index, index)));
+      loads.push_back(load);
+      computed.insert(v);
+    }
+    return var(v);
+  };
+
+  for (int n : group.nodes) {
+    const graph::Node& node = g.nodes[n];
+    if (op_class(node.op) == OpClass::view) continue;
+    KILN_CHECK(op_class(node.op) == OpClass::elementwise, "codegen: '{}': {} is not elementwise",
+               group.name, node_text(g, n));
+    std::vector<DType> in_types;
+    for (int v : node.inputs) in_types.push_back(g.values[v].meta.dtype);
+    int out = node.output();
+    DType out_type = g.values[out].meta.dtype;
+    DType t = compute_dtype_of(node.op, in_types, out_type);
+    std::vector<std::string> args;
+    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+      DType want = node.op == OpId::where && i == 0 ? DType::bool_ : t;
+      args.push_back(convert_expr(in_types[i], want, read(node.inputs[i])));
+    }
+    auto expr = elementwise_expr(node.op, node.attrs, t, args);
+    KILN_CHECK(expr.has_value(), "codegen: '{}': {} at {} is not covered by code generation yet",
+               group.name, node_text(g, n), t);
+    python_mod = python_mod || node.op == OpId::remainder;
+    floor_div = floor_div || node.op == OpId::floor_divide;
+    note_dtype(out_type);
+    Data s;
+    s.set("type", register_type(out_type));
+    s.set("var", var(out));
+    s.set("expr", convert_expr(t, out_type, *expr));
+    statements.push_back(s);
+    computed.insert(out);
+  }
+  for (int v : group.outputs) {
+    DType t = g.values[v].meta.dtype;
+    int index = static_cast<int>(k.writes.size());
+    k.writes.push_back(v);
+    params.push_back(Data("decl", fmt::format("{}* __restrict__ out{}", storage_type(t), index)));
+    Data s;
+    s.set("target", fmt::format("out{}", index));
+    s.set("expr", store_expr(t, read(v)));
+    stores.push_back(s);
+  }
+
+  std::vector<std::string> domain;
+  for (const auto& s : group.domain) domain.push_back(s.str());
+  Data d;
+  d.set("name", k.name);
+  d.set("description", fmt::format("pointwise over [{}]", fmt::join(domain, ", ")));
+  d.set("graph", g.name);
+  d.set("nodes", nodes);
+  d.set("rank", std::to_string(k.rank));
+  d.set("num_strided", std::to_string(std::max<std::size_t>(1, k.reads.size())));
+  d.set("params", params);
+  d.set("loads", loads);
+  d.set("statements", statements);
+  d.set("stores", stores);
+  d.set("fp16", fp16);
+  d.set("bf16", bf16);
+  d.set("python_mod", python_mod);
+  d.set("floor_div", floor_div);
+  kainjow::mustache::mustache tmpl{std::string(template_text("pointwise.cu.mustache"))};
+  KILN_CHECK(tmpl.is_valid(), "codegen: templates/pointwise.cu.mustache: {}", tmpl.error_message());
+  k.source = tmpl.render(d);
+  return k;
+}
+
+namespace {
+
+// Compiled kernels by source: a source compiles once per process (the kernel cache proper,
+// with keys and a disk store, is cache/'s).
+cuda::Function function_for(const PointwiseKernel& kernel) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, cuda::Function> functions;
+  std::lock_guard lock(mutex);
+  auto it = functions.find(kernel.source);
+  if (it != functions.end()) return it->second;
+  cuda::Backend& be = cuda::backend();
+  auto module = nvrtc::compile_program(kernel.source, kernel.name + ".cu",
+                                       nvrtc::Target::for_device(be.properties(0)));
+  cuda::Function fn = be.get_function(be.load_module(module.image()), kernel.name);
+  functions.emplace(kernel.source, fn);
+  return fn;
+}
+
+}  // namespace
+
+std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& kernel,
+                                  const Shape& domain, std::vector<Tensor>& values) {
+  for (int n : kernel.host_views) {
+    const graph::Node& node = g.nodes[n];
+    std::vector<Tensor> ins;
+    for (int v : node.inputs) ins.push_back(values.at(v));
+    values.at(node.output()) = dispatch1(node.op, ins, node.attrs);
+  }
+  // The struct the kernel declares has exactly rank sizes and max(1, reads) stride rows: pack
+  // the same layout into a byte buffer.
+  std::vector<long long> packed(static_cast<std::size_t>(kernel.rank), 1);
+  Shape dom = domain.empty() ? Shape{1} : domain;
+  for (int d = 0; d < kernel.rank; ++d) packed[d] = dom[d];
+  std::size_t rows = std::max<std::size_t>(1, kernel.reads.size());
+  std::vector<void*> params;
+  std::vector<cuda::DevicePtr> pointers;
+  pointers.reserve(kernel.reads.size() + kernel.writes.size());
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::vector<long long> strides(static_cast<std::size_t>(kernel.rank), 0);
+    if (r < kernel.reads.size()) {
+      const Tensor& t = values.at(kernel.reads[r]);
+      KILN_CHECK(t.device().type == Device::Type::cuda,
+                 "codegen: kernel '{}' reads %{} on {}, not a CUDA device", kernel.name,
+                 kernel.reads[r], t.device().str());
+      // Right-aligned broadcasting: a missing or size-1 dim reads with stride 0.
+      auto rank = static_cast<int>(t.dim());
+      for (int d = 0; d < rank; ++d) {
+        int dd = kernel.rank - rank + d;
+        if (dd >= 0 && t.shape()[d] != 1) strides[dd] = t.strides()[d];
+      }
+      pointers.push_back(reinterpret_cast<cuda::DevicePtr>(t.raw_data()));
+    }
+    packed.insert(packed.end(), strides.begin(), strides.end());
+  }
+  std::vector<Tensor> outs;
+  for (int v : kernel.writes) {
+    const auto& meta = g.values[v].meta;
+    Shape shape = meta.shape;
+    // The traced shape may hold other sizes of a dynamic dim: the value covers the domain.
+    if (numel(shape) != numel(dom)) shape = domain;
+    outs.push_back(empty(shape, meta.dtype, Device::cuda()));
+    pointers.push_back(reinterpret_cast<cuda::DevicePtr>(outs.back().raw_data()));
+  }
+  for (auto& p : pointers) params.push_back(&p);
+  long long n = numel(dom);
+  params.push_back(packed.data());
+  params.push_back(&n);
+  if (n == 0) return outs;
+  cuda::Backend& be = cuda::backend();
+  unsigned block = 256;
+  long long blocks = std::min<long long>((n + block - 1) / block,
+                                         static_cast<long long>(be.properties(0).sm_count) * 8);
+  be.launch(function_for(kernel), {static_cast<unsigned>(blocks), 1, 1}, {block, 1, 1}, 0, nullptr,
+            params.data());
+  return outs;
+}
+
+}  // namespace kiln::jit::codegen
