@@ -30,8 +30,10 @@ class Backend {
   virtual void copy_into(const Tensor& dst, const Tensor& src) = 0;
 };
 
-// Installs `backend` (which must outlive every tensor) for a device type, replacing any other.
-void register_backend(Device::Type type, Backend* backend);
+// Installs `backend` (which must outlive every tensor) for a device type, replacing one of
+// lower or equal priority: the code generator's CUDA backend (priority 1) replaces runtime's
+// memory-only one (0) whichever static initializer runs first.
+void register_backend(Device::Type type, Backend* backend, int priority = 0);
 // The backend of a device type; an Error naming the device when none is registered.
 Backend& backend_for(Device::Type type);
 

@@ -13,6 +13,10 @@ std::array<Backend*, 2>& backends() {
   static std::array<Backend*, 2> table{};
   return table;
 }
+std::array<int, 2>& priorities() {
+  static std::array<int, 2> table{};
+  return table;
+}
 
 Tensor run_view(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& out) {
   const Strides& st = x.strides();
@@ -47,18 +51,25 @@ Tensor run_view(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta
       d.impl().is_view = x.impl().is_view;  // the same tensor's data, not a new view of it
       return d;
     }
-    default: break;
+    default:
+      break;
   }
   throw Error(fmt::format("{}: not a view op", op));
 }
 
 // The backend that moves data between `a` and `b`: the non-CPU one, if any.
-Backend& mover(Device a, Device b) { return backend_for(a.is_cpu() ? b.type : a.type); }
+Backend& mover(Device a, Device b) {
+  return backend_for(a.is_cpu() ? b.type : a.type);
+}
 
 }  // namespace
 
-void register_backend(Device::Type type, Backend* backend) {
-  backends()[static_cast<std::size_t>(type)] = backend;
+void register_backend(Device::Type type, Backend* backend, int priority) {
+  auto& slot = backends()[static_cast<std::size_t>(type)];
+  auto& slot_priority = priorities()[static_cast<std::size_t>(type)];
+  if (slot != nullptr && slot_priority > priority) return;
+  slot = backend;
+  slot_priority = priority;
 }
 
 Backend& backend_for(Device::Type type) {
@@ -99,20 +110,32 @@ std::vector<TensorMeta> metas_of(std::span<const Tensor> inputs) {
 
 std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
   KILN_OP_SCOPE;
-  for (const auto& t : inputs)
-    KILN_CHECK(t.defined(), "{}: an input tensor is undefined", op);
+  for (const auto& t : inputs) KILN_CHECK(t.defined(), "{}: an input tensor is undefined", op);
   auto metas = metas_of(inputs);
   auto outputs = infer_meta(op, metas, attrs);
+  // A 0-dim CPU tensor next to tensors of another device is a number (as in PyTorch), for
+  // elementwise ops; the op runs on the other tensors' device.
+  auto is_number = [](const Tensor& t) { return t.device().is_cpu() && t.dim() == 0; };
   Device device = inputs.empty() ? Device::cpu() : inputs[0].device();
   for (const auto& t : inputs)
-    KILN_CHECK(t.device() == device, "{}: inputs are on different devices ({} and {})", op,
-               device.str(), t.device().str());
+    if (!is_number(t)) {
+      device = t.device();
+      break;
+    }
+  bool numbers_allowed = op_class(op) == OpClass::elementwise;
+  for (const auto& t : inputs)
+    KILN_CHECK(t.device() == device || (numbers_allowed && is_number(t)),
+               "{}: inputs are on different devices ({} and {})", op, device.str(),
+               t.device().str());
   if (OpInterceptor* tracer = active_interceptor())
     return tracer->intercept(op, inputs, attrs, outputs);
   switch (op_class(op)) {
-    case OpClass::view: return {run_view(op, inputs[0], attrs, outputs[0])};
-    case OpClass::transfer: return {transfer(inputs[0], attrs.device)};
-    default: return backend_for(device.type).run(op, inputs, attrs, outputs);
+    case OpClass::view:
+      return {run_view(op, inputs[0], attrs, outputs[0])};
+    case OpClass::transfer:
+      return {transfer(inputs[0], attrs.device)};
+    default:
+      return backend_for(device.type).run(op, inputs, attrs, outputs);
   }
 }
 

@@ -6,6 +6,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <kainjow/mustache.hpp>
 #include <map>
 #include <mutex>
@@ -32,6 +34,12 @@ std::string var(int v) {
 // A 0-dim constant is inlined into the source as a literal instead of being read.
 bool is_inlined(const graph::Graph& g, int v) {
   return g.values[v].producer < 0 && g.is_constant(v) && g.values[v].meta.shape.empty();
+}
+
+// Any other 0-dim CPU value (a number next to CUDA tensors) is a kernel argument, so one kernel
+// serves every value of it.
+bool is_by_value(const graph::Graph& g, int v) {
+  return g.values[v].producer < 0 && g.values[v].device.is_cpu() && g.values[v].meta.shape.empty();
 }
 
 std::string node_text(const graph::Graph& g, int n) {
@@ -87,27 +95,34 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
 
   Data loads = list(), statements = list(), stores = list(), params = list(), nodes = list();
   for (int n : group.nodes) nodes.push_back(Data("text", node_text(g, n)));
+  // Parameters: the tensors read, then the numbers taken by value, then the outputs.
+  Data scalar_params = list(), scalar_loads = list();
   auto read = [&](int v) -> std::string {
     if (computed.count(v)) return var(v);
     if (is_inlined(g, v)) return literal(g.values[v].meta.dtype, g.input_of(v)->tensor.item());
     int p = g.values[v].producer;
     if (p >= 0 && inside.count(p) && !is_host_view_output(v))
       throw Error(fmt::format("codegen: '{}' reads %{} before it is computed", group.name, v));
-    auto slot = std::find(k.reads.begin(), k.reads.end(), v);
-    int index = static_cast<int>(slot - k.reads.begin());
-    if (slot == k.reads.end()) {
-      DType t = g.values[v].meta.dtype;
-      note_dtype(t);
+    DType t = g.values[v].meta.dtype;
+    note_dtype(t);
+    Data load;
+    load.set("type", register_type(t));
+    load.set("var", var(v));
+    if (is_by_value(g, v)) {
+      auto index = k.scalars.size();
+      k.scalars.push_back(v);
+      scalar_params.push_back(Data("decl", fmt::format("{} s{}", register_type(t), index)));
+      load.set("expr", fmt::format("s{}", index));
+      scalar_loads.push_back(load);
+    } else {
+      auto index = k.reads.size();
       k.reads.push_back(v);
       params.push_back(
           Data("decl", fmt::format("const {}* __restrict__ in{}", storage_type(t), index)));
-      Data load;
-      load.set("type", register_type(t));
-      load.set("var", var(v));
       load.set("expr", load_expr(t, fmt::format("in{}[offset[{}]]", index, index)));
       loads.push_back(load);
-      computed.insert(v);
     }
+    computed.insert(v);
     return var(v);
   };
 
@@ -139,6 +154,8 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     statements.push_back(s);
     computed.insert(out);
   }
+  for (auto& decl : scalar_params.list_value()) params.push_back(decl);
+  for (auto& load : scalar_loads.list_value()) loads.push_back(load);
   for (int v : group.outputs) {
     DType t = g.values[v].meta.dtype;
     int index = static_cast<int>(k.writes.size());
@@ -227,6 +244,26 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
     }
     packed.insert(packed.end(), strides.begin(), strides.end());
   }
+  // Numbers by value, each in its register type (at most 8 bytes).
+  std::vector<std::array<unsigned char, 8>> numbers(kernel.scalars.size());
+  for (std::size_t i = 0; i < kernel.scalars.size(); ++i) {
+    Tensor t = values.at(kernel.scalars[i]).to(Device::cpu());
+    unsigned char* at = numbers[i].data();
+    switch (t.dtype()) {
+      case DType::bool_:
+      case DType::i32:
+      case DType::i64:
+        std::memcpy(at, t.raw_data(), itemsize(t.dtype()));
+        break;
+      case DType::f64:
+        std::memcpy(at, t.raw_data(), 8);
+        break;
+      default: {  // f16, bf16 and f32 travel as float
+        float x = static_cast<float>(t.item());
+        std::memcpy(at, &x, sizeof x);
+      }
+    }
+  }
   std::vector<Tensor> outs;
   for (int v : kernel.writes) {
     const auto& meta = g.values[v].meta;
@@ -236,7 +273,10 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
     outs.push_back(empty(shape, meta.dtype, Device::cuda()));
     pointers.push_back(reinterpret_cast<cuda::DevicePtr>(outs.back().raw_data()));
   }
-  for (auto& p : pointers) params.push_back(&p);
+  std::size_t first_write = kernel.reads.size();
+  for (std::size_t i = 0; i < first_write; ++i) params.push_back(&pointers[i]);
+  for (auto& number : numbers) params.push_back(number.data());
+  for (std::size_t i = first_write; i < pointers.size(); ++i) params.push_back(&pointers[i]);
   long long n = numel(dom);
   params.push_back(packed.data());
   params.push_back(&n);

@@ -17,6 +17,7 @@ struct PointwiseKernel {
   std::string source;           // CUDA C++
   std::vector<int> host_views;  // view nodes applied on the host to the kernel's inputs first
   std::vector<int> reads;       // values read from memory, in parameter order
+  std::vector<int> scalars;     // 0-dim CPU values passed by value, after the reads
   std::vector<int> writes;      // values written, in parameter order
   int rank = 1;                 // of the index arithmetic
 };
@@ -26,7 +27,8 @@ struct PointwiseKernel {
 PointwiseKernel render_pointwise(const graph::Graph& graph, const graph::FusionGroup& group);
 
 // Runs `kernel` over `domain` (the group's domain at this call's sizes). `values[v]` holds
-// each value the kernel reads (CUDA tensors) and the inputs of its host views; returns the
+// each value the kernel reads (CUDA tensors, or 0-dim CPU tensors for the values it takes by
+// value) and the inputs of its host views; returns the
 // values it writes, in `kernel.writes` order, as new contiguous CUDA tensors.
 std::vector<Tensor> run_pointwise(const graph::Graph& graph, const PointwiseKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values);

@@ -1,0 +1,112 @@
+// The CUDA backend object jit/ installs in place of runtime's memory-only one: an eager op on
+// CUDA tensors runs as a one-node graph through the same fuser, templates, NVRTC and kernel
+// cache as a compiled function, so no CUDA kernel is written by hand per op.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "graph/fusion.h"
+#include "jit/codegen/pointwise.h"
+#include "runtime/backend.h"
+#include "runtime/cuda_backend.h"
+
+namespace kiln::jit {
+namespace {
+
+// The one-node graph of an eager op call: every tensor input is an argument (0-dim CPU ones are
+// numbers passed by value), sizes are the call's own.
+graph::Graph one_node_graph(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs,
+                            std::span<const TensorMeta> outputs) {
+  graph::Graph g;
+  g.name = std::string(op_name(op));
+  auto constant_sizes = [](const Shape& shape) {
+    std::vector<SymExpr> sizes;
+    for (auto s : shape) sizes.push_back(SymExpr::constant(s));
+    return sizes;
+  };
+  graph::Node node;
+  node.op = op;
+  node.attrs = attrs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    graph::Input in;
+    in.kind = graph::InputKind::argument;
+    in.arg_index = static_cast<int>(i);
+    in.name = fmt::format("in{}", i);
+    int v = g.add_input(in, {inputs[i].shape(), inputs[i].dtype()});
+    g.values[v].sizes = constant_sizes(inputs[i].shape());
+    g.values[v].device = inputs[i].device();
+    node.inputs.push_back(v);
+  }
+  int n = g.add_node(node, outputs);
+  for (int v : g.nodes[n].outputs) {
+    g.values[v].sizes = constant_sizes(g.values[v].meta.shape);
+    g.values[v].device = Device::cuda();
+    g.outputs.push_back(v);
+  }
+  return g;
+}
+
+// What makes two calls of one op share a kernel: the op, its attributes, and each input's dtype,
+// rank and whether it is a number. Sizes and strides are kernel arguments.
+std::string signature(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
+  std::string key = fmt::format("{}({})", op, attrs_str(op, attrs));
+  for (const auto& t : inputs)
+    key += fmt::format("|{}:{}{}", dtype_name(t.dtype()), t.dim(), t.device().is_cpu() ? "n" : "");
+  return key;
+}
+
+class GeneratedCudaBackend : public CudaBackend {
+ public:
+  std::vector<Tensor> run(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs,
+                          std::span<const TensorMeta> outputs) override {
+    std::shared_ptr<const Plan> plan = plan_for(op, inputs, attrs, outputs);
+    std::vector<Tensor> values(plan->graph.values.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      values[plan->graph.nodes[0].inputs[i]] = inputs[i];
+    Shape domain = outputs.empty() ? Shape{} : outputs[0].shape;
+    return codegen::run_pointwise(plan->graph, plan->kernel, domain, values);
+  }
+
+ private:
+  struct Plan {
+    graph::Graph graph;
+    codegen::PointwiseKernel kernel;
+  };
+
+  std::shared_ptr<const Plan> plan_for(OpId op, std::span<const Tensor> inputs,
+                                       const OpAttrs& attrs, std::span<const TensorMeta> outputs) {
+    std::string key = signature(op, inputs, attrs);
+    std::lock_guard lock(mutex_);
+    if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+    auto plan = std::make_shared<Plan>();
+    plan->graph = one_node_graph(op, inputs, attrs, outputs);
+    auto partition = graph::partition(plan->graph);
+    const auto& group = partition.groups.at(0);
+    if (group.kind != graph::FusionKind::pointwise) {
+      std::vector<std::string> shapes;
+      for (const auto& t : inputs) shapes.push_back(shape_str(t.shape()));
+      throw Error(fmt::format(
+          "{}: no generated kernel for {} ops on {} tensors yet (shapes {}); copy to the host "
+          "with to(Device::cpu())",
+          op, graph::fusion_kind_name(group.kind),
+          inputs.empty() ? "cuda" : inputs[0].device().str(), fmt::join(shapes, ", ")));
+    }
+    plan->kernel = codegen::render_pointwise(plan->graph, group);
+    plans_.emplace(key, plan);
+    return plan;
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const Plan>> plans_;
+};
+
+const bool registered = [] {
+  static GeneratedCudaBackend backend;
+  register_backend(Device::Type::cuda, &backend, 1);
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::jit

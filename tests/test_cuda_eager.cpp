@@ -1,0 +1,111 @@
+// Eager ops on CUDA tensors (the virtual GPU here): each runs as a one-node graph through the
+// generated-kernel path; results are compared with the same op on the CPU.
+#include <boost/test/unit_test.hpp>
+
+#include "autograd/ops.h"
+#include "support/op_samples.h"
+#include "support/reference.h"
+
+using namespace kiln;
+
+namespace {
+
+std::vector<Tensor> on(Device device, const std::vector<Tensor>& ts) {
+  std::vector<Tensor> out;
+  for (const auto& t : ts) out.push_back(t.to(device));
+  return out;
+}
+
+// Largest |a - b| / (1 + |b|) over the elements (NaNs in the same places count as equal).
+double relative_error(const Tensor& got, const Tensor& want) {
+  Tensor a = got.to(Device::cpu()).to(DType::f64).contiguous();
+  Tensor b = want.to(DType::f64).contiguous();
+  const double* pa = static_cast<const double*>(a.raw_data());
+  const double* pb = static_cast<const double*>(b.raw_data());
+  double worst = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    if (std::isnan(pa[i]) && std::isnan(pb[i])) continue;
+    if (std::isinf(pb[i]) && pa[i] == pb[i]) continue;
+    worst = std::max(worst, std::abs(pa[i] - pb[i]) / (1 + std::abs(pb[i])));
+  }
+  return worst;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cuda_eager)
+
+BOOST_AUTO_TEST_CASE(every_elementwise_op_on_cuda_matches_the_cpu) {
+  int runs = 0;
+  for (OpId op : all_ops()) {
+    if (op_class(op) != OpClass::elementwise || op == OpId::tril || op == OpId::triu) continue;
+    for (DType dtype : test::sample_dtypes(op)) {
+      if (!is_floating(dtype)) continue;
+      for (const auto& s : test::op_samples(op, dtype)) {
+        BOOST_TEST_CONTEXT(s.label << " " << dtype_name(dtype)) {
+          auto want = s.run(s.inputs);
+          auto got = s.run(on(Device::cuda(), s.inputs));
+          BOOST_TEST_REQUIRE(got.size() == want.size());
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            BOOST_TEST(got[i].device().str() == "cuda:0");
+            BOOST_TEST(got[i].dtype() == want[i].dtype());
+            BOOST_TEST(got[i].shape() == want[i].shape());
+            double tol = dtype == DType::f64 ? 1e-13 : dtype == DType::f32 ? 2e-6 : 1.6e-2;
+            BOOST_TEST(relative_error(got[i], want[i]) <= tol);
+          }
+          ++runs;
+        }
+      }
+    }
+  }
+  BOOST_TEST(runs > 100);
+}
+
+BOOST_AUTO_TEST_CASE(numbers_and_0_dim_cpu_tensors_act_as_scalars) {
+  Tensor x = test::f32s({1.5f, -2.0f, 0.25f}).to(Device::cuda());
+  Tensor y = (x * 3 + 1).to(Device::cpu());
+  BOOST_TEST(y.data<float>()[0] == 1.5f * 3 + 1);
+  BOOST_TEST(y.data<float>()[1] == -2.0f * 3 + 1);
+  Tensor scale = test::f32s({4.0f}).reshape({});  // 0-dim, on the CPU
+  Tensor z = (x * scale).to(Device::cpu());
+  BOOST_TEST(z.data<float>()[2] == 1.0f);
+  // The same kernel serves another number: it is an argument, not part of the source.
+  Tensor w = (x * test::f32s({-1.0f}).reshape({})).to(Device::cpu());
+  BOOST_TEST(w.data<float>()[0] == -1.5f);
+  // An integer tensor times an integer stays integral; times a float becomes f32.
+  Tensor i = test::i64s({1, 2, 3}).to(Device::cuda());
+  BOOST_TEST(dtype_name((i * 3).dtype()) == "i64");
+  BOOST_TEST((i * 3).to(Device::cpu()).data<std::int64_t>()[2] == 9);
+  BOOST_TEST(dtype_name((i * 0.5).dtype()) == "f32");
+}
+
+BOOST_AUTO_TEST_CASE(other_device_mixes_are_errors_naming_both_devices) {
+  Tensor a = test::f32s({1, 2}).to(Device::cuda());
+  Tensor b = test::f32s({1, 2});
+  BOOST_CHECK_EXCEPTION(a + b, Error, [](const Error& e) {
+    std::string m = e.what();
+    return m.find("add") != std::string::npos && m.find("cuda:0") != std::string::npos &&
+           m.find("cpu") != std::string::npos;
+  });
+  // A 0-dim CPU tensor is a number only for elementwise ops.
+  BOOST_CHECK_THROW(matmul(a.reshape({1, 2}), b.reshape({2, 1})), Error);
+}
+
+BOOST_AUTO_TEST_CASE(eager_autograd_through_elementwise_ops_on_cuda) {
+  Tensor x_cpu = test::f32s({0.5f, -1.0f, 2.0f});
+  Tensor x = x_cpu.to(Device::cuda()).detach();
+  x.requires_grad_();
+  Tensor y = exp(x) * x + sigmoid(x);
+  y.backward(ones({3}).to(Device::cuda()));
+  BOOST_TEST_REQUIRE(x.grad().defined());
+  BOOST_TEST(x.grad().device().str() == "cuda:0");
+  Tensor g = x.grad().to(Device::cpu());
+  for (int i = 0; i < 3; ++i) {
+    double v = x_cpu.data<float>()[i];
+    double s = 1 / (1 + std::exp(-v));
+    double want = std::exp(v) * (v + 1) + s * (1 - s);  // d/dv of e^v v + sigmoid(v)
+    BOOST_TEST(std::abs(g.data<float>()[i] - want) <= 1e-5 * (1 + std::abs(want)));
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
