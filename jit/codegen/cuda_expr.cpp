@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cmath>
+#include <vector>
 
 namespace kiln::jit::codegen {
 namespace {
@@ -222,6 +223,20 @@ std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType
   }
   if (t == DType::f32 || t == DType::f64) return floating_expr(op, attrs, t, args);
   return std::nullopt;
+}
+
+std::string node_expr(OpId op, const OpAttrs& attrs, std::span<const DType> in_types,
+                      std::span<const std::string> in_exprs, DType out_type,
+                      const std::string& what) {
+  DType t = compute_dtype_of(op, in_types, out_type);
+  std::vector<std::string> args;
+  for (std::size_t i = 0; i < in_exprs.size(); ++i) {
+    DType want = op == OpId::where && i == 0 ? DType::bool_ : t;
+    args.push_back(convert_expr(in_types[i], want, in_exprs[i]));
+  }
+  auto expr = elementwise_expr(op, attrs, t, args);
+  KILN_CHECK(expr.has_value(), "codegen: {} at {} is not covered by code generation yet", what, t);
+  return convert_expr(t, out_type, *expr);
 }
 
 }  // namespace kiln::jit::codegen

@@ -31,4 +31,11 @@ DType compute_dtype_of(OpId op, std::span<const DType> inputs, DType output);
 std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType t,
                                             std::span<const std::string> args);
 
+// The whole expression of an elementwise node: its inputs (register values of `in_types`)
+// converted to its compute dtype, the op, and the result converted to `out_type`. kiln::Error
+// naming `what` when the table does not cover the op at that dtype.
+std::string node_expr(OpId op, const OpAttrs& attrs, std::span<const DType> in_types,
+                      std::span<const std::string> in_exprs, DType out_type,
+                      const std::string& what);
+
 }  // namespace kiln::jit::codegen

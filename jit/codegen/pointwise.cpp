@@ -15,8 +15,9 @@
 #include <unordered_map>
 
 #include "jit/codegen/cuda_expr.h"
+#include "jit/codegen/kernel_cache.h"
+#include "jit/codegen/kernel_values.h"
 #include "jit/codegen/templates.h"
-#include "jit/nvrtc/nvrtc.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/dispatch.h"
 
@@ -26,32 +27,6 @@ namespace {
 using Data = kainjow::mustache::data;
 
 constexpr int kMaxRank = 8;
-
-std::string var(int v) {
-  return fmt::format("v{}", v);
-}
-
-// A 0-dim constant is inlined into the source as a literal instead of being read.
-bool is_inlined(const graph::Graph& g, int v) {
-  return g.values[v].producer < 0 && g.is_constant(v) && g.values[v].meta.shape.empty();
-}
-
-// Any other 0-dim CPU value (a number next to CUDA tensors) is a kernel argument, so one kernel
-// serves every value of it.
-bool is_by_value(const graph::Graph& g, int v) {
-  return g.values[v].producer < 0 && g.values[v].device.is_cpu() && g.values[v].meta.shape.empty();
-}
-
-std::string node_text(const graph::Graph& g, int n) {
-  const graph::Node& node = g.nodes[n];
-  std::vector<std::string> ins, outs;
-  for (int v : node.inputs) ins.push_back(fmt::format("%{}", v));
-  for (int v : node.outputs)
-    outs.push_back(fmt::format("%{}: {}", v, graph::value_type_str(g.values[v])));
-  std::string attrs = attrs_str(node.op, node.attrs);
-  return fmt::format("{} = {}({}{}{})", fmt::join(outs, ", "), node.op, fmt::join(ins, ", "),
-                     attrs.empty() ? "" : ", ", attrs);
-}
 
 Data list() {
   return Data(Data::type::list);
@@ -135,22 +110,17 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     for (int v : node.inputs) in_types.push_back(g.values[v].meta.dtype);
     int out = node.output();
     DType out_type = g.values[out].meta.dtype;
-    DType t = compute_dtype_of(node.op, in_types, out_type);
     std::vector<std::string> args;
-    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
-      DType want = node.op == OpId::where && i == 0 ? DType::bool_ : t;
-      args.push_back(convert_expr(in_types[i], want, read(node.inputs[i])));
-    }
-    auto expr = elementwise_expr(node.op, node.attrs, t, args);
-    KILN_CHECK(expr.has_value(), "codegen: '{}': {} at {} is not covered by code generation yet",
-               group.name, node_text(g, n), t);
+    for (int v : node.inputs) args.push_back(read(v));
+    std::string expr = node_expr(node.op, node.attrs, in_types, args, out_type,
+                                 fmt::format("'{}': {}", group.name, node_text(g, n)));
     python_mod = python_mod || node.op == OpId::remainder;
     floor_div = floor_div || node.op == OpId::floor_divide;
     note_dtype(out_type);
     Data s;
     s.set("type", register_type(out_type));
     s.set("var", var(out));
-    s.set("expr", convert_expr(t, out_type, *expr));
+    s.set("expr", expr);
     statements.push_back(s);
     computed.insert(out);
   }
@@ -182,33 +152,10 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   d.set("stores", stores);
   d.set("fp16", fp16);
   d.set("bf16", bf16);
-  d.set("python_mod", python_mod);
-  d.set("floor_div", floor_div);
-  kainjow::mustache::mustache tmpl{std::string(template_text("pointwise.cu.mustache"))};
-  KILN_CHECK(tmpl.is_valid(), "codegen: templates/pointwise.cu.mustache: {}", tmpl.error_message());
-  k.source = tmpl.render(d);
+  d.set("helpers", elementwise_helpers(python_mod, floor_div));
+  k.source = render_template("pointwise.cu.mustache", d);
   return k;
 }
-
-namespace {
-
-// Compiled kernels by source: a source compiles once per process (the kernel cache proper,
-// with keys and a disk store, is cache/'s).
-cuda::Function function_for(const PointwiseKernel& kernel) {
-  static std::mutex mutex;
-  static std::unordered_map<std::string, cuda::Function> functions;
-  std::lock_guard lock(mutex);
-  auto it = functions.find(kernel.source);
-  if (it != functions.end()) return it->second;
-  cuda::Backend& be = cuda::backend();
-  auto module = nvrtc::compile_program(kernel.source, kernel.name + ".cu",
-                                       nvrtc::Target::for_device(be.properties(0)));
-  cuda::Function fn = be.get_function(be.load_module(module.image()), kernel.name);
-  functions.emplace(kernel.source, fn);
-  return fn;
-}
-
-}  // namespace
 
 std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values) {
@@ -234,36 +181,16 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
       KILN_CHECK(t.device().type == Device::Type::cuda,
                  "codegen: kernel '{}' reads %{} on {}, not a CUDA device", kernel.name,
                  kernel.reads[r], t.device().str());
-      // Right-aligned broadcasting: a missing or size-1 dim reads with stride 0.
-      auto rank = static_cast<int>(t.dim());
-      for (int d = 0; d < rank; ++d) {
-        int dd = kernel.rank - rank + d;
-        if (dd >= 0 && t.shape()[d] != 1) strides[dd] = t.strides()[d];
-      }
+      std::vector<int> frame(static_cast<std::size_t>(kernel.rank));
+      for (int d = 0; d < kernel.rank; ++d) frame[d] = d;
+      strides = domain_strides(t, kernel.rank, frame);
       pointers.push_back(reinterpret_cast<cuda::DevicePtr>(t.raw_data()));
     }
     packed.insert(packed.end(), strides.begin(), strides.end());
   }
   // Numbers by value, each in its register type (at most 8 bytes).
-  std::vector<std::array<unsigned char, 8>> numbers(kernel.scalars.size());
-  for (std::size_t i = 0; i < kernel.scalars.size(); ++i) {
-    Tensor t = values.at(kernel.scalars[i]).to(Device::cpu());
-    unsigned char* at = numbers[i].data();
-    switch (t.dtype()) {
-      case DType::bool_:
-      case DType::i32:
-      case DType::i64:
-        std::memcpy(at, t.raw_data(), itemsize(t.dtype()));
-        break;
-      case DType::f64:
-        std::memcpy(at, t.raw_data(), 8);
-        break;
-      default: {  // f16, bf16 and f32 travel as float
-        float x = static_cast<float>(t.item());
-        std::memcpy(at, &x, sizeof x);
-      }
-    }
-  }
+  std::vector<std::array<unsigned char, 8>> numbers;
+  for (int v : kernel.scalars) numbers.push_back(number_argument(values.at(v)));
   std::vector<Tensor> outs;
   for (int v : kernel.writes) {
     const auto& meta = g.values[v].meta;
@@ -285,8 +212,8 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
   unsigned block = 256;
   long long blocks = std::min<long long>((n + block - 1) / block,
                                          static_cast<long long>(be.properties(0).sm_count) * 8);
-  be.launch(function_for(kernel), {static_cast<unsigned>(blocks), 1, 1}, {block, 1, 1}, 0, nullptr,
-            params.data());
+  be.launch(compiled_function(kernel.name, kernel.source), {static_cast<unsigned>(blocks), 1, 1},
+            {block, 1, 1}, 0, nullptr, params.data());
   return outs;
 }
 

@@ -17,4 +17,17 @@ std::string_view template_text(std::string_view name) {
       fmt::format("codegen: no template '{}' (templates/ is embedded at build time)", name));
 }
 
+std::string render_template(std::string_view name, const kainjow::mustache::data& data) {
+  kainjow::mustache::mustache tmpl{std::string(template_text(name))};
+  KILN_CHECK(tmpl.is_valid(), "codegen: templates/{}: {}", name, tmpl.error_message());
+  return tmpl.render(data);
+}
+
+std::string elementwise_helpers(bool python_mod, bool floor_div) {
+  kainjow::mustache::data d;
+  d.set("python_mod", python_mod);
+  d.set("floor_div", floor_div);
+  return render_template("elementwise_helpers.cu.mustache", d);
+}
+
 }  // namespace kiln::jit::codegen

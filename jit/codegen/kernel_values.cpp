@@ -1,0 +1,66 @@
+// Kernel value access (see kernel_values.h).
+#include "jit/codegen/kernel_values.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstring>
+
+namespace kiln::jit::codegen {
+
+std::string var(int value) {
+  return fmt::format("v{}", value);
+}
+
+bool is_inlined(const graph::Graph& g, int v) {
+  return g.values[v].producer < 0 && g.is_constant(v) && g.values[v].meta.shape.empty();
+}
+
+// A number next to CUDA tensors is an argument, so one kernel serves every value of it.
+bool is_by_value(const graph::Graph& g, int v) {
+  return g.values[v].producer < 0 && !is_inlined(g, v) && g.values[v].device.is_cpu() &&
+         g.values[v].meta.shape.empty();
+}
+
+std::string node_text(const graph::Graph& g, int n) {
+  const graph::Node& node = g.nodes[n];
+  std::vector<std::string> ins, outs;
+  for (int v : node.inputs) ins.push_back(fmt::format("%{}", v));
+  for (int v : node.outputs)
+    outs.push_back(fmt::format("%{}: {}", v, graph::value_type_str(g.values[v])));
+  std::string attrs = attrs_str(node.op, node.attrs);
+  return fmt::format("{} = {}({}{}{})", fmt::join(outs, ", "), node.op, fmt::join(ins, ", "),
+                     attrs.empty() ? "" : ", ", attrs);
+}
+
+std::array<unsigned char, 8> number_argument(const Tensor& number) {
+  Tensor t = number.to(Device::cpu());
+  std::array<unsigned char, 8> bytes{};
+  switch (t.dtype()) {
+    case DType::bool_:
+    case DType::i32:
+    case DType::i64:
+    case DType::f64:
+      std::memcpy(bytes.data(), t.raw_data(), itemsize(t.dtype()));
+      break;
+    default: {
+      float x = static_cast<float>(t.item());
+      std::memcpy(bytes.data(), &x, sizeof x);
+    }
+  }
+  return bytes;
+}
+
+std::vector<long long> domain_strides(const Tensor& t, int domain_rank,
+                                      const std::vector<int>& frame_dims) {
+  std::vector<long long> strides(static_cast<std::size_t>(domain_rank), 0);
+  auto rank = static_cast<int>(t.dim());
+  auto frame_rank = static_cast<int>(frame_dims.size());
+  for (int d = 0; d < rank; ++d) {
+    int fd = frame_rank - rank + d;
+    if (fd >= 0 && t.shape()[d] != 1) strides[frame_dims[fd]] = t.strides()[d];
+  }
+  return strides;
+}
+
+}  // namespace kiln::jit::codegen

@@ -1,0 +1,29 @@
+// How a generated kernel gets each graph value it reads: a 0-dim constant is inlined as a
+// literal, another 0-dim CPU value is a number passed by value, anything else is a strided read
+// whose strides the host computes per call (so one kernel serves every size and layout).
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace kiln::jit::codegen {
+
+std::string var(int value);  // "v12": the register holding value 12
+bool is_inlined(const graph::Graph& g, int value);
+bool is_by_value(const graph::Graph& g, int value);
+// "%3: f32[2, 4] = add(%1, %2)": a node as the kernel's header comment lists it.
+std::string node_text(const graph::Graph& g, int node);
+
+// A number's bytes as the kernel parameter of its register type (f16/bf16/f32 as float).
+std::array<unsigned char, 8> number_argument(const Tensor& number);
+
+// The strides, over a domain of `domain_rank` dims, with which `t` is read when it broadcasts to
+// a frame whose dims are the domain dims `frame_dims` (right-aligned, as NumPy): 0 where `t`
+// broadcasts or does not reach.
+std::vector<long long> domain_strides(const Tensor& t, int domain_rank,
+                                      const std::vector<int>& frame_dims);
+
+}  // namespace kiln::jit::codegen
