@@ -199,10 +199,39 @@ class Partitioner {
     std::vector<int> values = {edge_value};
     for (int n : members)
       for (int v : g_.nodes[n].outputs) values.push_back(v);
-    for (int v : values)
+    bool recompute_a = recomputable(a, b);
+    for (int v : values) {
+      int p = g_.values[v].producer;
+      if (recompute_a && p >= 0 && group_of_[p] == a) continue;
+      // A cast of inputs that an earlier merge accepted for recomputation.
+      if (p >= 0 && is_input_cast(p) && groups_[group_of_[p]].nodes.size() > 1) continue;
       if (level_in(d, g_.values[v].sizes) == Level::none) return level_reason(v, d);
+    }
     if (auto why = row_reason(members, inside, d)) return why;
     return bound_reason(members, inside);
+  }
+
+  bool is_input_cast(int n) const {
+    const Node& node = g_.nodes[n];
+    if (node.op != OpId::cast && node.op != OpId::copy) return false;
+    return std::all_of(node.inputs.begin(), node.inputs.end(),
+                       [&](int v) { return g_.values[v].producer < 0; });
+  }
+
+  // Rule 5's exception: `a` only casts graph inputs, and only `b` reads what it makes.
+  bool recomputable(int a, int b) const {
+    const WorkGroup& w = groups_[a];
+    if (w.domain.reduces || w.nodes.size() != 1) return false;
+    for (int n : w.nodes) {
+      const Node& node = g_.nodes[n];
+      if (!is_input_cast(n)) return false;
+      for (int v : node.outputs) {
+        if (std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end()) return false;
+        for (int c : consumers_[v])
+          if (group_of_[c] != a && group_of_[c] != b) return false;
+      }
+    }
+    return true;
   }
 
   std::string level_reason(int v, const Domain& d) const {
@@ -512,6 +541,18 @@ class Partitioner {
 };
 
 }  // namespace
+
+ValueLevel value_level(const FusionGroup& group, const std::vector<SymExpr>& sizes) {
+  Domain d{group.domain, group.reduce_dims, !group.reduce_dims.empty()};
+  switch (level_in(d, sizes)) {
+    case Level::full:
+      return ValueLevel::full;
+    case Level::reduced:
+      return ValueLevel::reduced;
+    default:
+      return ValueLevel::broadcast;
+  }
+}
 
 std::string_view fusion_kind_name(FusionKind kind) {
   switch (kind) {

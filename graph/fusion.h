@@ -18,7 +18,8 @@
 //     block, so a reduction over every dim keeps no such epilogue.
 //  4. No cycles: two groups do not merge when a path between them leaves the pair.
 //  5. No recomputation: every node is in exactly one group; a value needed by several groups is
-//     written once by its own.
+//     written once by its own. The one exception is a cast of graph inputs (an f16 weight
+//     widened to f32) read only by one kernel: that kernel recomputes it where it reads it.
 //  6. Bounds: at most `max_inputs` tensors read and `max_nodes` nodes per kernel.
 //  7. Siblings: two groups over the same domain and rows that read a common tensor and do not
 //     depend on each other become one multi-output kernel (the tensor is read once).
@@ -87,5 +88,10 @@ struct Partition {
 };
 
 Partition partition(const Graph& graph, const FusionLimits& limits = {});
+
+// Where a value of a group lives: over the whole domain, once per row, or neither (a cast of a
+// graph input broadcast into the kernel, recomputed wherever it is read).
+enum class ValueLevel { full, reduced, broadcast };
+ValueLevel value_level(const FusionGroup& group, const std::vector<SymExpr>& sizes);
 
 }  // namespace kiln::graph

@@ -5,10 +5,12 @@
 #include <fmt/ranges.h>
 
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "graph/fusion.h"
 #include "jit/codegen/pointwise.h"
+#include "jit/codegen/reduction.h"
 #include "runtime/backend.h"
 #include "runtime/cuda_backend.h"
 
@@ -65,6 +67,10 @@ class GeneratedCudaBackend : public CudaBackend {
     std::vector<Tensor> values(plan->graph.values.size());
     for (std::size_t i = 0; i < inputs.size(); ++i)
       values[plan->graph.nodes[0].inputs[i]] = inputs[i];
+    if (plan->reduction) {
+      Shape domain = inputs[0].shape();  // a reduction iterates over its input
+      return codegen::run_reduction(plan->graph, *plan->reduction, domain, values);
+    }
     Shape domain = outputs.empty() ? Shape{} : outputs[0].shape;
     return codegen::run_pointwise(plan->graph, plan->kernel, domain, values);
   }
@@ -73,6 +79,7 @@ class GeneratedCudaBackend : public CudaBackend {
   struct Plan {
     graph::Graph graph;
     codegen::PointwiseKernel kernel;
+    std::optional<codegen::ReductionKernel> reduction;
   };
 
   std::shared_ptr<const Plan> plan_for(OpId op, std::span<const Tensor> inputs,
@@ -84,6 +91,12 @@ class GeneratedCudaBackend : public CudaBackend {
     plan->graph = one_node_graph(op, inputs, attrs, outputs);
     auto partition = graph::partition(plan->graph);
     const auto& group = partition.groups.at(0);
+    if (group.kind == graph::FusionKind::reduction ||
+        group.kind == graph::FusionKind::normalization) {
+      plan->reduction = codegen::render_reduction(plan->graph, group);
+      plans_.emplace(key, plan);
+      return plan;
+    }
     if (group.kind != graph::FusionKind::pointwise) {
       std::vector<std::string> shapes;
       for (const auto& t : inputs) shapes.push_back(shape_str(t.shape()));

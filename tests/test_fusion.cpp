@@ -112,6 +112,25 @@ BOOST_AUTO_TEST_CASE(layer_norm_is_one_normalization_kernel) {
   BOOST_TEST(p.launch_count() == 1);
 }
 
+BOOST_AUTO_TEST_CASE(a_cast_of_half_precision_weights_is_recomputed_not_a_boundary) {
+  // layer_norm widens f16 weight and bias to f32: [8] casts read over [5, 8].
+  auto g =
+      traced([](const Tensor& x, const Tensor& w,
+                const Tensor& b) { return layer_norm(x, {8}, w, b, 1e-5); },
+             randn({5, 8}).to(DType::f16), randn({8}).to(DType::f16), randn({8}).to(DType::f16));
+  auto p = checked_partition(g);
+  BOOST_TEST(p.launch_count() == 1, p.str(g));
+  // Any other computed value broadcast into a kernel stays a boundary (see below), and so does a
+  // cast that another kernel also reads.
+  auto h = traced(
+      [](const Tensor& x, const Tensor& w) {
+        Tensor wide = w.to(DType::f32);
+        return std::vector<Tensor>{x * wide, wide};
+      },
+      randn({5, 8}), randn({8}).to(DType::f16));
+  BOOST_TEST(checked_partition(h).launch_count() == 2);
+}
+
 BOOST_AUTO_TEST_CASE(softmax_with_prologue_and_epilogue_is_one_kernel) {
   auto g = traced([](const Tensor& x) { return softmax(x * 0.5, -1) + 1.0; }, randn({4, 6}));
   auto p = checked_partition(g);

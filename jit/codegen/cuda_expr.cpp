@@ -15,13 +15,14 @@ bool is_comparison(OpId op) {
          op == OpId::ge;
 }
 
-// Fills `{f}` (the libm suffix: "f" for float) and `{0}`, `{1}`, `{2}` (the arguments).
+// Fills `{f}` (the libm suffix: "f" for float), `{a}`, `{b}`, `{c}` (the arguments) and `{T}`
+// (a C-style cast to the register type: "(long long)" has no functional-cast form).
 std::string spell(std::string_view pattern, DType t, std::span<const std::string> args) {
   std::string f = t == DType::f64 ? "" : "f";
   std::string a0 = args.size() > 0 ? args[0] : "", a1 = args.size() > 1 ? args[1] : "",
               a2 = args.size() > 2 ? args[2] : "";
   return fmt::format(fmt::runtime(pattern), fmt::arg("f", f), fmt::arg("a", a0), fmt::arg("b", a1),
-                     fmt::arg("c", a2), fmt::arg("T", register_type(t)));
+                     fmt::arg("c", a2), fmt::arg("T", "(" + register_type(t) + ")"));
 }
 
 std::optional<std::string> floating_expr(OpId op, const OpAttrs& attrs, DType t,

@@ -1,0 +1,570 @@
+// Row-reduction code generation (see reduction.h). The group's nodes become kernel nodes
+// (softmax and log_softmax expand into max, exp, sum and an epilogue); each value is full (one
+// per element of the domain) or reduced (one per row); reductions are ordered into passes by
+// the reduced values they depend on; full values are recomputed inside each pass that needs
+// them, reduced values live in registers for the rest of the row.
+#include "jit/codegen/reduction.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "jit/codegen/cuda_expr.h"
+#include "jit/codegen/kernel_cache.h"
+#include "jit/codegen/kernel_values.h"
+#include "jit/codegen/templates.h"
+#include "runtime/dispatch.h"
+
+namespace kiln::jit::codegen {
+namespace {
+
+using Data = kainjow::mustache::data;
+Data list() {
+  return Data(Data::type::list);
+}
+
+struct KernelNode {
+  OpId op;
+  OpAttrs attrs;
+  std::vector<int> inputs, outputs;
+};
+
+struct ValueInfo {
+  DType dtype = DType::f32;
+  bool full = true;
+  int rank = 0;            // of its shape, for the frame of external reads
+  bool broadcast = false;  // a cast of inputs, recomputed in the frame of each read
+};
+
+bool is_arg_reduction(OpId op) {
+  return op == OpId::argmax || op == OpId::argmin || op == OpId::max_dim || op == OpId::min_dim;
+}
+
+std::string infinity(DType t, bool negative) {
+  std::string sign = negative ? "-" : "";
+  switch (t) {
+    case DType::f64:
+      return sign + "__longlong_as_double(0x7ff0000000000000ll)";
+    case DType::i32:
+      return negative ? "(-2147483647 - 1)" : "2147483647";
+    case DType::i64:
+      return negative ? "(-0x7fffffffffffffffll - 1)" : "0x7fffffffffffffffll";
+    default:
+      return sign + "__int_as_float(0x7f800000)";
+  }
+}
+
+// The register type reductions of `op` accumulate in, for an output (or, for arg reductions,
+// input) dtype `t`.
+DType accumulator_dtype(OpId op, DType t) {
+  DType a = compute_dtype(t);
+  return a == DType::bool_ && op != OpId::sum ? DType::i64 : a;
+}
+
+class ReductionRenderer {
+ public:
+  ReductionRenderer(const graph::Graph& g, const graph::FusionGroup& group)
+      : g_(g), group_(group) {}
+
+  ReductionKernel render() {
+    k_.name = "k_" + group_.name;
+    k_.reduce_dims = group_.reduce_dims;
+    domain_rank_ = static_cast<int>(group_.domain.size());
+    build_nodes();
+    compute_passes();
+    return finish();
+  }
+
+ private:
+  std::int64_t traced_size(const SymExpr& s) const {
+    if (s.is_constant()) return s.constant_value();
+    std::vector<std::int64_t> traced;
+    for (const auto& sym : g_.symbols) traced.push_back(sym.traced);
+    auto v = s.evaluate(traced);
+    KILN_CHECK(v.has_value(), "codegen: '{}': domain size {} has no value", group_.name, s.str());
+    return *v;
+  }
+
+  int fresh(DType dtype, bool full) {
+    int id = next_value_++;
+    info_[id] = {dtype, full, domain_rank_};  // reduced ones keep their dims (keepdim)
+    return id;
+  }
+
+  void note(int v) {
+    const auto& value = g_.values[v];
+    auto level = graph::value_level(group_, value.sizes);
+    info_[v] = {value.meta.dtype, level == graph::ValueLevel::full,
+                static_cast<int>(value.meta.shape.size()),
+                level == graph::ValueLevel::broadcast && value.producer >= 0};
+  }
+
+  void build_nodes() {
+    next_value_ = static_cast<int>(g_.values.size());
+    std::set<int> inside(group_.nodes.begin(), group_.nodes.end());
+    for (int n : group_.nodes) {
+      const graph::Node& node = g_.nodes[n];
+      comments_.push_back(node_text(g_, n));
+      for (int v : node.inputs) note(v);
+      for (int v : node.outputs) note(v);
+      OpClass c = op_class(node.op);
+      if (c == OpClass::view) {
+        for (int v : node.inputs)
+          KILN_CHECK(g_.values[v].producer < 0 || !inside.count(g_.values[v].producer),
+                     "codegen: '{}': the view {} of a value computed in the same kernel is not "
+                     "supported yet",
+                     group_.name, node_text(g_, n));
+        k_.host_views.push_back(n);
+        host_view_outputs_.insert(node.output());
+        continue;
+      }
+      if (c == OpClass::normalization) {
+        expand_normalization(node);
+        continue;
+      }
+      KILN_CHECK(c == OpClass::elementwise || c == OpClass::reduction,
+                 "codegen: '{}': {} cannot be part of a reduction kernel", group_.name,
+                 node_text(g_, n));
+      nodes_.push_back({node.op, node.attrs, node.inputs, node.outputs});
+    }
+  }
+
+  // softmax = exp(x - max) / sum(exp(x - max)); log_softmax = (x - max) - log(sum(...)); all in
+  // f32 (or f64), rounded once to the output dtype.
+  void expand_normalization(const graph::Node& node) {
+    int x = node.inputs[0], y = node.output();
+    DType t = compute_dtype(g_.values[x].meta.dtype);
+    OpAttrs over_row;
+    over_row.dims = {node.attrs.dim};
+    over_row.keepdim = true;
+    int m = fresh(t, false), d = fresh(t, true), e = fresh(t, true), s = fresh(t, false);
+    nodes_.push_back({OpId::amax, over_row, {x}, {m}});
+    nodes_.push_back({OpId::sub, {}, {x, m}, {d}});
+    nodes_.push_back({OpId::exp, {}, {d}, {e}});
+    nodes_.push_back({OpId::sum, over_row, {e}, {s}});
+    if (node.op == OpId::softmax) {
+      nodes_.push_back({OpId::div, {}, {e, s}, {y}});
+    } else {
+      int log_s = fresh(t, false);
+      nodes_.push_back({OpId::log, {}, {s}, {log_s}});
+      nodes_.push_back({OpId::sub, {}, {d, log_s}, {y}});
+    }
+  }
+
+  bool produced_inside(int v) const { return producer_.count(v) != 0; }
+
+  // The pass after which each value can be computed: reductions add one to their input's.
+  void compute_passes() {
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      for (int v : nodes_[i].outputs) producer_[v] = static_cast<int>(i);
+    for (const auto& n : nodes_) {
+      int ready = 0;
+      for (int v : n.inputs) ready = std::max(ready, ready_.count(v) ? ready_[v] : 0);
+      if (op_class(n.op) == OpClass::reduction) ++ready;
+      for (int v : n.outputs) ready_[v] = ready;
+      passes_ = std::max(passes_, ready);
+    }
+    k_.passes = passes_;
+  }
+
+  // Value access: registers for what this kernel computed, literals, numbers by value, or a
+  // strided read in the frame of the consuming node (full: inside a column loop).
+  std::string read(int v, bool full_frame, int consumer_rank, Data& loads, std::set<int>& loaded) {
+    if (info_.at(v).broadcast && produced_inside(v)) {
+      const KernelNode& n = nodes_[producer_.at(v)];
+      std::vector<DType> in_types;
+      std::vector<std::string> args;
+      for (int u : n.inputs) {
+        in_types.push_back(info_.at(u).dtype);
+        args.push_back(read(u, full_frame, consumer_rank, loads, loaded));
+      }
+      return node_expr(n.op, n.attrs, in_types, args, info_.at(v).dtype,
+                       fmt::format("'{}': {}", group_.name, n.op));
+    }
+    if (produced_inside(v) || (loaded.count(v) && full_frame)) return var(v);
+    if (is_inlined(g_, v)) return literal(info_[v].dtype, g_.input_of(v)->tensor.item());
+    DType t = info_.at(v).dtype;
+    note_dtype(t);
+    if (is_by_value(g_, v)) {
+      auto it = std::find(k_.scalars.begin(), k_.scalars.end(), v);
+      if (it == k_.scalars.end()) {
+        scalar_params_.push_back(
+            Data("decl", fmt::format("{} s{}", register_type(t), k_.scalars.size())));
+        k_.scalars.push_back(v);
+        it = k_.scalars.end() - 1;
+      }
+      return fmt::format("s{}", it - k_.scalars.begin());
+    }
+    // The frame a read aligns with: the whole domain, or the rows (keepdim or not).
+    std::vector<int> frame;
+    bool keep_all = full_frame || consumer_rank == domain_rank_;
+    for (int d = 0; d < domain_rank_; ++d)
+      if (keep_all ||
+          std::find(k_.reduce_dims.begin(), k_.reduce_dims.end(), d) == k_.reduce_dims.end())
+        frame.push_back(d);
+    std::size_t index = 0;
+    while (index < k_.reads.size() &&
+           !(k_.reads[index].value == v && k_.reads[index].frame_dims == frame))
+      ++index;
+    if (index == k_.reads.size()) {
+      k_.reads.push_back({v, frame});
+      read_params_.push_back(
+          Data("decl", fmt::format("const {}* __restrict__ in{}", storage_type(t), index)));
+    }
+    std::string name = full_frame ? var(v) : fmt::format("{}_r{}", var(v), index);
+    if (!loaded.count(full_frame ? v : -1 - static_cast<int>(index))) {
+      Data load;
+      load.set("type", register_type(t));
+      load.set("var", name);
+      load.set("expr", load_expr(t, fmt::format("in{}[{}[{}]]", index,
+                                                full_frame ? "offset" : "row_offset", index)));
+      loads.push_back(load);
+      loaded.insert(full_frame ? v : -1 - static_cast<int>(index));
+    }
+    return name;
+  }
+
+  void note_dtype(DType t) {
+    fp16_ = fp16_ || t == DType::f16;
+    bf16_ = bf16_ || t == DType::bf16;
+  }
+
+  std::string statement_expr(const KernelNode& n, bool full_frame, Data& loads,
+                             std::set<int>& loaded) {
+    std::vector<DType> in_types;
+    std::vector<std::string> args;
+    int out_rank = info_.at(n.outputs[0]).rank;
+    for (int v : n.inputs) {
+      in_types.push_back(info_.at(v).dtype);
+      args.push_back(read(v, full_frame, out_rank, loads, loaded));
+    }
+    python_mod_ = python_mod_ || n.op == OpId::remainder;
+    floor_div_ = floor_div_ || n.op == OpId::floor_divide;
+    DType out = info_.at(n.outputs[0]).dtype;
+    note_dtype(out);
+    return node_expr(n.op, n.attrs, in_types, args, out,
+                     fmt::format("'{}': {}", group_.name, n.op));
+  }
+
+  // Full values the given targets need, in kernel order (computed inside a column loop).
+  std::vector<int> full_closure(const std::vector<int>& targets) const {
+    std::set<int> need;
+    std::vector<int> todo = targets;
+    while (!todo.empty()) {
+      int v = todo.back();
+      todo.pop_back();
+      auto p = producer_.find(v);
+      if (p == producer_.end() || !info_.at(v).full || need.count(p->second)) continue;
+      need.insert(p->second);
+      for (int u : nodes_[p->second].inputs) todo.push_back(u);
+    }
+    return {need.begin(), need.end()};
+  }
+
+  void column_pass(const std::vector<int>& full_nodes, Data& loads, Data& statements,
+                   std::set<int>& loaded) {
+    for (int i : full_nodes) {
+      const KernelNode& n = nodes_[i];
+      if (op_class(n.op) == OpClass::reduction) continue;
+      Data s;
+      s.set("type", register_type(info_.at(n.outputs[0]).dtype));
+      s.set("var", var(n.outputs[0]));
+      s.set("expr", statement_expr(n, true, loads, loaded));
+      statements.push_back(s);
+      loaded.insert(n.outputs[0]);
+    }
+  }
+
+  void add_reduction(const KernelNode& n, Data& accumulators, Data& updates, Data& finals,
+                     Data& loads, std::set<int>& loaded) {
+    int x = n.inputs[0];
+    std::string in = read(x, true, domain_rank_, loads, loaded);
+    bool arg = is_arg_reduction(n.op);
+    DType out = info_.at(n.outputs[0]).dtype;
+    DType a = accumulator_dtype(n.op, arg ? info_.at(x).dtype : out);
+    std::string A = register_type(a), acc = fmt::format("acc{}", n.outputs[0]);
+    std::string value = convert_expr(info_.at(x).dtype, a, in);
+    bool is_max = n.op == OpId::amax || n.op == OpId::argmax || n.op == OpId::max_dim;
+    std::string init, combine;
+    switch (n.op) {
+      case OpId::sum:
+        init = "(" + A + ")(0)";
+        combine = fmt::format("[]({0} p, {0} q) {{ return p + q; }}", A);
+        break;
+      case OpId::prod:
+        init = "(" + A + ")(1)";
+        combine = fmt::format("[]({0} p, {0} q) {{ return p * q; }}", A);
+        break;
+      default:
+        init = infinity(a, is_max);
+        // NaN propagates (amax) or wins (arg reductions); ties keep the first index.
+        combine = arg ? fmt::format(
+                            "[]({0} p, long long ip, {0} q, long long iq) {{ return p != p "
+                            "? (q == q || ip < iq) : (q == q && (p {1} q || (p == q && "
+                            "ip < iq))); }}",
+                            A, is_max ? ">" : "<")
+                      : fmt::format("[]({0} p, {0} q) {{ return (p != p || p {1} q) ? p : q; }}", A,
+                                    is_max ? ">" : "<");
+    }
+    Data accumulator;
+    accumulator.set("type", A);
+    accumulator.set("var", acc);
+    accumulator.set("init", init);
+    accumulator.set("indexed", arg);
+    accumulators.push_back(accumulator);
+    if (arg) {
+      updates.push_back(Data(
+          "code", fmt::format("{{ auto better = {0}; const {1} x = {2}; if (better(x, col, {3}, "
+                              "{3}_index)) {3} = x, {3}_index = col; }}",
+                              combine, A, value, acc)));
+      finals.push_back(Data("code", fmt::format("kiln_block_arg_reduce({0}, {0}_index, {1}, {2});",
+                                                acc, init, combine)));
+      // values (max_dim/min_dim) and indices
+      if (n.op == OpId::max_dim || n.op == OpId::min_dim) {
+        finals.push_back(Data("code", fmt::format("const {} {} = {};", register_type(out),
+                                                  var(n.outputs[0]), convert_expr(a, out, acc))));
+        finals.push_back(
+            Data("code", fmt::format("const long long {} = {}_index;", var(n.outputs[1]), acc)));
+      } else {
+        finals.push_back(
+            Data("code", fmt::format("const long long {} = {}_index;", var(n.outputs[0]), acc)));
+      }
+      return;
+    }
+    std::string update = n.op == OpId::sum ? fmt::format("{0} = {0} + {1};", acc, value)
+                         : n.op == OpId::prod
+                             ? fmt::format("{0} = {0} * {1};", acc, value)
+                             : fmt::format("{0} = ({1})({0}, {2});", acc, combine, value);
+    updates.push_back(Data("code", update));
+    finals.push_back(
+        Data("code", fmt::format("const {} {} = {};", register_type(out), var(n.outputs[0]),
+                                 convert_expr(a, out,
+                                              fmt::format("kiln_block_reduce({}, {}, {})", acc,
+                                                          init, combine)))));
+  }
+
+  ReductionKernel finish() {
+    Data passes = list(), row_loads = list();
+    std::set<int> row_loaded;
+    // Reduced values that need no reduction of this kernel (numbers, reduced-shape inputs).
+    auto reduced_statements_ready_at = [&](int pass, Data& out) {
+      for (const auto& n : nodes_) {
+        int v = n.outputs[0];
+        if (info_.at(v).full || info_.at(v).broadcast || op_class(n.op) == OpClass::reduction ||
+            ready_.at(v) != pass)
+          continue;
+        Data s;
+        s.set("type", register_type(info_.at(v).dtype));
+        s.set("var", var(v));
+        s.set("expr", statement_expr(n, false, row_loads, row_loaded));
+        out.push_back(s);
+      }
+    };
+    reduced_statements_ready_at(0, row_loads);
+    for (int p = 1; p <= passes_; ++p) {
+      std::vector<int> reductions, inputs;
+      for (std::size_t i = 0; i < nodes_.size(); ++i)
+        if (op_class(nodes_[i].op) == OpClass::reduction && ready_.at(nodes_[i].outputs[0]) == p) {
+          reductions.push_back(static_cast<int>(i));
+          inputs.push_back(nodes_[i].inputs[0]);
+        }
+      Data pass, accumulators = list(), loads = list(), statements = list(), updates = list(),
+                 finals = list(), reduced = list();
+      std::set<int> loaded;
+      column_pass(full_closure(inputs), loads, statements, loaded);
+      for (int i : reductions)
+        add_reduction(nodes_[i], accumulators, updates, finals, loads, loaded);
+      reduced_statements_ready_at(p, reduced);
+      pass.set("comment", fmt::format("pass {} of {}: {} reduction(s) over each row", p, passes_,
+                                      reductions.size()));
+      pass.set("accumulators", accumulators);
+      pass.set("loads", loads);
+      pass.set("statements", statements);
+      pass.set("updates", updates);
+      pass.set("finals", finals);
+      pass.set("reduced_statements", reduced);
+      pass.set("stores", list());
+      passes.push_back(pass);
+    }
+    // Outputs: full ones in a last pass over the row, reduced ones once per row.
+    std::vector<int> full_outputs;
+    Data reduced_stores = list(), write_params = list();
+    for (int v : group_.outputs) {
+      DType t = info_.at(v).dtype;
+      note_dtype(t);
+      write_params.push_back(
+          Data("decl", fmt::format("{}* __restrict__ out{}", storage_type(t), k_.writes.size())));
+      k_.write_full.push_back(info_.at(v).full);
+      if (info_.at(v).full)
+        full_outputs.push_back(v);
+      else {
+        Data s;
+        s.set("target", fmt::format("out{}", k_.writes.size()));
+        s.set("expr", store_expr(t, produced_inside(v)
+                                        ? var(v)
+                                        : read(v, false, info_.at(v).rank, row_loads, row_loaded)));
+        reduced_stores.push_back(s);
+      }
+      k_.writes.push_back(v);
+    }
+    if (!full_outputs.empty()) {
+      Data pass, loads = list(), statements = list(), stores = list();
+      std::set<int> loaded;
+      column_pass(full_closure(full_outputs), loads, statements, loaded);
+      for (std::size_t i = 0; i < k_.writes.size(); ++i) {
+        if (!k_.write_full[i]) continue;
+        int v = k_.writes[i];
+        Data s;
+        s.set("target", fmt::format("out{}", i));
+        s.set("expr", store_expr(info_.at(v).dtype, var(v)));
+        stores.push_back(s);
+      }
+      pass.set("comment", "last pass: the outputs over the whole row");
+      pass.set("accumulators", list());
+      pass.set("loads", loads);
+      pass.set("statements", statements);
+      pass.set("updates", list());
+      pass.set("finals", list());
+      pass.set("reduced_statements", list());
+      pass.set("stores", stores);
+      passes.push_back(pass);
+    }
+
+    Data params = list(), nodes = list();
+    for (auto& d : read_params_.list_value()) params.push_back(d);
+    for (auto& d : scalar_params_.list_value()) params.push_back(d);
+    for (auto& d : write_params.list_value()) params.push_back(d);
+    for (const auto& c : comments_) nodes.push_back(Data("text", c));
+    std::vector<std::string> domain;
+    for (const auto& s : group_.domain) domain.push_back(s.str());
+    Data d;
+    d.set("name", k_.name);
+    d.set("description", fmt::format("{} over [{}], rows folding dims [{}], in {} pass(es)",
+                                     graph::fusion_kind_name(group_.kind), fmt::join(domain, ", "),
+                                     fmt::join(k_.reduce_dims, ", "), passes_));
+    d.set("graph", g_.name);
+    d.set("nodes", nodes);
+    d.set("helpers", elementwise_helpers(python_mod_, floor_div_));
+    d.set("fp16", fp16_);
+    d.set("bf16", bf16_);
+    auto kept = domain_rank_ - static_cast<int>(k_.reduce_dims.size());
+    d.set("num_kept", std::to_string(std::max(1, kept)));
+    d.set("num_reduced", std::to_string(std::max<std::size_t>(1, k_.reduce_dims.size())));
+    d.set("num_strided", std::to_string(std::max<std::size_t>(1, k_.reads.size())));
+    d.set("params", params);
+    d.set("row_loads", row_loads);
+    d.set("passes", passes);
+    d.set("reduced_stores", reduced_stores);
+    k_.source = render_template("reduction.cu.mustache", d);
+    return k_;
+  }
+
+  const graph::Graph& g_;
+  const graph::FusionGroup& group_;
+  ReductionKernel k_;
+  int domain_rank_ = 0;
+  int next_value_ = 0;
+  int passes_ = 0;
+  std::vector<KernelNode> nodes_;
+  std::vector<std::string> comments_;
+  std::map<int, ValueInfo> info_;
+  std::map<int, int> producer_;  // value -> index in nodes_
+  std::map<int, int> ready_;     // value -> the pass after which it is known
+  std::set<int> host_view_outputs_;
+  Data read_params_ = list(), scalar_params_ = list();
+  bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false;
+};
+
+}  // namespace
+
+ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionGroup& group) {
+  KILN_CHECK(
+      group.kind == graph::FusionKind::reduction || group.kind == graph::FusionKind::normalization,
+      "codegen: group '{}' is a {} group, not a reduction", group.name,
+      graph::fusion_kind_name(group.kind));
+  return ReductionRenderer(graph, group).render();
+}
+
+std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& kernel,
+                                  const Shape& domain, std::vector<Tensor>& values) {
+  for (int n : kernel.host_views) {
+    const graph::Node& node = g.nodes[n];
+    std::vector<Tensor> ins;
+    for (int v : node.inputs) ins.push_back(values.at(v));
+    values.at(node.output()) = dispatch1(node.op, ins, node.attrs);
+  }
+  auto rank = static_cast<int>(domain.size());
+  std::vector<int> kept, reduced(kernel.reduce_dims.begin(), kernel.reduce_dims.end());
+  for (int d = 0; d < rank; ++d)
+    if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) kept.push_back(d);
+  long long rows = 1, cols = 1;
+  for (int d : kept) rows *= domain[d];
+  for (int d : reduced) cols *= domain[d];
+  // The index struct: sizes, per-read strides split into kept and reduced dims, output strides.
+  std::size_t nk = std::max<std::size_t>(1, kept.size()),
+              nr = std::max<std::size_t>(1, reduced.size());
+  auto split = [&](const std::vector<long long>& over_domain, std::vector<long long>& out,
+                   const std::vector<int>& dims, std::size_t width, long long pad) {
+    for (std::size_t i = 0; i < width; ++i)
+      out.push_back(i < dims.size() ? over_domain[dims[i]] : pad);
+  };
+  std::vector<long long> sizes(domain.begin(), domain.end()), packed;
+  split(sizes, packed, kept, nk, 1);
+  split(sizes, packed, reduced, nr, 1);
+  std::vector<cuda::DevicePtr> pointers;
+  std::vector<std::vector<long long>> read_strides;
+  for (const auto& r : kernel.reads) {
+    const Tensor& t = values.at(r.value);
+    KILN_CHECK(t.device().type == Device::Type::cuda,
+               "codegen: kernel '{}' reads %{} on {}, not a CUDA device", kernel.name, r.value,
+               t.device().str());
+    read_strides.push_back(domain_strides(t, rank, r.frame_dims));
+    pointers.push_back(reinterpret_cast<cuda::DevicePtr>(t.raw_data()));
+  }
+  if (read_strides.empty()) read_strides.push_back(std::vector<long long>(rank, 0));
+  for (const auto& s : read_strides) split(s, packed, kept, nk, 0);
+  for (const auto& s : read_strides) split(s, packed, reduced, nr, 0);
+  auto contiguous = contiguous_strides(domain);
+  std::vector<long long> out_strides(contiguous.begin(), contiguous.end());
+  split(out_strides, packed, kept, nk, 0);
+  split(out_strides, packed, reduced, nr, 0);
+
+  std::vector<std::array<unsigned char, 8>> numbers;
+  for (int v : kernel.scalars) numbers.push_back(number_argument(values.at(v)));
+  std::vector<Tensor> outs;
+  for (std::size_t i = 0; i < kernel.writes.size(); ++i) {
+    const auto& meta = g.values[kernel.writes[i]].meta;
+    Shape shape;
+    if (kernel.write_full[i])
+      shape = domain;
+    else if (static_cast<int>(meta.shape.size()) == rank)
+      for (int d = 0; d < rank; ++d)
+        shape.push_back(std::find(reduced.begin(), reduced.end(), d) == reduced.end() ? domain[d]
+                                                                                      : 1);
+    else
+      for (int d : kept) shape.push_back(domain[d]);
+    outs.push_back(empty(shape, meta.dtype, Device::cuda()));
+    pointers.push_back(reinterpret_cast<cuda::DevicePtr>(outs.back().raw_data()));
+  }
+  std::vector<void*> params;
+  std::size_t first_write = kernel.reads.size();
+  for (std::size_t i = 0; i < first_write; ++i) params.push_back(&pointers[i]);
+  for (auto& number : numbers) params.push_back(number.data());
+  for (std::size_t i = first_write; i < pointers.size(); ++i) params.push_back(&pointers[i]);
+  params.push_back(packed.data());
+  params.push_back(&rows);
+  params.push_back(&cols);
+  if (rows == 0) return outs;
+  cuda::Backend& be = cuda::backend();
+  unsigned block = cols <= 32 ? 32 : cols <= 64 ? 64 : cols <= 128 ? 128 : 256;
+  long long blocks =
+      std::min<long long>(rows, static_cast<long long>(be.properties(0).sm_count) * 16);
+  be.launch(compiled_function(kernel.name, kernel.source), {static_cast<unsigned>(blocks), 1, 1},
+            {block, 1, 1}, 0, nullptr, params.data());
+  return outs;
+}
+
+}  // namespace kiln::jit::codegen

@@ -1,0 +1,39 @@
+// Row-reduction kernels: a FusionGroup of kind reduction or normalization (reductions over the
+// same rows with their elementwise prologues and epilogues, softmax and log_softmax, epilogues
+// that read a reduced value back over its row) rendered from templates/reduction.cu into one
+// kernel. A block reduces a row in passes, one per chain of dependent reductions (LayerNorm's
+// mean, then its variance), re-reading the row from memory in each (the looped schedule).
+#pragma once
+
+#include <vector>
+
+#include "graph/fusion.h"
+#include "graph/graph.h"
+
+namespace kiln::jit::codegen {
+
+struct ReductionKernel {
+  struct Read {
+    int value = -1;
+    std::vector<int> frame_dims;  // the domain dims the value's shape aligns with
+  };
+  std::string name;
+  std::string source;
+  std::vector<int> host_views;   // view nodes applied on the host to the kernel's inputs first
+  std::vector<Read> reads;       // tensors read, in parameter order
+  std::vector<int> scalars;      // numbers passed by value, after the reads
+  std::vector<int> writes;       // values written, after the numbers
+  std::vector<bool> write_full;  // per write: over the whole domain (else one per row)
+  std::vector<std::int64_t> reduce_dims;
+  int passes = 0;  // loops over each row
+};
+
+// Renders `group`. kiln::Error naming the node when code generation does not cover it yet.
+ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionGroup& group);
+
+// Runs `kernel` over `domain` (the group's domain at this call's sizes); `values` as for
+// run_pointwise. Returns the written values in `kernel.writes` order.
+std::vector<Tensor> run_reduction(const graph::Graph& graph, const ReductionKernel& kernel,
+                                  const Shape& domain, std::vector<Tensor>& values);
+
+}  // namespace kiln::jit::codegen

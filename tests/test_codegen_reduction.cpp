@@ -1,0 +1,234 @@
+// Generated row-reduction kernels (jit/codegen/reduction): every reduction and normalization op
+// eagerly on CUDA tensors, and fused groups (softmax with prologue and epilogue, LayerNorm,
+// RMSNorm, several reductions over the same rows) as one kernel, against the CPU kernels.
+#include <boost/test/unit_test.hpp>
+
+#include <cstring>
+
+#include "autograd/ops.h"
+#include "graph/fusion.h"
+#include "jit/codegen/reduction.h"
+#include "jit/compile.h"
+#include "support/op_samples.h"
+#include "support/reference.h"
+
+using namespace kiln;
+namespace codegen = kiln::jit::codegen;
+
+namespace {
+
+// Largest |a - b| / (1 + |b|); NaNs in the same places and equal infinities count as equal.
+double relative_error(const Tensor& got, const Tensor& want) {
+  BOOST_TEST_REQUIRE(got.shape() == want.shape());
+  Tensor a = got.to(Device::cpu()).to(DType::f64).contiguous();
+  Tensor b = want.to(Device::cpu()).to(DType::f64).contiguous();
+  const double* pa = static_cast<const double*>(a.raw_data());
+  const double* pb = static_cast<const double*>(b.raw_data());
+  double worst = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    if (std::isnan(pa[i]) && std::isnan(pb[i])) continue;
+    if (std::isinf(pb[i]) && pa[i] == pb[i]) continue;
+    worst = std::max(worst, std::abs(pa[i] - pb[i]) / (1 + std::abs(pb[i])));
+  }
+  return worst;
+}
+
+double tolerance(DType t) {
+  return t == DType::f64 ? 1e-12 : t == DType::f32 ? 1e-5 : t == DType::f16 ? 2e-3 : 1.6e-2;
+}
+
+using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+struct Generated {
+  graph::Graph graph;
+  graph::FusionGroup group;
+  codegen::ReductionKernel kernel;
+};
+
+// Traces `fn`, requires its partition to be one reduction/normalization kernel, renders it.
+Generated generate(const Fn& fn, const std::vector<Tensor>& inputs) {
+  Generated out;
+  if (inputs.size() == 1) {
+    auto f = jit::compile([&](const Tensor& a) { return fn({a}); });
+    f(inputs[0]);
+    out.graph = f.core().graph(0);
+  } else if (inputs.size() == 2) {
+    auto f = jit::compile([&](const Tensor& a, const Tensor& b) { return fn({a, b}); });
+    f(inputs[0], inputs[1]);
+    out.graph = f.core().graph(0);
+  } else {
+    auto f = jit::compile([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return fn({a, b, c});
+    });
+    f(inputs[0], inputs[1], inputs[2]);
+    out.graph = f.core().graph(0);
+  }
+  auto p = graph::partition(out.graph);
+  BOOST_TEST_REQUIRE(p.launch_count() == 1, p.str(out.graph));
+  for (const auto& g : p.groups)
+    if (g.launches()) out.group = g;
+  out.kernel = codegen::render_reduction(out.graph, out.group);
+  return out;
+}
+
+std::vector<Tensor> run(const Generated& gen, const std::vector<Tensor>& inputs) {
+  const graph::Graph& g = gen.graph;
+  std::vector<Tensor> values(g.values.size());
+  for (const auto& in : g.inputs)
+    values[in.value] = (in.kind == graph::InputKind::argument ? inputs.at(in.arg_index) : in.tensor)
+                           .to(Device::cuda());
+  Shape domain;
+  for (const auto& s : gen.group.domain) domain.push_back(s.constant_value());
+  auto outs = codegen::run_reduction(g, gen.kernel, domain, values);
+  for (std::size_t i = 0; i < gen.kernel.writes.size(); ++i) values[gen.kernel.writes[i]] = outs[i];
+  std::vector<Tensor> results;
+  for (int v : g.outputs) results.push_back(values.at(v).to(Device::cpu()));
+  return results;
+}
+
+void check_fused(const std::string& label, const Fn& fn, const std::vector<Tensor>& inputs,
+                 DType dtype, int passes) {
+  BOOST_TEST_CONTEXT(label << " " << dtype_name(dtype)) {
+    Generated gen = generate(fn, inputs);
+    BOOST_TEST(gen.kernel.passes == passes, gen.kernel.source);
+    auto got = run(gen, inputs);
+    auto want = fn(inputs);
+    BOOST_TEST_REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      BOOST_TEST(got[i].dtype() == want[i].dtype());
+      BOOST_TEST(relative_error(got[i], want[i]) <= tolerance(dtype), gen.kernel.source);
+    }
+  }
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
+  return x.shape() == y.shape() &&
+         std::memcmp(x.raw_data(), y.raw_data(), x.numel() * itemsize(x.dtype())) == 0;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(codegen_reduction)
+
+BOOST_AUTO_TEST_CASE(every_reduction_and_normalization_op_on_cuda_matches_the_cpu) {
+  int runs = 0;
+  for (OpId op : all_ops()) {
+    OpClass c = op_class(op);
+    if (c != OpClass::reduction && c != OpClass::normalization) continue;
+    for (DType dtype : test::sample_dtypes(op)) {
+      for (const auto& s : test::op_samples(op, dtype)) {
+        BOOST_TEST_CONTEXT(s.label << " " << dtype_name(dtype)) {
+          auto want = s.run(s.inputs);
+          std::vector<Tensor> on_device;
+          for (const auto& t : s.inputs) on_device.push_back(t.to(Device::cuda()));
+          auto got = s.run(on_device);
+          BOOST_TEST_REQUIRE(got.size() == want.size());
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            BOOST_TEST(got[i].dtype() == want[i].dtype());
+            // Sums of many f32 terms differ by order from Eigen's; integers and indices agree.
+            double tol = is_floating(want[i].dtype()) ? tolerance(dtype) : 0.0;
+            BOOST_TEST(relative_error(got[i], want[i]) <= tol);
+          }
+          ++runs;
+        }
+      }
+    }
+  }
+  BOOST_TEST(runs > 30);
+}
+
+BOOST_AUTO_TEST_CASE(ties_and_nans_follow_pytorch) {
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = test::f32s({1, 3, 3, 0, 2, nan, 5, nan}, {2, 4});
+  Tensor d = x.to(Device::cuda());
+  // argmax: the first of equal maxima; NaN wins (the first NaN).
+  auto idx = argmax(d, 1).to(Device::cpu());
+  BOOST_TEST(idx.data<std::int64_t>()[0] == 1);
+  BOOST_TEST(idx.data<std::int64_t>()[1] == 1);
+  auto m = amax(d, {1}).to(Device::cpu());
+  BOOST_TEST(m.data<float>()[0] == 3.0f);
+  BOOST_TEST(std::isnan(m.data<float>()[1]));
+  auto [values, indices] = min(d, 1);
+  BOOST_TEST(values.to(Device::cpu()).data<float>()[0] == 0.0f);
+  BOOST_TEST(indices.to(Device::cpu()).data<std::int64_t>()[0] == 3);
+  BOOST_TEST(indices.to(Device::cpu()).data<std::int64_t>()[1] == 1);
+}
+
+BOOST_AUTO_TEST_CASE(fused_rows_are_one_kernel_and_match_the_cpu) {
+  Tensor w = randn({24}), b = randn({24});
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    Tensor x = randn({7, 24}).to(t);
+    Tensor wt = w.to(t), bt = b.to(t);
+    check_fused(
+        "softmax with prologue and epilogue",
+        [](auto& in) { return std::vector<Tensor>{softmax(in[0] * 0.5, -1) + 1.0}; }, {x}, t, 2);
+    check_fused(
+        "log_softmax", [](auto& in) { return std::vector<Tensor>{log_softmax(in[0], 1)}; }, {x}, t,
+        2);
+    check_fused(
+        "layer_norm",
+        [](auto& in) { return std::vector<Tensor>{layer_norm(in[0], {24}, in[1], in[2])}; },
+        {x, wt, bt}, t, 2);
+    check_fused(
+        "rms_norm",
+        [](auto& in) { return std::vector<Tensor>{rms_norm(in[0], {24}, in[1], 1e-6)}; }, {x, wt},
+        t, 1);
+  }
+  Tensor x = randn({5, 300});  // longer rows than a block: threads fold several columns
+  check_fused(
+      "mean and variance in one pass",
+      [](auto& in) {
+        return std::vector<Tensor>{sum(in[0], {1}), sum(in[0] * in[0], {1}),
+                                   amax(in[0], {1}, true)};
+      },
+      {x}, DType::f32, 1);
+  check_fused(
+      "max subtracted back over the row",
+      [](auto& in) { return std::vector<Tensor>{in[0] - amax(in[0], {1}, true)}; }, {x}, DType::f32,
+      1);
+}
+
+BOOST_AUTO_TEST_CASE(rows_over_any_dims_and_strided_inputs) {
+  Tensor x = randn({4, 5, 6});
+  check_fused(
+      "middle dim", [](auto& in) { return std::vector<Tensor>{sum(exp(in[0]), {1})}; }, {x},
+      DType::f32, 1);
+  check_fused(
+      "two dims keepdim",
+      [](auto& in) {
+        return std::vector<Tensor>{in[0] / sum(in[0], {0, 2}, true)};
+      },
+      {x}, DType::f32, 1);
+  check_fused(
+      "transposed input",
+      [](auto& in) {
+        return std::vector<Tensor>{softmax(in[0].permute({2, 0, 1}), -1)};
+      },
+      {x}, DType::f32, 2);
+  check_fused(
+      "every dim", [](auto& in) { return std::vector<Tensor>{sum(in[0] * 2.0)}; }, {x}, DType::f32,
+      1);
+}
+
+BOOST_AUTO_TEST_CASE(results_are_bitwise_reproducible) {
+  Tensor x = randn({3, 1000}).to(Device::cuda());
+  Tensor first = sum(x, {1}), second = sum(x, {1});
+  BOOST_TEST(bitwise_equal(first, second));
+  Tensor s1 = softmax(x, 1), s2 = softmax(x, 1);
+  BOOST_TEST(bitwise_equal(s1, s2));
+}
+
+BOOST_AUTO_TEST_CASE(the_source_names_what_it_fuses) {
+  Generated gen =
+      generate([](auto& in) { return std::vector<Tensor>{layer_norm(in[0], {8}, in[1], in[2])}; },
+               {randn({2, 8}), randn({8}), randn({8})});
+  const std::string& s = gen.kernel.source;
+  BOOST_TEST(s.find("// Fused from graph") != std::string::npos);
+  BOOST_TEST(s.find("= rsqrt(") != std::string::npos, s);
+  BOOST_TEST(s.find("pass 2 of 2") != std::string::npos, s);
+  BOOST_TEST(s.find("cuda_fp16.h") == std::string::npos);
+  BOOST_TEST(s.find("atomic") == std::string::npos);  // deterministic: no float atomics
+}
+
+BOOST_AUTO_TEST_SUITE_END()
