@@ -1,7 +1,8 @@
 // Learning rate schedules over any optimizer (optim::Optimizer::set_lr), as torch.optim's
 // schedulers: the constructor takes the optimizer's lr as the base lr and sets epoch 0's lr;
 // each step() moves to the next epoch and sets its lr. Schedules are closed forms of the epoch,
-// so a scheduler restored from its state dict continues exactly where it stopped.
+// so a scheduler restored from its state dict continues exactly where it stopped. A scheduler
+// holds its optimizer by reference: the optimizer must outlive it.
 #pragma once
 
 #include <cstdint>

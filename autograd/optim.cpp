@@ -58,7 +58,9 @@ Tensor read_buffer(StateReader& reader, const std::string& owner, const std::str
   KILN_CHECK_AS(ShapeError, t->shape() == param.shape(),
                 "{}.load_state_dict: '{}' has shape {} but parameter {} has shape {}", owner, key,
                 shape_str(t->shape()), i, shape_str(param.shape()));
-  return t->detach().to(param.device()).to(param.dtype()).clone();
+  // Cast on the host side first (device casts need generated kernels); never alias `state`.
+  Tensor out = t->detach().to(param.dtype()).to(param.device());
+  return out.impl().storage == t->impl().storage ? out.clone() : out;
 }
 
 }  // namespace
