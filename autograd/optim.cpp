@@ -1,17 +1,75 @@
-// SGD and AdamW.
+// SGD and AdamW, their state dicts, gradient clipping, and the StateReader state dicts use.
 #include "autograd/optim.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
-#include "runtime/grad_mode.h"
 #include "autograd/ops.h"
+#include "runtime/grad_mode.h"
 
 namespace kiln::optim {
 
-Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
+namespace {
+
+void check_lr(const std::string& owner, double lr) {
+  KILN_CHECK(std::isfinite(lr) && lr >= 0,
+             "{}: learning rate must be finite and non-negative, got {}", owner, lr);
+}
+
+void check_sgd(double lr, double momentum, bool nesterov) {
+  check_lr("SGD", lr);
+  KILN_CHECK(momentum >= 0, "SGD: momentum must be non-negative, got {}", momentum);
+  KILN_CHECK(!nesterov || momentum > 0, "SGD: nesterov needs a positive momentum");
+}
+
+void check_adamw(double lr, double beta1, double beta2, double eps) {
+  check_lr("AdamW", lr);
+  KILN_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
+             "AdamW: betas must be in [0, 1), got ({}, {})", beta1, beta2);
+  KILN_CHECK(eps >= 0, "AdamW: eps must be non-negative, got {}", eps);
+}
+
+Tensor f64_scalar(double v) {
+  return scalar_tensor(v, DType::f64);
+}
+Tensor i64_scalar(std::int64_t v) {
+  return scalar_tensor(v, DType::i64);
+}
+
+std::string state_key(std::size_t i, const char* buffer) {
+  return fmt::format("state.{}.{}", i, buffer);
+}
+
+// Checks "num_params" against the optimizer's parameters.
+void read_param_count(StateReader& reader, const std::string& owner, std::size_t count) {
+  std::int64_t n = reader.integer("num_params");
+  KILN_CHECK(n == static_cast<std::int64_t>(count),
+             "{}.load_state_dict: 'num_params' is {} but this optimizer has {} parameters", owner,
+             n, count);
+}
+
+// A copy of the buffer under `key` as parameter `i` holds data (dtype, device); undefined when
+// the state has none. Error when its shape is not the parameter's.
+Tensor read_buffer(StateReader& reader, const std::string& owner, const std::string& key,
+                   const Tensor& param, std::size_t i) {
+  const Tensor* t = reader.find(key);
+  if (!t) return Tensor();
+  KILN_CHECK_AS(ShapeError, t->shape() == param.shape(),
+                "{}.load_state_dict: '{}' has shape {} but parameter {} has shape {}", owner, key,
+                shape_str(t->shape()), i, shape_str(param.shape()));
+  // Cast on the host side first (device casts need generated kernels); never alias `state`.
+  Tensor out = t->detach().to(param.dtype()).to(param.device());
+  return out.impl().storage == t->impl().storage ? out.clone() : out;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::string name, std::vector<Tensor> params, double lr)
+    : name_(std::move(name)), params_(std::move(params)), lr_(lr) {
   for (std::size_t i = 0; i < params_.size(); ++i)
     KILN_CHECK_AS(AutogradError, params_[i].defined() && params_[i].requires_grad(),
-                  "optimizer: parameter {} (shape {}) does not require grad", i,
+                  "{}: parameter {} (shape {}) does not require grad", name_, i,
                   params_[i].defined() ? shape_str(params_[i].shape()) : "undefined");
 }
 
@@ -19,17 +77,20 @@ void Optimizer::zero_grad() {
   for (auto& p : params_) p.set_grad(Tensor());
 }
 
-SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_decay,
-         bool nesterov)
-    : Optimizer(std::move(params)),
-      lr_(lr),
+void Optimizer::set_lr(double lr) {
+  check_lr(name_ + ".set_lr", lr);
+  lr_ = lr;
+}
+
+// ---- SGD ----
+
+SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_decay, bool nesterov)
+    : Optimizer("SGD", std::move(params), lr),
       momentum_(momentum),
       weight_decay_(weight_decay),
       nesterov_(nesterov),
       momentum_buffers_(params_.size()) {
-  KILN_CHECK(lr >= 0, "SGD: learning rate must be non-negative, got {}", lr);
-  KILN_CHECK(momentum >= 0, "SGD: momentum must be non-negative, got {}", momentum);
-  KILN_CHECK(!nesterov || momentum > 0, "SGD: nesterov needs a positive momentum");
+  check_sgd(lr, momentum, nesterov);
 }
 
 void SGD::step() {
@@ -48,27 +109,56 @@ void SGD::step() {
   }
 }
 
+nn::StateDict SGD::state_dict() const {
+  nn::StateDict state = {{"lr", f64_scalar(lr_)},
+                         {"momentum", f64_scalar(momentum_)},
+                         {"weight_decay", f64_scalar(weight_decay_)},
+                         {"nesterov", f64_scalar(nesterov_ ? 1.0 : 0.0)},
+                         {"num_params", i64_scalar(static_cast<std::int64_t>(params_.size()))}};
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (momentum_buffers_[i].defined())
+      state.emplace_back(state_key(i, "momentum_buffer"), momentum_buffers_[i].detach());
+  return state;
+}
+
+void SGD::load_state_dict(const nn::StateDict& state) {
+  StateReader reader("SGD.load_state_dict", state);
+  double lr = reader.scalar("lr"), momentum = reader.scalar("momentum");
+  double weight_decay = reader.scalar("weight_decay");
+  bool nesterov = reader.scalar("nesterov") != 0;
+  check_sgd(lr, momentum, nesterov);
+  read_param_count(reader, "SGD", params_.size());
+  std::vector<Tensor> buffers(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    buffers[i] = read_buffer(reader, "SGD", state_key(i, "momentum_buffer"), params_[i], i);
+  reader.finish();
+  // Everything checked: nothing below throws.
+  lr_ = lr;
+  momentum_ = momentum;
+  weight_decay_ = weight_decay;
+  nesterov_ = nesterov;
+  momentum_buffers_ = std::move(buffers);
+}
+
+// ---- AdamW ----
+
 AdamW::AdamW(std::vector<Tensor> params, double lr, double beta1, double beta2, double eps,
              double weight_decay)
-    : Optimizer(std::move(params)),
-      lr_(lr),
+    : Optimizer("AdamW", std::move(params), lr),
       beta1_(beta1),
       beta2_(beta2),
       eps_(eps),
       weight_decay_(weight_decay),
       exp_avg_(params_.size()),
       exp_avg_sq_(params_.size()) {
-  KILN_CHECK(lr >= 0, "AdamW: learning rate must be non-negative, got {}", lr);
-  KILN_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
-             "AdamW: betas must be in [0, 1), got ({}, {})", beta1, beta2);
-  KILN_CHECK(eps >= 0, "AdamW: eps must be non-negative, got {}", eps);
+  check_adamw(lr, beta1, beta2, eps);
 }
 
 void AdamW::step() {
   NoGradGuard no_grad;
   ++step_;
   double bias1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
-  double bias2 = 1.0 - std::pow(beta2_, static_cast<double>(step_));
+  double bias2_sqrt = std::sqrt(1.0 - std::pow(beta2_, static_cast<double>(step_)));
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     Tensor g = p.grad();
@@ -80,9 +170,153 @@ void AdamW::step() {
     p.mul_(1.0 - lr_ * weight_decay_);
     exp_avg_[i] = exp_avg_[i] * beta1_ + g * (1.0 - beta1_);
     exp_avg_sq_[i] = exp_avg_sq_[i] * beta2_ + g * g * (1.0 - beta2_);
-    Tensor denom = sqrt(exp_avg_sq_[i] / bias2) + eps_;
+    // torch's order: sqrt(v) / sqrt(1 - beta2^t) + eps, step lr / (1 - beta1^t).
+    Tensor denom = sqrt(exp_avg_sq_[i]) / bias2_sqrt + eps_;
     p.add_(exp_avg_[i] / denom, -lr_ / bias1);
   }
+}
+
+nn::StateDict AdamW::state_dict() const {
+  nn::StateDict state = {{"lr", f64_scalar(lr_)},
+                         {"beta1", f64_scalar(beta1_)},
+                         {"beta2", f64_scalar(beta2_)},
+                         {"eps", f64_scalar(eps_)},
+                         {"weight_decay", f64_scalar(weight_decay_)},
+                         {"step", i64_scalar(step_)},
+                         {"num_params", i64_scalar(static_cast<std::int64_t>(params_.size()))}};
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (exp_avg_[i].defined()) {
+      state.emplace_back(state_key(i, "exp_avg"), exp_avg_[i].detach());
+      state.emplace_back(state_key(i, "exp_avg_sq"), exp_avg_sq_[i].detach());
+    }
+  return state;
+}
+
+void AdamW::load_state_dict(const nn::StateDict& state) {
+  StateReader reader("AdamW.load_state_dict", state);
+  double lr = reader.scalar("lr"), beta1 = reader.scalar("beta1"), beta2 = reader.scalar("beta2");
+  double eps = reader.scalar("eps"), weight_decay = reader.scalar("weight_decay");
+  std::int64_t step = reader.integer("step");
+  check_adamw(lr, beta1, beta2, eps);
+  KILN_CHECK(step >= 0, "AdamW.load_state_dict: 'step' must be non-negative, got {}", step);
+  read_param_count(reader, "AdamW", params_.size());
+  std::vector<Tensor> avg(params_.size()), avg_sq(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    std::string k1 = state_key(i, "exp_avg"), k2 = state_key(i, "exp_avg_sq");
+    avg[i] = read_buffer(reader, "AdamW", k1, params_[i], i);
+    avg_sq[i] = read_buffer(reader, "AdamW", k2, params_[i], i);
+    KILN_CHECK(avg[i].defined() == avg_sq[i].defined(),
+               "AdamW.load_state_dict: parameter {} has '{}' but not '{}'", i,
+               avg[i].defined() ? k1 : k2, avg[i].defined() ? k2 : k1);
+  }
+  reader.finish();
+  lr_ = lr;
+  beta1_ = beta1;
+  beta2_ = beta2;
+  eps_ = eps;
+  weight_decay_ = weight_decay;
+  step_ = step;
+  exp_avg_ = std::move(avg);
+  exp_avg_sq_ = std::move(avg_sq);
+}
+
+// ---- gradient clipping ----
+
+namespace {
+
+// ||g||_p in f64 (p = infinity: max |g|; NaN entries make it NaN).
+double grad_norm(const Tensor& grad, double p) {
+  Tensor g = abs(grad.detach().to(DType::f64));
+  if (g.numel() == 0) return 0.0;
+  if (std::isinf(p)) return amax(g).item();
+  if (p == 1) return g.sum().item();
+  if (p == 2) return std::sqrt((g * g).sum().item());
+  return std::pow(pow(g, p).sum().item(), 1.0 / p);
+}
+
+}  // namespace
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  KILN_CHECK(max_norm >= 0, "clip_grad_norm_: max_norm must be non-negative, got {}", max_norm);
+  KILN_CHECK(norm_type > 0, "clip_grad_norm_: norm_type must be positive or infinity, got {}",
+             norm_type);
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  for (const auto& p : params)
+    if (p.defined() && p.grad().defined()) grads.push_back(p.grad());
+  // The norm of the per-parameter norms, as torch (equal to the norm over all elements).
+  bool inf_norm = std::isinf(norm_type), nan = false;
+  double total = 0.0;
+  for (const auto& g : grads) {
+    double n = grad_norm(g, norm_type);
+    nan = nan || std::isnan(n);
+    if (inf_norm)
+      total = std::max(total, n);
+    else
+      total += norm_type == 1 ? n : norm_type == 2 ? n * n : std::pow(n, norm_type);
+  }
+  if (norm_type == 2)
+    total = std::sqrt(total);
+  else if (!inf_norm && norm_type != 1)
+    total = std::pow(total, 1.0 / norm_type);
+  if (nan) total = std::numeric_limits<double>::quiet_NaN();
+  // std::min keeps a NaN coefficient, as torch.clamp does.
+  double coef = std::min(max_norm / (total + 1e-6), 1.0);
+  if (coef != 1.0)
+    for (auto& g : grads) g.mul_(coef);
+  return total;
+}
+
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  KILN_CHECK(clip_value >= 0, "clip_grad_value_: clip_value must be non-negative, got {}",
+             clip_value);
+  NoGradGuard no_grad;
+  for (const auto& p : params)
+    if (p.defined() && p.grad().defined()) {
+      Tensor g = p.grad();
+      g.copy_(clamp(g, -clip_value, clip_value));
+    }
+}
+
+// ---- StateReader ----
+
+StateReader::StateReader(std::string owner, const nn::StateDict& state)
+    : owner_(std::move(owner)), state_(state), read_(state.size(), false) {
+  for (std::size_t i = 0; i < state.size(); ++i) {
+    KILN_CHECK(state[i].second.defined(), "{}: '{}' holds no tensor", owner_, state[i].first);
+    KILN_CHECK(index_.emplace(state[i].first, i).second, "{}: key '{}' appears twice", owner_,
+               state[i].first);
+  }
+}
+
+const Tensor* StateReader::find(const std::string& key) {
+  auto it = index_.find(key);
+  if (it == index_.end()) return nullptr;
+  read_[it->second] = true;
+  return &state_[it->second].second;
+}
+
+double StateReader::scalar(const std::string& key) {
+  const Tensor* t = find(key);
+  KILN_CHECK(t, "{}: missing key '{}'", owner_, key);
+  KILN_CHECK(t->numel() == 1, "{}: '{}' must hold one value, got shape {}", owner_, key,
+             shape_str(t->shape()));
+  return t->to(Device::cpu()).item();
+}
+
+std::int64_t StateReader::integer(const std::string& key) {
+  const Tensor* t = find(key);
+  KILN_CHECK(t, "{}: missing key '{}'", owner_, key);
+  KILN_CHECK(t->numel() == 1 && (t->dtype() == DType::i64 || t->dtype() == DType::i32),
+             "{}: '{}' must hold one integer, got shape {} dtype {}", owner_, key,
+             shape_str(t->shape()), dtype_name(t->dtype()));
+  return t->to(Device::cpu()).item<std::int64_t>();
+}
+
+void StateReader::finish() const {
+  for (std::size_t i = 0; i < state_.size(); ++i)
+    KILN_CHECK(read_[i], "{}: unexpected key '{}' (shape {})", owner_, state_[i].first,
+               shape_str(state_[i].second.shape()));
 }
 
 }  // namespace kiln::optim

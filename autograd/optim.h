@@ -1,35 +1,62 @@
-// Reference optimizers: each update is a few kiln ops under NoGradGuard. Fused multi-tensor
-// versions come with the code generator.
+// Reference optimizers (SGD, AdamW), their learning rate and state dicts, and gradient clipping.
+// Each update is a few kiln ops under NoGradGuard; fused multi-tensor versions come with the
+// code generator.
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
+#include "autograd/nn.h"
 #include "runtime/tensor.h"
 
 namespace kiln::optim {
 
 class Optimizer {
  public:
-  explicit Optimizer(std::vector<Tensor> params);
   virtual ~Optimizer() = default;
   virtual void step() = 0;
   // Drops every parameter's .grad (the next backward starts from nothing).
   void zero_grad();
   const std::vector<Tensor>& params() const { return params_; }
+  const std::string& name() const { return name_; }
+
+  // The learning rate the next step() uses; schedulers (autograd/lr_scheduler.h) set it.
+  double lr() const { return lr_; }
+  // Error unless `lr` is finite and non-negative.
+  void set_lr(double lr);
+
+  // Hyperparameters (0-dim f64, "lr", ...), "num_params" (0-dim i64) and per-parameter state
+  // ("state.<i>.<buffer>", i the parameter's index), as torch.optim's state_dict: the tensors
+  // are the optimizer's own (steps rebind them, never write into them), not copies.
+  virtual nn::StateDict state_dict() const = 0;
+  // Replaces hyperparameters and state with copies of `state`'s, cast to each parameter's dtype
+  // and device. Error (and nothing changed) on a missing or unexpected key, a parameter count
+  // or a buffer shape that does not match this optimizer's parameters.
+  virtual void load_state_dict(const nn::StateDict& state) = 0;
 
  protected:
+  Optimizer(std::string name, std::vector<Tensor> params, double lr);
+
+  std::string name_;  // "SGD", "AdamW": for error messages
   std::vector<Tensor> params_;
+  double lr_;
 };
 
-// SGD with optional momentum, Nesterov and (L2) weight decay, as torch.optim.SGD.
+// SGD with optional momentum, Nesterov and (L2) weight decay, as torch.optim.SGD (dampening 0).
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, double lr, double momentum = 0.0, double weight_decay = 0.0,
       bool nesterov = false);
   void step() override;
+  // "lr", "momentum", "weight_decay", "nesterov" (0 or 1), "num_params",
+  // "state.<i>.momentum_buffer" for each parameter that has one.
+  nn::StateDict state_dict() const override;
+  void load_state_dict(const nn::StateDict& state) override;
 
  private:
-  double lr_, momentum_, weight_decay_;
+  double momentum_, weight_decay_;
   bool nesterov_;
   std::vector<Tensor> momentum_buffers_;
 };
@@ -41,11 +68,49 @@ class AdamW : public Optimizer {
         double eps = 1e-8, double weight_decay = 1e-2);
   void step() override;
   std::int64_t steps() const { return step_; }
+  // "lr", "beta1", "beta2", "eps", "weight_decay", "step" (i64), "num_params",
+  // "state.<i>.exp_avg" and "state.<i>.exp_avg_sq" for each parameter that has them.
+  nn::StateDict state_dict() const override;
+  void load_state_dict(const nn::StateDict& state) override;
 
  private:
-  double lr_, beta1_, beta2_, eps_, weight_decay_;
+  double beta1_, beta2_, eps_, weight_decay_;
+  // One count for all parameters (torch keeps one per parameter; they agree unless a parameter
+  // misses gradients on some steps, where torch's count for it lags).
   std::int64_t step_ = 0;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
+};
+
+// Scales the gradients of `params` in place so that their global norm (the norm of the vector
+// of per-parameter norms, as torch.nn.utils.clip_grad_norm_) is at most `max_norm`, and returns
+// that norm before clipping. Every gradient is multiplied by min(1, max_norm / (total + 1e-6))
+// in its dtype; parameters without a gradient are skipped. `norm_type` is a p > 0 or infinity;
+// norms are accumulated in f64. A non-finite total is not an error (torch's default
+// error_if_nonfinite=false): the gradients are scaled anyway, to zeros or NaNs.
+// Runs under NoGradGuard: no autograd history, whatever the grad mode.
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+// Clamps every gradient of `params` to [-clip_value, clip_value] in place (NaNs stay NaN).
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
+
+// Reads an optimizer's or scheduler's state dict with errors that name the owner and the key:
+// lookups mark keys as read, and finish() rejects the keys nobody read.
+class StateReader {
+ public:
+  StateReader(std::string owner, const nn::StateDict& state);
+  // The entry, or nullptr when absent.
+  const Tensor* find(const std::string& key);
+  // A one-element tensor's value; Error when absent or not one element.
+  double scalar(const std::string& key);
+  // A one-element integer tensor's value; Error when absent, not one element or not integer.
+  std::int64_t integer(const std::string& key);
+  // Error naming the first key that no lookup asked for.
+  void finish() const;
+
+ private:
+  std::string owner_;
+  const nn::StateDict& state_;
+  std::map<std::string, std::size_t> index_;
+  std::vector<bool> read_;
 };
 
 }  // namespace kiln::optim
