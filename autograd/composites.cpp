@@ -17,12 +17,19 @@ namespace {
 // baking in the traced ones.
 Tensor reduced_count(const Tensor& x, const Dims& dims, bool keepdim, double correction = 0) {
   KILN_OP_SCOPE;
-  if (x.impl().trace_value >= 0) {
-    Tensor count = sum(expand(scalar_tensor(1, x.dtype()), x.sym_shape()), dims, keepdim);
+  // A 0-dim count divides every row alike (whatever keepdim) and reads as a number next to
+  // tensors of any device.
+  SymShape reduced;
+  SymShape sizes = x.sym_shape();
+  for (auto d : normalize_dims(dims, x.dim(), "reduce")) reduced.push_back(sizes[d]);
+  if (x.impl().trace_value >= 0 && !reduced.is_static()) {
+    // Symbolic while tracing: computed in the graph, on the device of the rows it divides.
+    Tensor count = sum(expand(scalar_tensor(1, x.dtype()).to(x.device()), reduced));
     return correction == 0 ? count : maximum(count - correction, 0);
   }
   std::int64_t n = 1;
-  for (auto d : normalize_dims(dims, x.dim(), "reduce")) n *= x.impl().shape[d];
+  for (auto s : reduced.traced_values()) n *= s;
+  (void)keepdim;
   return scalar_tensor(std::max(static_cast<double>(n) - correction, 0.0), x.dtype());
 }
 
@@ -33,7 +40,9 @@ void check_floating(const Tensor& x, const char* op) {
 }
 
 // f16/bf16 widened to f32 for a composite's arithmetic; other dtypes as they are.
-Tensor widened(const Tensor& x) { return x.defined() ? cast(x, compute_dtype(x.dtype())) : x; }
+Tensor widened(const Tensor& x) {
+  return x.defined() ? cast(x, compute_dtype(x.dtype())) : x;
+}
 
 }  // namespace
 
@@ -156,9 +165,12 @@ namespace {
 Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
   KILN_OP_SCOPE;
   switch (reduction) {
-    case Reduction::none: return loss;
-    case Reduction::sum: return sum(loss);
-    case Reduction::mean: return mean(loss);
+    case Reduction::none:
+      return loss;
+    case Reduction::sum:
+      return sum(loss);
+    case Reduction::mean:
+      return mean(loss);
   }
   return loss;
 }
@@ -173,12 +185,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ig
   check_floating(logits, "cross_entropy");
   const Shape &ls = logits.impl().shape, &ts = target.impl().shape;
   bool batched = logits.dim() == 2;
-  KILN_CHECK_AS(ShapeError,
-                (batched && target.dim() == 1 && ts[0] == ls[0]) ||
-                    (logits.dim() == 1 && target.dim() == 0),
-                "cross_entropy: logits {} and target {} do not fit ([N, C] with [N], or [C] "
-                "with [])",
-                shape_str(ls), shape_str(ts));
+  KILN_CHECK_AS(
+      ShapeError,
+      (batched && target.dim() == 1 && ts[0] == ls[0]) || (logits.dim() == 1 && target.dim() == 0),
+      "cross_entropy: logits {} and target {} do not fit ([N, C] with [N], or [C] "
+      "with [])",
+      shape_str(ls), shape_str(ts));
   Tensor wide = widened(logits);
   Tensor lsm = log_softmax(batched ? wide : unsqueeze(wide, 0), 1);
   Tensor t = batched ? target : unsqueeze(target, 0);
@@ -251,8 +263,12 @@ Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
   return y;
 }
 
-Tensor clamp_min(const Tensor& x, Scalar min) { return clamp(x, min, std::nullopt); }
-Tensor clamp_max(const Tensor& x, Scalar max) { return clamp(x, std::nullopt, max); }
+Tensor clamp_min(const Tensor& x, Scalar min) {
+  return clamp(x, min, std::nullopt);
+}
+Tensor clamp_max(const Tensor& x, Scalar max) {
+  return clamp(x, std::nullopt, max);
+}
 
 namespace {
 void check_mask(const Tensor& x, const Tensor& mask) {

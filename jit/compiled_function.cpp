@@ -56,8 +56,8 @@ CompiledFunctionCore::Trace CompiledFunctionCore::run_trace(
       if (s >= 0) shape[d] = symbol_sizes[s];
       sizes.push_back(s >= 0 ? SymExpr::symbol(s) : SymExpr::constant(shape[d]));
     }
-    placeholders[i] = tracer.add_argument(*args[i].tensor, static_cast<int>(i), arg_name(i),
-                                          shape, std::move(sizes));
+    placeholders[i] = tracer.add_argument(*args[i].tensor, static_cast<int>(i), arg_name(i), shape,
+                                          std::move(sizes));
     traced[i].tensor = &placeholders[i];
   }
   {
@@ -101,8 +101,7 @@ bool match_traces(const Graph& a, const Graph& b, const std::vector<std::int64_t
 std::vector<SymExpr> divisions(const Graph& g) {
   std::vector<SymExpr> out;
   auto add = [&](const SymExpr& e) {
-    if (e.denominator() != 1 && std::find(out.begin(), out.end(), e) == out.end())
-      out.push_back(e);
+    if (e.denominator() != 1 && std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
   };
   for (const auto& v : g.values)
     for (const auto& e : v.sizes)
@@ -118,7 +117,8 @@ CompiledFunctionCore::CompiledFunctionCore(CompileOptions options) : options_(st
   KILN_CHECK(options_.recompile_limit >= 1, "compile: recompile_limit must be >= 1, got {}",
              options_.recompile_limit);
   if (options_.verify_every == 0)
-    if (const char* every = std::getenv("KILN_JIT_VERIFY")) options_.verify_every = std::atoi(every);
+    if (const char* every = std::getenv("KILN_JIT_VERIFY"))
+      options_.verify_every = std::atoi(every);
   for (const nn::Module* m : options_.modules)
     KILN_CHECK(m != nullptr, "compile: '{}' declares a null module", options_.name);
 }
@@ -126,6 +126,35 @@ CompiledFunctionCore::CompiledFunctionCore(CompileOptions options) : options_(st
 std::string CompiledFunctionCore::arg_name(std::size_t i) const {
   return i < options_.arg_names.size() ? options_.arg_names[i] : fmt::format("arg{}", i);
 }
+
+namespace {
+
+// A graph runs as generated kernels when its tensors live on a CUDA device: every argument with
+// elements is on one (0-dim host tensors are numbers).
+bool runs_on_device(const graph::Graph& g, std::span<const CallArg> args) {
+  bool any = false;
+  for (const auto& in : g.inputs) {
+    if (in.kind != graph::InputKind::argument && in.kind != graph::InputKind::state) continue;
+    Tensor t = input_value(in, args);
+    if (!t.defined()) continue;
+    if (t.device().type == Device::Type::cuda)
+      any = true;
+    else if (t.dim() > 0)
+      return false;
+  }
+  return any;
+}
+
+bool needs_grad(const graph::Graph& g, std::span<const CallArg> args) {
+  for (const auto& in : g.inputs) {
+    if (in.kind == graph::InputKind::constant) continue;
+    Tensor t = input_value(in, args);
+    if (t.defined() && t.requires_grad()) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const CallArg> args,
                                                              InvokeRef invoke, DimSet candidates) {
@@ -182,6 +211,7 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
     e.arg_symbols = arg_symbols;
     graph::optimize(e.graph);
     e.fusion = graph::partition(e.graph);
+    if (runs_on_device(e.graph, args)) e.plan.emplace(e.graph, e.fusion);
     GuardSet& gs = e.guards;
     gs.grad_enabled = grad_enabled();
     gs.num_symbols = static_cast<int>(e.graph.symbols.size());
@@ -230,8 +260,7 @@ void CompiledFunctionCore::report(const Entry& e, std::size_t index) const {
         fmt::format("kiln: guards of '{}' entry {}:\n{}", options_.name, index, e.guards.str()));
   if (log_enabled(LogTopic::graph))
     log_line(fmt::format("kiln: graph of '{}' entry {}:\n{}", options_.name, index, e.graph.str()));
-  if (log_enabled(LogTopic::fusion))
-    log_line(fmt::format("kiln: {}", e.fusion.str(e.graph)));
+  if (log_enabled(LogTopic::fusion)) log_line(fmt::format("kiln: {}", e.fusion.str(e.graph)));
   if (const char* dir = std::getenv("KILN_DUMP_DIR")) {
     std::string path = fmt::format("{}/{}.{}.dot", dir, options_.name, index);
     std::ofstream out(path);
@@ -331,6 +360,14 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
   }
   if (!entry) return invoke(args);
   if (verify_now) verify(*entry, args, invoke, symbol_values);
+  // Generated kernels record no autograd history: calls that need gradients run node by node.
+  if (entry->plan && !(grad_enabled() && needs_grad(entry->graph, args))) {
+    {
+      std::lock_guard lock(mutex_);
+      ++stats_.kernel_calls;
+    }
+    return entry->plan->run(entry->graph, args, symbol_values);
+  }
   return run_reference(entry->graph, args, symbol_values);
 }
 
@@ -360,9 +397,10 @@ std::string CompiledFunctionCore::explain() const {
   std::lock_guard lock(mutex_);
   std::string out = fmt::format(
       "compiled function '{}': {} calls, {} hits, {} compiles, {} eager calls, {} entries\n"
-      "runs on: the reference executor (node by node through autograd, on the inputs' device)\n",
+      "ran on: generated kernels for {} calls; the reference executor (node by node through "
+      "autograd: inputs on the CPU, or gradients needed) for the others\n",
       options_.name, stats_.calls, stats_.hits, stats_.compiles, stats_.eager_calls,
-      entries_.size());
+      entries_.size(), stats_.kernel_calls);
   if (options_.verify_every > 0)
     out += fmt::format("verifies captures every {} calls ({} so far)\n", options_.verify_every,
                        stats_.verifications);
@@ -371,8 +409,10 @@ std::string CompiledFunctionCore::explain() const {
     out += fmt::format("entry {} ({} hits), traced because: {}\n  guards ({} checks):\n{}", i,
                        e.hits, e.reason, e.guards.count(), indent(e.guards.str(), 2));
     out += "  graph:\n" + indent(e.graph.str(), 4);
-    out += "  fusion plan (the kernels code generation will launch):\n" +
-           indent(e.fusion.str(e.graph), 4);
+    out += "  fusion plan:\n" + indent(e.fusion.str(e.graph), 4);
+    if (e.plan)
+      out += fmt::format("  launches ({} generated kernels):\n{}", e.plan->kernel_count(),
+                         indent(e.plan->str(), 2));
   }
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -15,6 +16,7 @@
 #include "graph/graph.h"
 #include "jit/call_args.h"
 #include "jit/guards.h"
+#include "jit/kernel_plan.h"
 #include "jit/options.h"
 
 namespace kiln::jit {
@@ -49,6 +51,7 @@ struct CompiledStats {
   std::int64_t compiles = 0;     // traces that produced an entry
   std::int64_t eager_calls = 0;  // calls past the recompile limit
   std::int64_t verifications = 0;  // re-traces made for KILN_JIT_VERIFY
+  std::int64_t kernel_calls = 0;   // calls run by generated kernels (the rest: reference)
 };
 
 class CompiledFunctionCore {
@@ -74,7 +77,8 @@ class CompiledFunctionCore {
     GuardSet guards;
     graph::Graph graph;   // optimized: what runs
     graph::Graph traced;  // as recorded: what a verification re-trace is compared with
-    graph::Partition fusion;  // the kernels `graph` becomes once code generation runs it
+    graph::Partition fusion;  // the kernels `graph` becomes
+    std::optional<KernelPlan> plan;  // for graphs on CUDA tensors
     std::vector<std::vector<int>> arg_symbols;
     std::int64_t hits = 0;
     std::string reason;  // why it was traced

@@ -18,9 +18,15 @@ Tensor full(const Shape& shape, Scalar value, DType dtype) {
   cpu::copy_into(out, make_view(v, shape, Strides(shape.size(), 0), 0));
   return out;
 }
-Tensor zeros(const Shape& shape, DType dtype) { return empty(shape, dtype); }
-Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1, dtype); }
-Tensor scalar_tensor(Scalar value, DType dtype) { return full({}, value, dtype); }
+Tensor zeros(const Shape& shape, DType dtype) {
+  return empty(shape, dtype);
+}
+Tensor ones(const Shape& shape, DType dtype) {
+  return full(shape, 1, dtype);
+}
+Tensor scalar_tensor(Scalar value, DType dtype) {
+  return full({}, value, dtype);
+}
 
 Tensor arange(double start, double end, double step, DType dtype) {
   KILN_CHECK(step != 0, "arange: step must be nonzero");
@@ -72,12 +78,23 @@ template Tensor from_vector(const std::vector<float>&, const Shape&);
 template Tensor from_vector(const std::vector<double>&, const Shape&);
 
 Tensor convert(const Tensor& t, DType dtype) {
-  KILN_CHECK(t.device().is_cpu(), "convert: expects a host tensor, got one on {}", t.device().str());
+  KILN_CHECK(t.device().is_cpu(), "convert: expects a host tensor, got one on {}",
+             t.device().str());
   return cpu::materialize_copy(t, dtype);
 }
 
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
-Tensor full_like(const Tensor& t, Scalar value) { return full(t.shape(), value, t.dtype()); }
+// Like PyTorch's *_like, the result lives on t's device.
+static Tensor on_device_of(const Tensor& t, Tensor made) {
+  return t.device().is_cpu() ? made : made.to(t.device());
+}
+Tensor zeros_like(const Tensor& t) {
+  return on_device_of(t, zeros(t.shape(), t.dtype()));
+}
+Tensor ones_like(const Tensor& t) {
+  return on_device_of(t, ones(t.shape(), t.dtype()));
+}
+Tensor full_like(const Tensor& t, Scalar value) {
+  return on_device_of(t, full(t.shape(), value, t.dtype()));
+}
 
 }  // namespace kiln

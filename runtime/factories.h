@@ -45,6 +45,7 @@ inline Tensor tensor(std::initializer_list<float> values, const Shape& shape) {
   return from_vector(std::vector<float>(values), shape);
 }
 
+// Same shape, dtype and device as t.
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, Scalar value);

@@ -1,0 +1,108 @@
+// Running a partition's groups in order (see kernel_plan.h).
+#include "jit/kernel_plan.h"
+
+#include <fmt/format.h>
+
+#include "jit/reference_executor.h"
+#include "runtime/dispatch.h"
+
+namespace kiln::jit {
+
+KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition) {
+  for (std::size_t i = 0; i < partition.groups.size(); ++i) {
+    const graph::FusionGroup& group = partition.groups[i];
+    Step step;
+    step.group = static_cast<int>(i);
+    step.nodes = group.nodes;
+    step.domain = group.domain;
+    try {
+      switch (group.kind) {
+        case graph::FusionKind::pointwise:
+          step.pointwise = codegen::render_pointwise(g, group);
+          step.kind = Step::Kind::pointwise;
+          step.note = fmt::format("kernel {} (pointwise, {} nodes)", step.pointwise->name,
+                                  group.nodes.size());
+          break;
+        case graph::FusionKind::reduction:
+        case graph::FusionKind::normalization:
+          step.reduction = codegen::render_reduction(g, group);
+          step.kind = Step::Kind::reduction;
+          step.note = fmt::format("kernel {} ({}, {} nodes, {} pass(es))", step.reduction->name,
+                                  graph::fusion_kind_name(group.kind), group.nodes.size(),
+                                  step.reduction->passes);
+          break;
+        case graph::FusionKind::view:
+          step.kind = Step::Kind::host;
+          step.note = fmt::format("host view {}", group.name);
+          break;
+        default:
+          step.kind = Step::Kind::eager;
+          step.note = fmt::format("eager {} ({} ops have no generated kernel yet)", group.name,
+                                  graph::fusion_kind_name(group.kind));
+      }
+    } catch (const Error& e) {
+      step.kind = Step::Kind::eager;
+      step.pointwise.reset();
+      step.reduction.reset();
+      step.note = fmt::format("eager {}: {}", group.name, e.what());
+    }
+    steps_.push_back(std::move(step));
+  }
+}
+
+int KernelPlan::kernel_count() const {
+  int n = 0;
+  for (const auto& s : steps_)
+    n += s.kind == Step::Kind::pointwise || s.kind == Step::Kind::reduction;
+  return n;
+}
+
+std::string KernelPlan::str() const {
+  std::string out;
+  for (const auto& s : steps_) out += fmt::format("  group {}: {}\n", s.group, s.note);
+  return out;
+}
+
+std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallArg> args,
+                                    std::span<const std::int64_t> symbol_values) const {
+  std::vector<Tensor> values(g.values.size());
+  for (const auto& in : g.inputs) {
+    Tensor t = input_value(in, args);
+    // Tensors the trace made or captured on the host are read by kernels on the device.
+    if (t.defined() && t.device().is_cpu() && t.dim() > 0) t = t.to(Device::cuda());
+    values[in.value] = std::move(t);
+  }
+  auto concrete = [&](const std::vector<SymExpr>& sizes) {
+    Shape shape;
+    for (const auto& s : sizes) {
+      auto v = s.evaluate(symbol_values);
+      KILN_CHECK(v.has_value(), "compile: size {} of '{}' has no value in this call", s.str(),
+                 g.name);
+      shape.push_back(*v);
+    }
+    return shape;
+  };
+  for (const Step& step : steps_) {
+    if (step.pointwise || step.reduction) {
+      Shape domain = concrete(step.domain);
+      auto outs = step.pointwise ? codegen::run_pointwise(g, *step.pointwise, domain, values)
+                                 : codegen::run_reduction(g, *step.reduction, domain, values);
+      const auto& writes = step.pointwise ? step.pointwise->writes : step.reduction->writes;
+      for (std::size_t i = 0; i < writes.size(); ++i) values[writes[i]] = std::move(outs[i]);
+      continue;
+    }
+    std::vector<Tensor> operands;
+    for (int n : step.nodes) {
+      const graph::Node& node = g.nodes[n];
+      operands.clear();
+      for (int v : node.inputs) operands.push_back(values.at(v));
+      auto results = dispatch(node.op, operands, attrs_at(g, node, symbol_values));
+      for (std::size_t k = 0; k < results.size(); ++k) values[node.outputs[k]] = results[k];
+    }
+  }
+  std::vector<Tensor> outputs;
+  for (int v : g.outputs) outputs.push_back(values.at(v));
+  return outputs;
+}
+
+}  // namespace kiln::jit

@@ -1,0 +1,46 @@
+// A traced graph as launches: per fusion group, a generated kernel (pointwise or row
+// reduction), a host-side view, or, for what code generation does not cover yet (matmul,
+// indexing, scans, movement), its nodes run one by one as eager CUDA ops.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "graph/fusion.h"
+#include "graph/graph.h"
+#include "jit/call_args.h"
+#include "jit/codegen/pointwise.h"
+#include "jit/codegen/reduction.h"
+
+namespace kiln::jit {
+
+class KernelPlan {
+ public:
+  // Renders every group it can (compiling happens at the first launch of each kernel).
+  KernelPlan(const graph::Graph& graph, const graph::Partition& partition);
+
+  // Runs the graph on this call's arguments; outputs as the graph returns them. No autograd:
+  // calls that need gradients take the reference executor.
+  std::vector<Tensor> run(const graph::Graph& graph, std::span<const CallArg> args,
+                          std::span<const std::int64_t> symbol_values) const;
+
+  int kernel_count() const;
+  // One line per step: "kernel k_add_relu (pointwise, 3 nodes)", "eager: matmul (why)", ...
+  std::string str() const;
+
+ private:
+  struct Step {
+    enum class Kind { pointwise, reduction, host, eager } kind;
+    int group = -1;
+    std::vector<int> nodes;
+    std::vector<SymExpr> domain;
+    std::optional<codegen::PointwiseKernel> pointwise;
+    std::optional<codegen::ReductionKernel> reduction;
+    std::string note;  // what it is, or why code generation does not cover it
+  };
+  std::vector<Step> steps_;
+};
+
+}  // namespace kiln::jit

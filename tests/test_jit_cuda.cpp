@@ -1,0 +1,108 @@
+// Compiled functions on CUDA tensors: the graph runs as generated kernels (one per fusion
+// group), matches the CPU, serves every size of a dynamic dim with the same kernels, and takes
+// the node-by-node path (with autograd) when gradients are needed.
+#include <boost/test/unit_test.hpp>
+
+#include "autograd/ops.h"
+#include "jit/compile.h"
+#include "support/reference.h"
+
+using namespace kiln;
+
+namespace {
+
+double max_relative_error(const Tensor& got, const Tensor& want) {
+  BOOST_TEST_REQUIRE(got.shape() == want.shape());
+  Tensor a = got.to(Device::cpu()).to(DType::f64).contiguous();
+  Tensor b = want.to(Device::cpu()).to(DType::f64).contiguous();
+  const double* pa = static_cast<const double*>(a.raw_data());
+  const double* pb = static_cast<const double*>(b.raw_data());
+  double worst = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i)
+    worst = std::max(worst, std::abs(pa[i] - pb[i]) / (1 + std::abs(pb[i])));
+  return worst;
+}
+
+Tensor block(const Tensor& x, const Tensor& w, const Tensor& b) {
+  Tensor h = layer_norm(x, {16}, w, b, 1e-5);
+  Tensor a = gelu(h) * 0.5 + h;
+  return softmax(a, -1) + log_softmax(a * 2.0, -1).exp() * 0.25;
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(jit_cuda)
+
+BOOST_AUTO_TEST_CASE(a_compiled_block_runs_as_generated_kernels_and_matches_the_cpu) {
+  Tensor x = randn({6, 16}), w = randn({16}), b = randn({16});
+  auto f = jit::compile(block);
+  Tensor got = f(x.to(Device::cuda()), w.to(Device::cuda()), b.to(Device::cuda()));
+  BOOST_TEST(got.device().str() == "cuda:0");
+  BOOST_TEST(max_relative_error(got, block(x, w, b)) <= 1e-5);
+  std::string e = f.explain();
+  BOOST_TEST(contains(e, "generated kernels for 1 calls"), e);
+  BOOST_TEST(contains(e, "kernel k_"), e);
+  BOOST_TEST(f.core().fusion(0).launch_count() <= 3, e);
+}
+
+BOOST_AUTO_TEST_CASE(one_set_of_kernels_serves_every_batch_size) {
+  Tensor w = randn({16}), b = randn({16});
+  Tensor wd = w.to(Device::cuda()), bd = b.to(Device::cuda());
+  auto f = jit::compile(block);
+  for (std::int64_t batch : {2, 3, 5, 8, 13}) {
+    Tensor x = randn({batch, 16});
+    Tensor got = f(x.to(Device::cuda()), wd, bd);
+    BOOST_TEST(max_relative_error(got, block(x, w, b)) <= 1e-5, "batch " << batch);
+  }
+  BOOST_TEST(f.core().num_entries() == 2u);  // the first size, then one symbolic entry
+  BOOST_TEST(contains(f.core().graph(1).str(), "s0"));
+  BOOST_TEST(f.core().stats().kernel_calls == 5);
+}
+
+BOOST_AUTO_TEST_CASE(numbers_in_the_trace_and_mixed_dtypes) {
+  auto f = jit::compile([](const Tensor& x, const Tensor& i) {
+    return std::vector<Tensor>{(x * 3 + i) / 2.0, sum(x > 0.0, {1}), argmax(x, 1)};
+  });
+  Tensor x = randn({4, 7}), i = test::i64s({1, 2, 3, 4, 5, 6, 7});
+  auto got = f(x.to(Device::cuda()), i.to(Device::cuda()));
+  Tensor want0 = (x * 3 + i) / 2.0;
+  BOOST_TEST(max_relative_error(got[0], want0) <= 1e-6);
+  BOOST_TEST(dtype_name(got[1].dtype()) == "i64");
+  Tensor s = got[1].to(Device::cpu()), ref = sum(x > 0.0, {1});
+  Tensor am = got[2].to(Device::cpu()), ref_am = argmax(x, 1);
+  for (int r = 0; r < 4; ++r) {
+    BOOST_TEST(s.data<std::int64_t>()[r] == ref.data<std::int64_t>()[r]);
+    BOOST_TEST(am.data<std::int64_t>()[r] == ref_am.data<std::int64_t>()[r]);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(inputs_that_need_gradients_take_the_autograd_path) {
+  Tensor x0 = randn({3, 16}), w0 = randn({16}), b0 = randn({16});
+  Tensor x = x0.to(Device::cuda()).detach().requires_grad_();
+  Tensor w = w0.to(Device::cuda()).detach().requires_grad_();
+  Tensor b = b0.to(Device::cuda()).detach().requires_grad_();
+  auto f = jit::compile([](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return sum(layer_norm(x, {16}, w, b, 1e-5) * 2.0);
+  });
+  Tensor y = f(x, w, b);
+  y.backward();
+  BOOST_TEST(f.core().stats().kernel_calls == 0);
+  BOOST_TEST(x.grad().device().str() == "cuda:0");  // the seed of backward() is on y's device
+  // The same gradients on the CPU.
+  Tensor xc = x0.detach().requires_grad_(), wc = w0.detach().requires_grad_(),
+         bc = b0.detach().requires_grad_();
+  sum(layer_norm(xc, {16}, wc, bc, 1e-5) * 2.0).backward();
+  BOOST_TEST(max_relative_error(x.grad(), xc.grad()) <= 1e-4);
+  BOOST_TEST(max_relative_error(w.grad(), wc.grad()) <= 1e-4);
+  BOOST_TEST(max_relative_error(b.grad(), bc.grad()) <= 1e-4);
+  // Under no_grad the same function runs as kernels.
+  NoGradGuard no_grad;
+  f(x, w, b);
+  BOOST_TEST(f.core().stats().kernel_calls == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
