@@ -120,6 +120,7 @@ void save_safetensors(const std::string& path,
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the format's 8-byte alignment of the data
+  KILN_CHECK(!path.empty(), "save_safetensors: the path is empty");
   KILN_CHECK(!is_directory(path), "save_safetensors: cannot write {}: it is a directory", path);
   // Written beside the target and renamed over it: a reader never sees half a file, and a
   // failure removes the temporary and leaves the old file as it was.
@@ -139,7 +140,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
              path);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   KILN_CHECK(in.good(), "load_safetensors: cannot open {}: {}", path, std::strerror(errno));
-  auto file_size = static_cast<std::uint64_t>(in.tellg());
+  auto end = in.tellg();
+  KILN_CHECK(end >= 0, "load_safetensors: cannot read {}: it is not a regular file", path);
+  auto file_size = static_cast<std::uint64_t>(end);
   in.seekg(0);
   std::uint64_t header_size = 0;
   KILN_CHECK(file_size >= 8 && in.read(reinterpret_cast<char*>(&header_size), 8),

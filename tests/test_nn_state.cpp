@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -136,7 +137,13 @@ struct Lazy : nn::Module {
   }
 };
 
+struct UseVirtualGpu {
+  UseVirtualGpu() { setenv("KILN_CUDA", "virtual", 0); }
+};
+
 }  // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(UseVirtualGpu);
 
 BOOST_AUTO_TEST_SUITE(state_dicts)
 
@@ -336,6 +343,28 @@ BOOST_AUTO_TEST_CASE(save_and_load_round_trip_a_module_through_a_file) {
   check_values(small.fc.weight, {2, 3}, DType::f32, round_to(DType::f32, want));
 }
 
+BOOST_AUTO_TEST_CASE(a_module_on_the_gpu_saves_and_loads_in_place_across_devices) {
+  TempDir dir;
+  nn::Linear fc(2, 1, true, DType::f32);
+  fc.weight = fc.weight.detach().to(Device::cuda()).requires_grad_();
+  fc.bias = fc.bias.detach().to(Device::cuda()).requires_grad_();
+  Tensor weight = fc.weight;
+  fc.load_state_dict({{"weight", f64s({0.5, -1}, {1, 2})}, {"bias", f64s({2})}});
+  BOOST_TEST(fc.weight.same(weight));
+  BOOST_TEST(fc.weight.device().is_cuda());
+  fc.save(dir / "gpu.safetensors");
+  SafetensorsFile f = load_safetensors(dir / "gpu.safetensors");
+  check_values(f.tensors.at(0).second, {1, 2}, DType::f32, {0.5, -1});
+  {
+    NoGradGuard g;
+    f.tensors.at(1).second.fill_(3);
+  }
+  save_safetensors(dir / "gpu.safetensors", f.tensors);
+  fc.load(dir / "gpu.safetensors");
+  BOOST_TEST(fc.bias.device().is_cuda());
+  check_values(fc.bias.to(Device::cpu()), {1}, {3});
+}
+
 BOOST_AUTO_TEST_CASE(the_fixture_from_another_writer_loads_with_its_exact_values) {
   std::string path = std::string(KILN_TEST_FIXTURES) + "/tiny.safetensors";
   SafetensorsFile f = load_safetensors(path);
@@ -499,6 +528,9 @@ BOOST_AUTO_TEST_CASE(short_and_truncated_files) {
 BOOST_AUTO_TEST_CASE(headers_that_are_not_a_json_object_of_entries) {
   check_rejected(st_file("{\"a\":", ""), {"not valid JSON"});
   check_rejected(st_file("[1, 2]", ""), {"not a JSON object"});
+  // Deep nesting must not exhaust the stack.
+  check_rejected(st_file(std::string(200000, '[') + std::string(200000, ']'), ""),
+                 {"not a JSON object"});
   check_rejected(st_file("{\"a\": 3}", ""), {"'a'", "dtype, shape and two data_offsets"});
   check_rejected(st_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", kEightBytes),
                  {"'a'", "data_offsets"});
@@ -607,6 +639,7 @@ BOOST_AUTO_TEST_CASE(unwritable_paths_and_directories_are_named) {
                     "directory");
   KILN_CHECK_THROWS(load_safetensors(dir / "absent.safetensors"), Error, "load_safetensors",
                     dir / "absent.safetensors", "No such file");
+  KILN_CHECK_THROWS(save_safetensors("", {{"a", f64s({1})}}), Error, "save_safetensors", "empty");
   nn::Linear fc(1, 1);
   KILN_CHECK_THROWS(fc.load(dir / "sub"), Error, "directory");
 }
