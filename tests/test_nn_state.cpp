@@ -1,89 +1,24 @@
 // Module state as PyTorch users handle it: state_dict names, in-place loads that optimizers and
 // compiled functions see, strict and non-strict key checks that change nothing on failure, tied
-// parameters, and the safetensors files checkpoints travel in. References are values and bytes
-// written by hand in the test, following the safetensors format spec.
+// parameters, modules on the GPU, and safetensors round trips (every dtype's bit patterns, the
+// spec's byte layout, hand-written files, a fixture from another writer). References are values
+// and bytes written by hand in the test. Corrupt files and writing: test_nn_state_files.cpp.
 #include <boost/test/unit_test.hpp>
 
-#include <unistd.h>
+#include <cmath>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "autograd/nn.h"
 #include "autograd/optim.h"
 #include "autograd/safetensors.h"
 #include "jit/compile.h"
+#include "support/file_bytes.h"
 #include "support/reference.h"
 
 using namespace kiln;
 using namespace kiln::test;
-namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory per test case, removed with everything in it.
-struct TempDir {
-  fs::path root;
-  TempDir() {
-    static int counter = 0;
-    root = fs::temp_directory_path() /
-           ("kiln_nn_state_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(root);
-    fs::create_directories(root);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
-  std::string operator/(const std::string& name) const { return (root / name).string(); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(root)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::string le64(std::uint64_t v) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  return s;
-}
-// A safetensors file from its parts, as the format spec lays it out: u64 LE header length,
-// header (padded with spaces to a multiple of 8 when `pad`), data buffer.
-std::string st_file(std::string header, const std::string& data, bool pad = true) {
-  if (pad) header.append((8 - header.size() % 8) % 8, ' ');
-  return le64(header.size()) + header + data;
-}
-template <typename T>
-std::string bytes_of(std::initializer_list<T> values) {
-  std::string s;
-  for (T v : values) s.append(reinterpret_cast<const char*>(&v), sizeof v);
-  return s;
-}
-// The raw bytes of a contiguous CPU tensor.
-std::string raw(const Tensor& t) {
-  Tensor c = t.contiguous();
-  return {static_cast<const char*>(c.raw_data()), c.numel() * itemsize(c.dtype())};
-}
-// A tensor holding exactly `bytes` (bit patterns no arithmetic touches).
-Tensor from_bytes(DType dtype, const Shape& shape, const std::string& bytes) {
-  Tensor t = empty(shape, dtype);
-  BOOST_TEST_REQUIRE(static_cast<std::size_t>(t.numel()) * itemsize(dtype) == bytes.size());
-  if (!bytes.empty()) std::memcpy(t.raw_data(), bytes.data(), bytes.size());
-  return t;
-}
 
 std::vector<std::string> names(const nn::StateDict& s) {
   std::vector<std::string> out;
@@ -482,166 +417,6 @@ BOOST_AUTO_TEST_CASE(hand_written_files_with_padding_any_key_order_and_scattered
   check_values(load_safetensors(path).tensors.at(0).second, {1}, DType::bf16, {3.140625});
   write_bytes(path, st_file("{}", ""));
   BOOST_TEST(load_safetensors(path).tensors.empty());
-}
-
-BOOST_AUTO_TEST_SUITE_END()
-
-BOOST_AUTO_TEST_SUITE(safetensors_corrupt_files)
-
-namespace {
-// Writes `bytes` as a file and checks that loading it is a kiln::Error naming the file and
-// holding every part.
-void check_rejected(const std::string& bytes, std::initializer_list<std::string> parts) {
-  TempDir dir;
-  std::string path = dir / "bad.safetensors";
-  write_bytes(path, bytes);
-  try {
-    load_safetensors(path);
-    BOOST_ERROR("loading was not rejected; expected: " << *parts.begin());
-  } catch (const Error& e) {
-    std::string what = e.what();
-    BOOST_TEST(what.find(path) != std::string::npos, what);
-    for (const auto& p : parts)
-      BOOST_TEST(what.find(p) != std::string::npos, what << " lacks " << p);
-  } catch (const std::exception& e) {
-    BOOST_ERROR("not a kiln::Error: " << e.what());
-  }
-}
-std::string entry(const std::string& name, const std::string& dtype, const std::string& shape,
-                  const std::string& offsets) {
-  return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape +
-         ",\"data_offsets\":" + offsets + "}";
-}
-const std::string kEightBytes = bytes_of<float>({1, 2});
-}  // namespace
-
-BOOST_AUTO_TEST_CASE(short_and_truncated_files) {
-  check_rejected("", {"too short", "0 bytes"});
-  check_rejected(std::string("\x10\0\0", 3), {"too short", "3 bytes"});
-  std::string good = st_file("{" + entry("a", "F32", "[2]", "[0,8]") + "}", kEightBytes);
-  check_rejected(good.substr(0, good.size() - 3), {"'a'", "[0, 8]", "5-byte"});
-  check_rejected(good.substr(0, 20), {"header", "file has 12 bytes"});
-  check_rejected(le64(1000) + "{}      ", {"1000-byte header"});
-  check_rejected(le64(~0ull) + "{}      ", {"18446744073709551615-byte header"});
-}
-
-BOOST_AUTO_TEST_CASE(headers_that_are_not_a_json_object_of_entries) {
-  check_rejected(st_file("{\"a\":", ""), {"not valid JSON"});
-  check_rejected(st_file("[1, 2]", ""), {"not a JSON object"});
-  // Deep nesting must not exhaust the stack.
-  check_rejected(st_file(std::string(200000, '[') + std::string(200000, ']'), ""),
-                 {"not a JSON object"});
-  check_rejected(st_file("{\"a\": 3}", ""), {"'a'", "dtype, shape and two data_offsets"});
-  check_rejected(st_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", kEightBytes),
-                 {"'a'", "data_offsets"});
-  check_rejected(st_file("{\"__metadata__\": {\"n\": 1}}", ""),
-                 {"metadata", "'n'", "not a string"});
-  check_rejected(st_file("{\"__metadata__\": [1]}", ""), {"__metadata__", "not an object"});
-  // The names must be UTF-8, as JSON strings are.
-  check_rejected(st_file("{" + entry("a\xff\xfe", "F32", "[2]", "[0,8]") + "}", kEightBytes),
-                 {"not valid JSON", "UTF-8"});
-}
-
-BOOST_AUTO_TEST_CASE(duplicate_keys_are_named) {
-  check_rejected(st_file("{" + entry("w", "F32", "[1]", "[0,4]") + "," +
-                             entry("w", "F32", "[1]", "[4,8]") + "}",
-                         kEightBytes),
-                 {"duplicate", "'w'"});
-  check_rejected(st_file("{\"__metadata__\":{\"a\":\"1\",\"a\":\"2\"}}", ""), {"duplicate", "'a'"});
-}
-
-BOOST_AUTO_TEST_CASE(offsets_out_of_range_overlapping_or_not_matching_the_size) {
-  auto two = [](const std::string& e1, const std::string& e2, const std::string& data) {
-    return st_file("{" + e1 + "," + e2 + "}", data);
-  };
-  check_rejected(st_file("{" + entry("a", "F32", "[2]", "[0,100]") + "}", kEightBytes),
-                 {"'a'", "[0, 100]", "8-byte data buffer"});
-  check_rejected(st_file("{" + entry("a", "F32", "[0]", "[8,0]") + "}", kEightBytes),
-                 {"'a'", "[8, 0]"});
-  check_rejected(st_file("{" + entry("a", "F32", "[3]", "[0,8]") + "}", kEightBytes),
-                 {"'a'", "12 bytes", "span 8 bytes"});
-  check_rejected(st_file("{" + entry("a", "F32", "[2]", "[0,-8]") + "}", kEightBytes),
-                 {"'a'", "data_offsets"});
-  check_rejected(two(entry("a", "F32", "[2]", "[0,8]"), entry("b", "F32", "[2]", "[4,12]"),
-                     kEightBytes + "abcd"),
-                 {"overlap", "'b'", "starts at byte 4, expected 8"});
-  check_rejected(two(entry("a", "F32", "[1]", "[0,4]"), entry("b", "F32", "[1]", "[8,12]"),
-                     kEightBytes + "abcd"),
-                 {"hole", "'b'", "starts at byte 8, expected 4"});
-  check_rejected(st_file("{" + entry("a", "F32", "[1]", "[0,4]") + "}", kEightBytes),
-                 {"4 bytes of data after its tensors"});
-  check_rejected(st_file("{" + entry("m", "BOOL", "[2]", "[0,2]") + "}", "\x01\x07"),
-                 {"BOOL", "'m'", "byte 7"});
-}
-
-BOOST_AUTO_TEST_CASE(unsupported_and_unknown_dtypes_are_named) {
-  for (const char* tag : {"F8_E4M3", "F8_E5M2", "C64", "U8", "I8", "U64", "F4"})
-    check_rejected(st_file("{" + entry("q", tag, "[1]", "[0,1]") + "}", "\x01"),
-                   {"'q'", tag, "unsupported dtype"});
-  check_rejected(st_file("{" + entry("q", "Q7", "[1]", "[0,1]") + "}", "\x01"),
-                 {"'q'", "Q7", "not a safetensors dtype"});
-}
-
-BOOST_AUTO_TEST_CASE(shapes_that_are_negative_fractional_or_overflow) {
-  check_rejected(st_file("{" + entry("s", "F32", "[-1, 2]", "[0,8]") + "}", kEightBytes),
-                 {"'s'", "-1"});
-  check_rejected(st_file("{" + entry("s", "F32", "[2.5]", "[0,8]") + "}", kEightBytes),
-                 {"'s'", "2.5"});
-  // 2^62 * 4 elements: 2^64 wraps to 0 elements, which would match empty offsets.
-  check_rejected(st_file("{" + entry("s", "F32", "[4611686018427387904, 4]", "[0,0]") + "}", ""),
-                 {"'s'", "overflow"});
-  check_rejected(st_file("{" + entry("s", "I64", "[4611686018427387904]", "[0,0]") + "}", ""),
-                 {"'s'", "overflow"});
-  check_rejected(st_file("{" + entry("s", "F32", "[18446744073709551615]", "[0,0]") + "}", ""),
-                 {"'s'", "18446744073709551615"});
-  check_rejected(st_file("{" + entry("s", "F32", "[4294967296, 4294967296, 0]", "[0,0]") + "}", ""),
-                 {"'s'", "overflow"});
-}
-
-BOOST_AUTO_TEST_SUITE_END()
-
-BOOST_AUTO_TEST_SUITE(safetensors_writing)
-
-BOOST_AUTO_TEST_CASE(a_save_replaces_the_file_atomically_and_leaves_no_temporary) {
-  TempDir dir;
-  std::string path = dir / "w.safetensors";
-  save_safetensors(path, {{"a", f64s({1, 2})}});
-  save_safetensors(path, {{"a", f64s({3})}});
-  BOOST_TEST(dir.entries() == (std::vector<std::string>{"w.safetensors"}),
-             boost::test_tools::per_element());
-  check_values(load_safetensors(path).tensors.at(0).second, {1}, {3});
-  // A failed save leaves the old file as it was, and no temporary.
-  std::string before = read_bytes(path);
-  KILN_CHECK_THROWS(save_safetensors(path, {{"a", f64s({4})}, {"b", Tensor()}}), Error, "'b'",
-                    "undefined");
-  KILN_CHECK_THROWS(save_safetensors(path, {{"a", f64s({4})}, {"a", f64s({5})}}), Error, "'a'",
-                    "repeated");
-  KILN_CHECK_THROWS(save_safetensors(path, {{"\xff", f64s({4})}}), Error, "save_safetensors",
-                    "UTF-8");
-  KILN_CHECK_THROWS(save_safetensors(path, {{"a", f64s({4})}}, {{"k", "\xc3"}}), Error,
-                    "save_safetensors", "UTF-8");
-  BOOST_TEST((read_bytes(path) == before));
-  BOOST_TEST(dir.entries() == (std::vector<std::string>{"w.safetensors"}),
-             boost::test_tools::per_element());
-}
-
-BOOST_AUTO_TEST_CASE(unwritable_paths_and_directories_are_named) {
-  TempDir dir;
-  std::string missing_dir = dir / "no/such/dir/m.safetensors";
-  KILN_CHECK_THROWS(save_safetensors(missing_dir, {{"a", f64s({1})}}), Error, "save_safetensors",
-                    missing_dir);
-  fs::create_directory(dir / "sub");
-  write_bytes(dir / "sub/keep", "x");
-  KILN_CHECK_THROWS(save_safetensors(dir / "sub", {{"a", f64s({1})}}), Error, "save_safetensors",
-                    dir / "sub", "directory");
-  BOOST_TEST(dir.entries() == (std::vector<std::string>{"sub"}), boost::test_tools::per_element());
-  KILN_CHECK_THROWS(load_safetensors(dir / "sub"), Error, "load_safetensors", dir / "sub",
-                    "directory");
-  KILN_CHECK_THROWS(load_safetensors(dir / "absent.safetensors"), Error, "load_safetensors",
-                    dir / "absent.safetensors", "No such file");
-  KILN_CHECK_THROWS(save_safetensors("", {{"a", f64s({1})}}), Error, "save_safetensors", "empty");
-  nn::Linear fc(1, 1);
-  KILN_CHECK_THROWS(fc.load(dir / "sub"), Error, "directory");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
