@@ -123,10 +123,20 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
     throw Error(message);
   }
   NoGradGuard no_grad;
-  for (const auto& [name, t] : state) {
-    const Slot* s = find(name);
+  // A source that shares storage with the module (a state built from its own tensors, say with
+  // two layers swapped) is read before any copy overwrites it.
+  std::set<const void*> storages;
+  for (const auto& [name, slot] : slots)
+    if (slot->tensor->defined()) storages.insert(slot->tensor->impl().storage.get());
+  std::vector<Tensor> sources;
+  for (const auto& [name, t] : state)
+    sources.push_back(find(name) && storages.count(t.impl().storage.get()) ? t.detach().clone()
+                                                                           : t);
+  for (std::size_t i = 0; i < state.size(); ++i) {
+    const Slot* s = find(state[i].first);
     if (!s) continue;
     Tensor& slot = *s->tensor;
+    const Tensor& t = sources[i];
     if (slot.defined()) {
       slot.copy_(t);
     } else {  // an empty slot takes a copy of its own

@@ -210,6 +210,25 @@ BOOST_AUTO_TEST_CASE(an_undefined_tensor_in_the_state_is_an_error_naming_the_key
       Error, "load_state_dict", "'weight'", "twice");
 }
 
+BOOST_AUTO_TEST_CASE(a_state_built_from_the_module_itself_is_read_before_it_is_overwritten) {
+  // Swapping two layers through a state that aliases the module's own tensors.
+  struct Two : nn::Module {
+    nn::Linear a{2, 2, false, DType::f64}, b{2, 2, false, DType::f64};
+    Two() {
+      register_module("a", a);
+      register_module("b", b);
+    }
+  } m;
+  m.load_state_dict(
+      {{"a.weight", f64s({1, 2, 3, 4}, {2, 2})}, {"b.weight", f64s({5, 6, 7, 8}, {2, 2})}});
+  m.load_state_dict({{"a.weight", m.b.weight.detach()}, {"b.weight", m.a.weight.detach()}});
+  check_values(m.a.weight, {2, 2}, {5, 6, 7, 8});
+  check_values(m.b.weight, {2, 2}, {1, 2, 3, 4});
+  // A transposed view of the tensor being written.
+  m.load_state_dict({{"a.weight", m.a.weight.detach().t()}}, false);
+  check_values(m.a.weight, {2, 2}, {5, 7, 6, 8});
+}
+
 BOOST_AUTO_TEST_CASE(a_reassigned_parameter_member_is_what_parameters_and_state_dict_hold) {
   nn::Linear fc(2, 2, true, DType::f64);
   Tensor replacement = f64s({1, 2, 3, 4}, {2, 2}).requires_grad_();
