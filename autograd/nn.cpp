@@ -92,9 +92,8 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
     if (!have.defined()) continue;
     if (have.impl().shape != t.impl().shape)
       size_mismatches.push_back(
-          fmt::format("'{}' (the state holds shape {}, the module's tensor "
-                      "has shape {})",
-                      name, shape_str(t.impl().shape), shape_str(have.impl().shape)));
+          fmt::format("'{}' (the state holds shape {}, the module's tensor has shape {})", name,
+                      shape_str(t.impl().shape), shape_str(have.impl().shape)));
     else if (std::string_view(dtype_kind(have.dtype())) != dtype_kind(t.dtype()))
       dtype_mismatches.push_back(fmt::format("'{}' (the state holds {}, the module's tensor is {})",
                                              name, t.dtype(), have.dtype()));
