@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string_view>
 
 #include "autograd/safetensors.h"
 #include "runtime/grad_mode.h"
@@ -22,25 +23,32 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
+// A tensor held by several slots (tied weights) is listed once, under its first name, as
+// PyTorch does: an optimizer given it twice would apply each step twice.
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
+  std::set<const TensorImpl*> seen;
   visit_slots("", [&](const std::string& name, const Slot& s) {
-    if (s.parameter && s.tensor->defined()) out.emplace_back(name, *s.tensor);
+    if (s.parameter && s.tensor->defined() && seen.insert(&s.tensor->impl()).second)
+      out.emplace_back(name, *s.tensor);
   });
   return out;
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
   std::vector<std::pair<std::string, Tensor>> out;
+  std::set<const TensorImpl*> seen;
   visit_slots("", [&](const std::string& name, const Slot& s) {
-    if (!s.parameter && s.tensor->defined()) out.emplace_back(name, *s.tensor);
+    if (!s.parameter && s.tensor->defined() && seen.insert(&s.tensor->impl()).second)
+      out.emplace_back(name, *s.tensor);
   });
   return out;
 }
 
 std::vector<std::pair<std::string, const Tensor*>> Module::named_slots() const {
   std::vector<std::pair<std::string, const Tensor*>> out;
-  visit_slots("", [&](const std::string& name, const Slot& s) { out.emplace_back(name, s.tensor); });
+  visit_slots("",
+              [&](const std::string& name, const Slot& s) { out.emplace_back(name, s.tensor); });
   return out;
 }
 
@@ -52,49 +60,94 @@ StateDict Module::state_dict() const {
   return out;
 }
 
+namespace {
+// Loading converts between dtypes of one kind (an f16 checkpoint into an f32 model), never across
+// kinds: a float into an integer buffer or a mask into a weight is a wrong key, not a cast.
+const char* dtype_kind(DType t) {
+  return is_floating(t) ? "floating" : t == DType::bool_ ? "bool" : "integer";
+}
+}  // namespace
+
 void Module::load_state_dict(const StateDict& state, bool strict) {
   std::vector<std::pair<std::string, const Slot*>> slots;
   visit_slots("", [&](const std::string& name, const Slot& s) { slots.emplace_back(name, &s); });
-  std::set<std::string> given, missing, unexpected;
+  auto find = [&](const std::string& name) -> const Slot* {
+    auto it =
+        std::find_if(slots.begin(), slots.end(), [&](const auto& s) { return s.first == name; });
+    return it == slots.end() ? nullptr : it->second;
+  };
+  // Check every entry before writing anything, so a failed load leaves the module unchanged, and
+  // name every offending key at once.
+  std::set<std::string> given;
+  std::vector<std::string> missing, unexpected, size_mismatches, dtype_mismatches;
   for (const auto& [name, t] : state) {
     KILN_CHECK(given.insert(name).second, "load_state_dict: key '{}' appears twice", name);
-    auto it = std::find_if(slots.begin(), slots.end(), [&](const auto& s) { return s.first == name; });
-    if (it == slots.end()) unexpected.insert(name);
-  }
-  for (const auto& [name, slot] : slots)
-    if (!given.count(name)) missing.insert(name);
-  if (strict)
-    KILN_CHECK(missing.empty() && unexpected.empty(),
-               "load_state_dict: the state does not match the module: missing keys [{}], "
-               "unexpected keys [{}] (pass strict=false to load the keys that match)",
-               fmt::join(missing, ", "), fmt::join(unexpected, ", "));
-  // Check every shape before writing anything, so a failed load leaves the module unchanged.
-  for (const auto& [name, t] : state) {
-    auto it = std::find_if(slots.begin(), slots.end(), [&](const auto& s) { return s.first == name; });
-    if (it == slots.end()) continue;
+    const Slot* slot = find(name);
+    if (!slot) {
+      unexpected.push_back(name);
+      continue;
+    }
     KILN_CHECK(t.defined(), "load_state_dict: the tensor for '{}' is undefined", name);
-    const Tensor& have = *it->second->tensor;
-    if (have.defined())
-      KILN_CHECK_AS(ShapeError, have.impl().shape == t.impl().shape,
-                    "load_state_dict: size mismatch for '{}': the state holds shape {}, the "
-                    "module's tensor has shape {}",
-                    name, shape_str(t.impl().shape), shape_str(have.impl().shape));
+    const Tensor& have = *slot->tensor;
+    if (!have.defined()) continue;
+    if (have.impl().shape != t.impl().shape)
+      size_mismatches.push_back(
+          fmt::format("'{}' (the state holds shape {}, the module's tensor has shape {})", name,
+                      shape_str(t.impl().shape), shape_str(have.impl().shape)));
+    else if (std::string_view(dtype_kind(have.dtype())) != dtype_kind(t.dtype()))
+      dtype_mismatches.push_back(fmt::format("'{}' (the state holds {}, the module's tensor is {})",
+                                             name, t.dtype(), have.dtype()));
+  }
+  // An empty slot is not missing: state_dict() does not save it either.
+  for (const auto& [name, slot] : slots)
+    if (slot->tensor->defined() && !given.count(name)) missing.push_back(name);
+  std::vector<std::string> problems;
+  if (!size_mismatches.empty())
+    problems.push_back(fmt::format("size mismatch for {}", fmt::join(size_mismatches, ", ")));
+  if (!dtype_mismatches.empty())
+    problems.push_back(fmt::format("dtype mismatch for {}", fmt::join(dtype_mismatches, ", ")));
+  if (strict && !missing.empty())
+    problems.push_back(fmt::format("missing keys [{}]", fmt::join(missing, ", ")));
+  if (strict && !unexpected.empty())
+    problems.push_back(fmt::format("unexpected keys [{}]", fmt::join(unexpected, ", ")));
+  if (!problems.empty()) {
+    std::string message = fmt::format(
+        "load_state_dict: the state does not match the module, nothing was loaded: {}{}",
+        fmt::join(problems, "; "),
+        strict && (!missing.empty() || !unexpected.empty())
+            ? " (pass strict=false to load the keys that match)"
+            : "");
+    if (!size_mismatches.empty()) throw ShapeError(message);
+    if (!dtype_mismatches.empty()) throw DTypeError(message);
+    throw Error(message);
   }
   NoGradGuard no_grad;
-  for (const auto& [name, t] : state) {
-    auto it = std::find_if(slots.begin(), slots.end(), [&](const auto& s) { return s.first == name; });
-    if (it == slots.end()) continue;
-    Tensor& slot = *it->second->tensor;
+  // A source that shares storage with the module (a state built from its own tensors, say with
+  // two layers swapped) is read before any copy overwrites it.
+  std::set<const void*> storages;
+  for (const auto& [name, slot] : slots)
+    if (slot->tensor->defined()) storages.insert(slot->tensor->impl().storage.get());
+  std::vector<Tensor> sources;
+  for (const auto& [name, t] : state)
+    sources.push_back(find(name) && storages.count(t.impl().storage.get()) ? t.detach().clone()
+                                                                           : t);
+  for (std::size_t i = 0; i < state.size(); ++i) {
+    const Slot* s = find(state[i].first);
+    if (!s) continue;
+    Tensor& slot = *s->tensor;
+    const Tensor& t = sources[i];
     if (slot.defined()) {
       slot.copy_(t);
     } else {  // an empty slot takes a copy of its own
       slot = t.detach().clone();
-      if (it->second->parameter) slot.requires_grad_(is_floating(slot.dtype()));
+      if (s->parameter) slot.requires_grad_(is_floating(slot.dtype()));
     }
   }
 }
 
-void Module::save(const std::string& path) const { save_safetensors(path, state_dict()); }
+void Module::save(const std::string& path) const {
+  save_safetensors(path, state_dict());
+}
 
 void Module::load(const std::string& path, bool strict) {
   load_state_dict(load_safetensors(path).tensors, strict);

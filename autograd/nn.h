@@ -27,18 +27,21 @@ class Module {
   virtual ~Module() = default;
 
   // Parameters of this module and its submodules as the slots hold them now (undefined slots
-  // are skipped).
+  // are skipped; a tensor in several slots, as tied weights are, is listed once).
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
   // Every parameter and buffer slot by dotted name: what a compiled function reads per call.
   std::vector<std::pair<std::string, const Tensor*>> named_slots() const;
 
-  // Parameters and buffers, detached, sharing storage with the module.
+  // Parameters and buffers, detached, sharing storage with the module (tied tensors under
+  // each of their names).
   StateDict state_dict() const;
   // Copies each entry into the tensor its slot holds (in place, as PyTorch does: optimizers and
-  // compiled functions holding that tensor see the new values), converting dtype and device.
-  // A shape mismatch is always an error; with `strict`, so are missing and unexpected keys.
+  // compiled functions holding that tensor see the new values), converting device and dtype
+  // within a kind (floating, integer, bool). A shape or dtype-kind mismatch is always an error;
+  // with `strict`, so are missing and unexpected keys (an empty slot is not missing). Every
+  // entry is checked first: the error names all offending keys and nothing is modified.
   void load_state_dict(const StateDict& state, bool strict = true);
   // state_dict() to / from a safetensors file.
   void save(const std::string& path) const;
