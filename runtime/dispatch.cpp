@@ -79,6 +79,27 @@ Backend& backend_for(Device::Type type) {
   return *b;
 }
 
+namespace {
+
+// Whether the element ranges two tensors span in one storage intersect.
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.impl().storage != b.impl().storage || a.numel() == 0 || b.numel() == 0) return false;
+  auto span = [](const Tensor& t) {
+    std::int64_t lo = t.offset(), hi = t.offset();
+    for (std::size_t d = 0; d < t.shape().size(); ++d) {
+      std::int64_t reach = (t.shape()[d] - 1) * t.strides()[d];
+      (reach < 0 ? lo : hi) += reach;
+    }
+    return std::pair{lo * static_cast<std::int64_t>(itemsize(t.dtype())),
+                     (hi + 1) * static_cast<std::int64_t>(itemsize(t.dtype()))};
+  };
+  auto [a_lo, a_hi] = span(a);
+  auto [b_lo, b_hi] = span(b);
+  return a_lo < b_hi && b_lo < a_hi;
+}
+
+}  // namespace
+
 void copy_data(const Tensor& dst, const Tensor& src) {
   KILN_OP_SCOPE;
   check_not_tracing("in-place write");
@@ -91,6 +112,10 @@ void copy_data(const Tensor& dst, const Tensor& src) {
     attrs.shape = shape;
     s = dispatch1(OpId::expand, {&src, 1}, attrs);
   }
+  // A source that shares memory with the destination (a.copy_(a.t())) is read in full before
+  // anything is written, through a copy on the host (rare, so simple beats fast).
+  if (overlaps(dst, s) && !(dst.offset() == s.offset() && dst.strides() == s.strides()))
+    s = transfer(s, Device::cpu());
   mover(dst.device(), s.device()).copy_into(dst, s);
 }
 

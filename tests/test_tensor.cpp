@@ -286,6 +286,19 @@ BOOST_AUTO_TEST_CASE(writes_through_views_reach_the_base) {
   check_values(m.sum(), {}, {36});
 }
 
+BOOST_AUTO_TEST_CASE(a_copy_from_memory_it_overwrites_reads_the_source_first) {
+  NoGradGuard no_grad;
+  Tensor a = f32s({1, 2, 3, 4}, {2, 2});
+  a.copy_(a.t());  // element (0, 1) is read after (1, 0) would have overwritten it
+  check_values(a, {2, 2}, {1, 3, 2, 4});
+  Tensor v = f32s({1, 2, 3, 4, 5});
+  v.slice(0, 1, 5).copy_(v.slice(0, 0, 4));  // a shift by one
+  check_values(v, {5}, {1, 1, 2, 3, 4});
+  Tensor c = f32s({1, 2, 3, 4}, {2, 2}).to(Device::cuda());
+  c.copy_(c.t());
+  check_values(c.to(Device::cpu()), {2, 2}, {1, 3, 2, 4});
+}
+
 // ---- copies and conversion ----
 
 BOOST_AUTO_TEST_CASE(contiguous_copies_non_contiguous_views_in_row_major_order) {
