@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <string_view>
 
@@ -160,6 +161,20 @@ void Module::train(bool on) {
 
 void Module::zero_grad() {
   for (auto& p : parameters()) p.set_grad(Tensor());
+}
+
+void Module::to(Device device) {
+  NoGradGuard no_grad;
+  std::map<const TensorImpl*, Tensor> moved;  // keeps tied slots tied
+  visit_slots("", [&](const std::string&, const Slot& s) {
+    if (!s.tensor->defined() || s.tensor->device() == device) return;
+    auto [it, fresh] = moved.try_emplace(&s.tensor->impl());
+    if (fresh) {
+      it->second = s.tensor->to(device).detach();
+      if (s.parameter) it->second.requires_grad_(true);
+    }
+    *s.tensor = it->second;
+  });
 }
 
 void Module::register_parameter(const std::string& name, Tensor& slot) {

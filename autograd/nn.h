@@ -52,6 +52,9 @@ class Module {
   bool is_training() const { return training_; }
   // Drops every parameter's .grad.
   void zero_grad();
+  // Moves every parameter and buffer to `device` (new leaves in the same slots; tied tensors
+  // stay tied). Build optimizers after moving, as in PyTorch: they hold the tensors.
+  void to(Device device);
 
  protected:
   // Makes the tensor in `slot` a leaf that requires grad, and registers the slot as `name`.

@@ -9,6 +9,8 @@
 #include <unordered_map>
 
 #include "graph/fusion.h"
+#include "jit/codegen/indexing.h"
+#include "jit/codegen/matmul.h"
 #include "jit/codegen/pointwise.h"
 #include "jit/codegen/reduction.h"
 #include "runtime/backend.h"
@@ -67,6 +69,8 @@ class GeneratedCudaBackend : public CudaBackend {
     std::vector<Tensor> values(plan->graph.values.size());
     for (std::size_t i = 0; i < inputs.size(); ++i)
       values[plan->graph.nodes[0].inputs[i]] = inputs[i];
+    if (plan->indexing) return {codegen::run_indexing(*plan->indexing, attrs, inputs, outputs[0])};
+    if (plan->matmul) return {codegen::run_matmul(*plan->matmul, inputs[0], inputs[1], outputs[0])};
     if (plan->reduction) {
       Shape domain = inputs[0].shape();  // a reduction iterates over its input
       return codegen::run_reduction(plan->graph, *plan->reduction, domain, values);
@@ -80,6 +84,8 @@ class GeneratedCudaBackend : public CudaBackend {
     graph::Graph graph;
     codegen::PointwiseKernel kernel;
     std::optional<codegen::ReductionKernel> reduction;
+    std::optional<codegen::MatmulKernel> matmul;
+    std::optional<codegen::IndexingKernel> indexing;
   };
 
   std::shared_ptr<const Plan> plan_for(OpId op, std::span<const Tensor> inputs,
@@ -91,6 +97,17 @@ class GeneratedCudaBackend : public CudaBackend {
     plan->graph = one_node_graph(op, inputs, attrs, outputs);
     auto partition = graph::partition(plan->graph);
     const auto& group = partition.groups.at(0);
+    if (codegen::has_indexing_kernel(op)) {
+      plan->indexing = codegen::render_indexing(op, attrs, inputs, outputs[0]);
+      plans_.emplace(key, plan);
+      return plan;
+    }
+    if (group.kind == graph::FusionKind::matmul) {
+      plan->matmul = codegen::render_matmul(inputs[0].dtype(), inputs[1].dtype(), outputs[0].dtype,
+                                            static_cast<int>(outputs[0].shape.size()) - 2);
+      plans_.emplace(key, plan);
+      return plan;
+    }
     if (group.kind == graph::FusionKind::reduction ||
         group.kind == graph::FusionKind::normalization) {
       plan->reduction = codegen::render_reduction(plan->graph, group);

@@ -61,6 +61,77 @@ BOOST_AUTO_TEST_CASE(every_elementwise_op_on_cuda_matches_the_cpu) {
   BOOST_TEST(runs > 100);
 }
 
+BOOST_AUTO_TEST_CASE(indexing_scan_and_movement_ops_on_cuda_match_the_cpu) {
+  int runs = 0;
+  for (OpId op : {OpId::gather, OpId::index_select, OpId::scatter_add, OpId::index_add,
+                  OpId::cumsum, OpId::cat, OpId::pad, OpId::tril, OpId::triu}) {
+    for (DType dtype : test::sample_dtypes(op))
+      for (const auto& s : test::op_samples(op, dtype)) {
+        BOOST_TEST_CONTEXT(s.label << " " << dtype_name(dtype)) {
+          auto want = s.run(s.inputs);
+          auto got = s.run(on(Device::cuda(), s.inputs));
+          BOOST_TEST_REQUIRE(got.size() == want.size());
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            BOOST_TEST(got[i].dtype() == want[i].dtype());
+            BOOST_TEST(got[i].shape() == want[i].shape());
+            double tol = is_floating(dtype) && dtype != DType::f64 && dtype != DType::f32 ? 1e-2
+                         : dtype == DType::f32                                            ? 1e-6
+                                                                                          : 1e-13;
+            BOOST_TEST(relative_error(got[i], want[i]) <= tol);
+          }
+          ++runs;
+        }
+      }
+  }
+  BOOST_TEST(runs > 20);
+  // An index out of range is an IndexError naming the op and the index, as on the CPU.
+  Tensor x = randn({3, 4}).to(Device::cuda());
+  Tensor bad = test::i64s({0, 4, 1}, {3, 1}).to(Device::cuda());
+  BOOST_CHECK_EXCEPTION(gather(x, 1, bad), IndexError, [](const Error& e) {
+    std::string m = e.what();
+    return m.find("gather") != std::string::npos && m.find("index 4") != std::string::npos;
+  });
+  BOOST_CHECK_THROW(index_select(x, 0, test::i64s({-1}).to(Device::cuda())), IndexError);
+}
+
+BOOST_AUTO_TEST_CASE(matmul_on_cuda_matches_the_cpu) {
+  int runs = 0;
+  for (DType dtype : test::sample_dtypes(OpId::matmul))
+    for (const auto& s : test::op_samples(OpId::matmul, dtype)) {
+      BOOST_TEST_CONTEXT(s.label << " " << dtype_name(dtype)) {
+        auto want = s.run(s.inputs);
+        auto got = s.run(on(Device::cuda(), s.inputs));
+        for (std::size_t i = 0; i < got.size(); ++i)
+          BOOST_TEST(relative_error(got[i], want[i]) <= (dtype == DType::f64 ? 1e-13 : 1e-5));
+        ++runs;
+      }
+    }
+  BOOST_TEST(runs > 0);
+  struct Case {
+    Shape a, b;
+    bool transpose_b;
+    DType dtype;
+  };
+  for (const Case& c :
+       {Case{{3, 4}, {4, 5}, false, DType::f32}, Case{{17, 33}, {5, 33}, true, DType::f32},
+        Case{{2, 3, 4}, {4, 5}, false, DType::f64},
+        Case{{2, 1, 3, 4}, {3, 4, 2}, false, DType::f32}, Case{{20, 8}, {8, 19}, false, DType::f16},
+        Case{{4, 6}, {6, 3}, false, DType::bf16}, Case{{3, 0}, {0, 2}, false, DType::f32}}) {
+    BOOST_TEST_CONTEXT(shape_str(c.a) << " @ " << shape_str(c.b) << " " << dtype_name(c.dtype)) {
+      Tensor a = randn(c.a).to(c.dtype), b = randn(c.b).to(c.dtype);
+      Tensor bb = c.transpose_b ? b.t() : b;
+      Tensor want = matmul(a, bb);
+      Tensor got = matmul(a.to(Device::cuda()), bb.to(Device::cuda()));
+      double tol = c.dtype == DType::f64 ? 1e-13 : c.dtype == DType::f32 ? 1e-5 : 2e-2;
+      BOOST_TEST(relative_error(got, want) <= tol);
+    }
+  }
+  Tensor i = test::i64s({1, 2, 3, 4}, {2, 2});
+  Tensor ii = matmul(i.to(Device::cuda()), i.to(Device::cuda())).to(Device::cpu());
+  BOOST_TEST(ii.data<std::int64_t>()[0] == 7);
+  BOOST_TEST(ii.data<std::int64_t>()[3] == 22);
+}
+
 BOOST_AUTO_TEST_CASE(numbers_and_0_dim_cpu_tensors_act_as_scalars) {
   Tensor x = test::f32s({1.5f, -2.0f, 0.25f}).to(Device::cuda());
   Tensor y = (x * 3 + 1).to(Device::cpu());
@@ -77,6 +148,19 @@ BOOST_AUTO_TEST_CASE(numbers_and_0_dim_cpu_tensors_act_as_scalars) {
   BOOST_TEST(dtype_name((i * 3).dtype()) == "i64");
   BOOST_TEST((i * 3).to(Device::cpu()).data<std::int64_t>()[2] == 9);
   BOOST_TEST(dtype_name((i * 0.5).dtype()) == "f32");
+}
+
+BOOST_AUTO_TEST_CASE(one_kernel_serves_shapes_with_the_same_rank) {
+  // The same op and dtypes on [4, 6], then [6, 4]: one kernel, each result its own shape.
+  for (Shape shape : {Shape{4, 6}, Shape{6, 4}, Shape{2, 12}}) {
+    Tensor x = randn(shape);
+    Tensor got = exp(x.to(Device::cuda()));
+    BOOST_TEST(got.shape() == shape);
+    BOOST_TEST(relative_error(got, exp(x)) <= 2e-6);
+    Tensor s = sum(x.to(Device::cuda()), {1});
+    BOOST_TEST(s.shape() == Shape{shape[0]});
+    BOOST_TEST(relative_error(s, sum(x, {1})) <= 1e-5);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(other_device_mixes_are_errors_naming_both_devices) {

@@ -193,11 +193,9 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
   for (int v : kernel.scalars) numbers.push_back(number_argument(values.at(v)));
   std::vector<Tensor> outs;
   for (int v : kernel.writes) {
-    const auto& meta = g.values[v].meta;
-    Shape shape = meta.shape;
-    // The traced shape may hold other sizes of a dynamic dim: the value covers the domain.
-    if (numel(shape) != numel(dom)) shape = domain;
-    outs.push_back(empty(shape, meta.dtype, Device::cuda()));
+    // Every value a pointwise kernel writes has the domain's shape (the graph's traced shapes
+    // may hold other sizes: a dynamic dim, or an eager op's earlier call).
+    outs.push_back(empty(domain, g.values[v].meta.dtype, Device::cuda()));
     pointers.push_back(reinterpret_cast<cuda::DevicePtr>(outs.back().raw_data()));
   }
   std::size_t first_write = kernel.reads.size();

@@ -1,0 +1,188 @@
+// Rendering and launching the indexing kernels (see indexing.h).
+#include "jit/codegen/indexing.h"
+
+#include <fmt/format.h>
+
+#include "jit/codegen/cuda_expr.h"
+#include "jit/codegen/kernel_cache.h"
+#include "jit/codegen/templates.h"
+
+namespace kiln::jit::codegen {
+namespace {
+
+using Data = kainjow::mustache::data;
+
+int rank_of(const TensorMeta& out) {
+  return std::max<int>(1, static_cast<int>(out.shape.size()));
+}
+
+// `value` (a register value of dtype `from`) stored as `to`.
+std::string stored(DType from, DType to, const std::string& value) {
+  return store_expr(to, convert_expr(from, to, value));
+}
+
+}  // namespace
+
+bool has_indexing_kernel(OpId op) {
+  switch (op) {
+    case OpId::gather:
+    case OpId::index_select:
+    case OpId::scatter_add:
+    case OpId::index_add:
+    case OpId::cumsum:
+    case OpId::cat:
+    case OpId::pad:
+    case OpId::tril:
+    case OpId::triu:
+      return true;
+    default:
+      return false;
+  }
+}
+
+IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Tensor> inputs,
+                               const TensorMeta& out) {
+  KILN_CHECK(has_indexing_kernel(op), "codegen: {} has no indexing kernel", op);
+  IndexingKernel k{op, fmt::format("k_{}", op), ""};
+  Data d, params(Data::type::list);
+  bool fp16 = out.dtype == DType::f16, bf16 = out.dtype == DType::bf16;
+  std::vector<std::string> types;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    DType t = inputs[i].dtype();
+    fp16 = fp16 || t == DType::f16;
+    bf16 = bf16 || t == DType::bf16;
+    types.push_back(dtype_name(t).data());
+    params.push_back(Data("decl", fmt::format("const {}* __restrict__ in{}", storage_type(t), i)));
+  }
+  params.push_back(Data("decl", fmt::format("{}* __restrict__ out0", storage_type(out.dtype))));
+  DType acc = compute_dtype(out.dtype);
+  std::string in0 = fmt::format("in0[offset(0, {})]", op == OpId::cumsum ? "j" : "c[ix.dim]");
+  switch (op) {
+    case OpId::scatter_add:
+    case OpId::index_add:
+      d.set("load_self", convert_expr(inputs[0].dtype(), acc, load_expr(inputs[0].dtype(), in0)));
+      d.set("load_src", convert_expr(inputs[2].dtype(), acc,
+                                     load_expr(inputs[2].dtype(), "in2[offset(2, j)]")));
+      break;
+    case OpId::cumsum:
+      d.set("load_term", convert_expr(inputs[0].dtype(), acc, load_expr(inputs[0].dtype(), in0)));
+      d.set("reverse", attrs.reverse);
+      break;
+    case OpId::pad:
+      d.set("fill", stored(DType::f64, out.dtype, literal(DType::f64, attrs.value)));
+      break;
+    case OpId::tril:
+    case OpId::triu:
+      d.set("triangle", true);
+      d.set("keep", op == OpId::tril ? "<=" : ">=");
+      d.set("zero", stored(DType::i64, out.dtype, "0ll"));
+      break;
+    case OpId::cat: {
+      Data list(Data::type::list);
+      for (std::size_t i = 0; i < inputs.size(); ++i) {
+        Data in;
+        in.set("k", std::to_string(i));
+        DType t = inputs[i].dtype();
+        in.set(
+            "store_k",
+            stored(t, out.dtype,
+                   load_expr(t, fmt::format("in{0}[offset({0}, c[ix.dim] - ix.start[{0}])]", i))));
+        list.push_back(in);
+      }
+      d.set("inputs", list);
+      break;
+    }
+    default:
+      break;
+  }
+  d.set("acc", register_type(acc));
+  d.set("store", stored(acc, out.dtype, "sum"));
+  d.set(std::string(op_name(op)), true);
+  d.set("name", k.name);
+  d.set("description",
+        fmt::format("{}({}) -> {}", op, fmt::join(types, ", "), dtype_name(out.dtype)));
+  d.set("rank", std::to_string(rank_of(out)));
+  d.set("num_inputs", std::to_string(inputs.size()));
+  d.set("params", params);
+  d.set("fp16", fp16);
+  d.set("bf16", bf16);
+  k.source = render_template("indexing.cu.mustache", d);
+  return k;
+}
+
+Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
+                    std::span<const Tensor> inputs, const TensorMeta& out_meta) {
+  Tensor out = empty(out_meta.shape, out_meta.dtype, Device::cuda());
+  int rank = rank_of(out_meta);
+  auto padded = [&](const Shape& shape, const Strides* strides) {
+    // Right-aligned to the output's rank (a 0-dim or 1-D index has fewer dims).
+    std::vector<long long> v(static_cast<std::size_t>(rank), strides ? 0 : 1);
+    auto r = static_cast<int>(shape.size());
+    for (int i = 0; i < r && i < rank; ++i) v[rank - r + i] = strides ? (*strides)[i] : shape[i];
+    return v;
+  };
+  auto one_d = [&](const Tensor& t, bool strides) {  // an index vector: its single dim first
+    std::vector<long long> v(static_cast<std::size_t>(rank), strides ? 0 : 1);
+    if (t.dim() == 1) v[0] = strides ? t.strides()[0] : t.shape()[0];
+    return v;
+  };
+  bool vector_index = kernel.op == OpId::index_select || kernel.op == OpId::index_add;
+  std::vector<long long> packed;
+  for (auto s : padded(out_meta.shape, nullptr)) packed.push_back(s);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    for (auto s : vector_index&& i == 1 ? one_d(inputs[i], true)
+                                        : padded(inputs[i].shape(), &inputs[i].strides()))
+      packed.push_back(s);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    for (auto s :
+         vector_index&& i == 1 ? one_d(inputs[i], false) : padded(inputs[i].shape(), nullptr))
+      packed.push_back(s);
+  std::vector<long long> before(static_cast<std::size_t>(rank), 0);
+  if (kernel.op == OpId::pad)
+    for (std::size_t i = 0; i < attrs.dims.size() / 2; ++i)
+      before[rank - 1 - i] = attrs.dims[2 * i];
+  packed.insert(packed.end(), before.begin(), before.end());
+  long long dim = 0;
+  if (kernel.op != OpId::pad && kernel.op != OpId::tril && kernel.op != OpId::triu &&
+      !out_meta.shape.empty())
+    dim = normalize_dim(attrs.dim, static_cast<std::int64_t>(out_meta.shape.size()), "index");
+  long long start = 0;
+  for (const auto& t : inputs) {
+    packed.push_back(start);
+    if (kernel.op == OpId::cat) start += t.shape()[dim];
+  }
+  packed.push_back(dim);
+  packed.push_back(attrs.diagonal);
+
+  long long n = out.numel();
+  if (n == 0) return out;
+  Tensor error = empty({2}, DType::i64, Device::cuda());  // zero-filled
+  std::vector<cuda::DevicePtr> pointers;
+  for (const auto& t : inputs) pointers.push_back(reinterpret_cast<cuda::DevicePtr>(t.raw_data()));
+  pointers.push_back(reinterpret_cast<cuda::DevicePtr>(out.raw_data()));
+  auto error_ptr = reinterpret_cast<cuda::DevicePtr>(error.raw_data());
+  std::vector<void*> params;
+  for (auto& p : pointers) params.push_back(&p);
+  params.push_back(packed.data());
+  params.push_back(&n);
+  params.push_back(&error_ptr);
+  cuda::Backend& be = cuda::backend();
+  unsigned block = 256;
+  long long blocks = std::min<long long>((n + block - 1) / block,
+                                         static_cast<long long>(be.properties(0).sm_count) * 8);
+  be.launch(compiled_function(kernel.name, kernel.source), {static_cast<unsigned>(blocks), 1, 1},
+            {block, 1, 1}, 0, nullptr, params.data());
+  if (kernel.op == OpId::gather || kernel.op == OpId::index_select ||
+      kernel.op == OpId::scatter_add || kernel.op == OpId::index_add) {
+    Tensor flag = error.to(Device::cpu());
+    const auto* e = static_cast<const std::int64_t*>(flag.raw_data());
+    KILN_CHECK_AS(IndexError, e[0] == 0, "{}: index {} is out of range for dim {} of size {}",
+                  kernel.op, e[1], dim,
+                  kernel.op == OpId::gather || kernel.op == OpId::index_select
+                      ? inputs[0].shape()[dim]
+                      : out_meta.shape[dim]);
+  }
+  return out;
+}
+
+}  // namespace kiln::jit::codegen

@@ -1,0 +1,26 @@
+// Kernels for ops with data-dependent or piecewise addressing (templates/indexing.cu): gather,
+// index_select, scatter_add, index_add, cumsum, cat, pad, tril and triu, one thread per output
+// element. An index out of range is reported back and raised as kiln::IndexError naming the op.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "runtime/op.h"
+#include "runtime/tensor.h"
+
+namespace kiln::jit::codegen {
+
+struct IndexingKernel {
+  OpId op;
+  std::string name;
+  std::string source;
+};
+
+bool has_indexing_kernel(OpId op);
+IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Tensor> inputs,
+                               const TensorMeta& out);
+Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
+                    std::span<const Tensor> inputs, const TensorMeta& out);
+
+}  // namespace kiln::jit::codegen
