@@ -76,13 +76,8 @@ BOOST_AUTO_TEST_CASE(the_allocator_reuses_freed_blocks) {
   BOOST_TEST(after.num_backend_allocs == before.num_backend_allocs);
 }
 
-BOOST_AUTO_TEST_CASE(ops_without_device_kernels_say_so) {
+BOOST_AUTO_TEST_CASE(misuse_of_device_tensors_is_an_error) {
   Tensor a = tensor({1, 2}).to(Device::cuda());
-  BOOST_CHECK_EXCEPTION(cumsum(a, 0), Error, [](const Error& e) {
-    std::string m = e.what();
-    return m.find("cumsum") != std::string::npos && m.find("cuda:0") != std::string::npos &&
-           m.find("[2]") != std::string::npos;
-  });
   BOOST_CHECK_EXCEPTION(a + tensor({1, 2}), Error, [](const Error& e) {
     return std::string(e.what()).find("different devices") != std::string::npos;
   });
