@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "jit/accuracy_check.h"
 #include "jit/reference_executor.h"
 #include "runtime/dispatch.h"
 
@@ -82,6 +83,7 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
     }
     return shape;
   };
+  bool check = checking_accuracy();
   for (const Step& step : steps_) {
     if (step.pointwise || step.reduction) {
       Shape domain = concrete(step.domain);
@@ -89,6 +91,12 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
                                  : codegen::run_reduction(g, *step.reduction, domain, values);
       const auto& writes = step.pointwise ? step.pointwise->writes : step.reduction->writes;
       for (std::size_t i = 0; i < writes.size(); ++i) values[writes[i]] = std::move(outs[i]);
+      if (check) {
+        const std::string& name = step.pointwise ? step.pointwise->name : step.reduction->name;
+        check_step_accuracy(g, step.nodes, values, symbol_values,
+                            fmt::format("kernel {} (group {})", name, step.group),
+                            step.pointwise ? step.pointwise->source : step.reduction->source);
+      }
       continue;
     }
     std::vector<Tensor> operands;
@@ -99,6 +107,9 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
       auto results = dispatch(node.op, operands, attrs_at(g, node, symbol_values));
       for (std::size_t k = 0; k < results.size(); ++k) values[node.outputs[k]] = results[k];
     }
+    if (check && step.kind == Step::Kind::eager)
+      check_step_accuracy(g, step.nodes, values, symbol_values,
+                          fmt::format("eager group {} ({})", step.group, step.note), "");
   }
   std::vector<Tensor> outputs;
   for (int v : g.outputs) outputs.push_back(values.at(v));

@@ -1,11 +1,11 @@
-// KILN_LOG=recompiles,guards,graph,fusion (comma list, or "all"): what jit::compile reports on stderr.
+// KILN_LOG=recompiles,guards,graph,fusion,kernels (comma list, or "all"): what jit::compile reports on stderr.
 #pragma once
 
 #include <string_view>
 
 namespace kiln::jit {
 
-enum class LogTopic { recompiles = 1, guards = 2, graph = 4, fusion = 8 };
+enum class LogTopic { recompiles = 1, guards = 2, graph = 4, fusion = 8, kernels = 16 };
 
 bool log_enabled(LogTopic topic);
 void log_line(std::string_view text);

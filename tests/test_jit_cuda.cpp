@@ -4,7 +4,11 @@
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/ops.h"
+#include "jit/accuracy_check.h"
 #include "jit/compile.h"
+#include "jit/log.h"
+#include "runtime/dispatch.h"
+#include "support/capture_output.h"
 #include "support/reference.h"
 
 using namespace kiln;
@@ -31,6 +35,11 @@ Tensor block(const Tensor& x, const Tensor& w, const Tensor& b) {
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
+}
+
+// An op chain no other test compiles, so its kernel is compiled (and logged) here.
+Tensor unlogged_chain(const Tensor& x) {
+  return expm1(x * 0.375) - log1p(x * x) * 3.5;
 }
 
 }  // namespace
@@ -103,6 +112,52 @@ BOOST_AUTO_TEST_CASE(inputs_that_need_gradients_take_the_autograd_path) {
   NoGradGuard no_grad;
   f(x, w, b);
   BOOST_TEST(f.core().stats().kernel_calls == 1);
+}
+
+BOOST_AUTO_TEST_CASE(kiln_check_accuracy_passes_correct_kernels_and_names_a_wrong_one) {
+  setenv("KILN_CHECK", "accuracy", 1);
+  BOOST_TEST(jit::checking_accuracy());
+  Tensor x = randn({6, 16}), w = randn({16}), b = randn({16});
+  auto f = jit::compile(block);
+  BOOST_CHECK_NO_THROW(f(x.to(Device::cuda()), w.to(Device::cuda()), b.to(Device::cuda())));
+  unsetenv("KILN_CHECK");
+  BOOST_TEST(!jit::checking_accuracy());
+  // The checker against a "device" result with one element off.
+  const graph::Graph& g = f.core().graph(0);
+  std::vector<Tensor> values(g.values.size());
+  for (const auto& in : g.inputs)
+    values[in.value] = in.kind == graph::InputKind::argument
+                           ? std::vector<Tensor>{x, w, b}[in.arg_index].to(Device::cuda())
+                           : in.tensor;
+  int n = 0;  // the first node: exp of an argument or the first reduction, whichever
+  const graph::Node& first = g.nodes[n];
+  std::vector<Tensor> operands;
+  for (int v : first.inputs) operands.push_back(values[v].to(Device::cpu()));
+  auto results = dispatch(first.op, operands, first.attrs);
+  Tensor wrong = results[0].contiguous().to(DType::f64);
+  static_cast<double*>(wrong.raw_data())[0] += 1.0;
+  values[first.outputs[0]] = wrong.to(results[0].dtype()).to(Device::cuda());
+  BOOST_CHECK_EXCEPTION(
+      jit::check_step_accuracy(g, {n}, values, {}, "kernel k_test (group 0)", "// the source"),
+      Error, [&](const Error& e) {
+        std::string m = e.what();
+        return contains(m, "kernel k_test (group 0) diverges") &&
+               contains(m, fmt::format("%{} element 0", first.outputs[0])) &&
+               contains(m, "// the source");
+      });
+}
+
+BOOST_AUTO_TEST_CASE(kiln_log_kernels_reports_each_compile) {
+  setenv("KILN_LOG", "kernels", 1);
+  jit::reload_log_settings();
+  std::string err = kiln::test::capture_output(2, [] {
+    Tensor x = randn({3, 5}).to(Device::cuda());
+    (void)(unlogged_chain(x));
+  });
+  unsetenv("KILN_LOG");
+  jit::reload_log_settings();
+  BOOST_TEST(contains(err, "kiln: kernel k_"), err);
+  BOOST_TEST(contains(err, "bytes of source, compiled in"), err);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

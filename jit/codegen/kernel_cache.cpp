@@ -4,6 +4,9 @@
 #include <mutex>
 #include <unordered_map>
 
+#include <fmt/format.h>
+
+#include "jit/log.h"
 #include "jit/nvrtc/nvrtc.h"
 
 namespace kiln::jit::codegen {
@@ -18,6 +21,16 @@ cuda::Function compiled_function(const std::string& name, const std::string& sou
   auto module =
       nvrtc::compile_program(source, name + ".cu", nvrtc::Target::for_device(be.properties(0)));
   cuda::Function fn = be.get_function(be.load_module(module.image()), name);
+  if (log_enabled(LogTopic::kernels)) {
+    const nvrtc::KernelResources* r = module.kernel(name);
+    auto count = [](long v) { return v < 0 ? std::string("n/a") : std::to_string(v); };
+    log_line(fmt::format(
+        "kiln: kernel {}: {} bytes of source, compiled in {:.1f} ms for {}; registers {}, spills "
+        "{}, shared memory {} bytes{}",
+        name, source.size(), module.compile_ms, module.target.arch(), count(r ? r->registers : -1),
+        count(r ? r->spill_store_bytes : -1), count(r ? r->shared_bytes : -1),
+        module.target.cubin ? "" : " (a PTX target: ptxas reports resources for cubins)"));
+  }
   functions.emplace(source, fn);
   return fn;
 }
