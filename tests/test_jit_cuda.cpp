@@ -89,6 +89,20 @@ BOOST_AUTO_TEST_CASE(numbers_in_the_trace_and_mixed_dtypes) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_cast_to_half_inside_a_kernel_still_rounds) {
+  // Found by the fuzzer: f16 values live in float registers, and the round trip was dropped.
+  auto f = jit::compile([](const Tensor& x) {
+    return std::vector<Tensor>{x.to(DType::f16).to(DType::f32) * 1.0,
+                               sqrt(x.to(DType::bf16).to(DType::f32) + 5.0)};
+  });
+  Tensor x = randn({5, 9});
+  auto got = f(x.to(Device::cuda()));
+  Tensor want0 = x.to(DType::f16).to(DType::f32),
+         want1 = sqrt(x.to(DType::bf16).to(DType::f32) + 5.0);
+  BOOST_TEST(max_relative_error(got[0], want0) == 0.0);
+  BOOST_TEST(max_relative_error(got[1], want1) <= 1e-7);
+}
+
 BOOST_AUTO_TEST_CASE(inputs_that_need_gradients_take_the_autograd_path) {
   Tensor x0 = randn({3, 16}), w0 = randn({16}), b0 = randn({16});
   Tensor x = x0.to(Device::cuda()).detach().requires_grad_();

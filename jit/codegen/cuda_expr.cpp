@@ -139,6 +139,12 @@ std::string store_expr(DType t, const std::string& value) {
 }
 
 std::string convert_expr(DType from, DType to, const std::string& value) {
+  // f16 and bf16 live in float registers: converting to them still rounds.
+  if ((to == DType::f16 || to == DType::bf16) && from != to) {
+    std::string wide = convert_expr(from, DType::f32, value);
+    return to == DType::f16 ? fmt::format("__half2float(__float2half_rn({}))", wide)
+                            : fmt::format("__bfloat162float(__float2bfloat16_rn({}))", wide);
+  }
   if (register_type(from) == register_type(to)) return value;
   if (to == DType::bool_) return fmt::format("({} != 0)", value);
   return fmt::format("static_cast<{}>({})", register_type(to), value);
