@@ -130,8 +130,12 @@ std::string CompiledFunctionCore::arg_name(std::size_t i) const {
 namespace {
 
 // A graph runs as generated kernels when its tensors live on a CUDA device: every argument with
-// elements is on one (0-dim host tensors are numbers).
+// elements is on one (0-dim host tensors are numbers), and every node computes there (a graph
+// that copies to the host runs node by node).
 bool runs_on_device(const graph::Graph& g, std::span<const CallArg> args) {
+  for (const auto& n : g.nodes)
+    for (int v : n.outputs)
+      if (g.values[v].device.type != Device::Type::cuda) return false;
   bool any = false;
   for (const auto& in : g.inputs) {
     if (in.kind != graph::InputKind::argument && in.kind != graph::InputKind::state) continue;

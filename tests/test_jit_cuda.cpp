@@ -9,6 +9,7 @@
 #include "jit/log.h"
 #include "runtime/dispatch.h"
 #include "support/capture_output.h"
+#include "support/op_samples.h"
 #include "support/reference.h"
 
 using namespace kiln;
@@ -56,6 +57,51 @@ BOOST_AUTO_TEST_CASE(a_compiled_block_runs_as_generated_kernels_and_matches_the_
   BOOST_TEST(contains(e, "generated kernels for 1 calls"), e);
   BOOST_TEST(contains(e, "kernel k_"), e);
   BOOST_TEST(f.core().fusion(0).launch_count() <= 3, e);
+}
+
+BOOST_AUTO_TEST_CASE(every_op_compiled_on_cuda_matches_eager_cpu) {
+  int runs = 0;
+  for (OpId op : all_ops()) {
+    for (DType dtype : test::sample_dtypes(op)) {
+      for (const auto& s : test::op_samples(op, dtype)) {
+        BOOST_TEST_CONTEXT(s.label << " " << dtype_name(dtype)) {
+          std::vector<Tensor> on;
+          for (const auto& t : s.inputs) on.push_back(t.to(Device::cuda()));
+          std::vector<Tensor> got;
+          std::int64_t kernel_calls = 0;
+          if (on.size() == 1) {
+            auto f = jit::compile([&](const Tensor& a) { return s.run({a}); });
+            got = f(on[0]);
+            kernel_calls = f.core().stats().kernel_calls;
+          } else if (on.size() == 2) {
+            auto f = jit::compile([&](const Tensor& a, const Tensor& b) { return s.run({a, b}); });
+            got = f(on[0], on[1]);
+            kernel_calls = f.core().stats().kernel_calls;
+          } else if (on.size() == 3) {
+            auto f = jit::compile([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+              return s.run({a, b, c});
+            });
+            got = f(on[0], on[1], on[2]);
+            kernel_calls = f.core().stats().kernel_calls;
+          } else {
+            continue;
+          }
+          // A graph that copies to the host runs node by node; every other one as kernels.
+          BOOST_TEST(kernel_calls == (op == OpId::to_device ? 0 : 1));
+          auto want = s.run(s.inputs);
+          BOOST_TEST_REQUIRE(got.size() == want.size());
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            BOOST_TEST(got[i].dtype() == want[i].dtype());
+            DType out = want[i].dtype();
+            double tol = out == DType::f64 ? 1e-12 : out == DType::f32 ? 2e-5 : 2e-2;
+            BOOST_TEST(max_relative_error(got[i], want[i]) <= (is_floating(out) ? tol : 0.0));
+          }
+          ++runs;
+        }
+      }
+    }
+  }
+  BOOST_TEST(runs > 200);
 }
 
 BOOST_AUTO_TEST_CASE(one_set_of_kernels_serves_every_batch_size) {

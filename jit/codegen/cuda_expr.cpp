@@ -225,6 +225,12 @@ std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType
     case OpId::abs:
       if (is_integral(t)) return spell("({a} < 0 ? -{a} : {a})", t, args);
       break;
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+    case OpId::trunc:
+      if (is_integral(t)) return args[0];  // integers are already whole
+      break;
     default:
       break;
   }
