@@ -5,6 +5,7 @@
 
 #include "autograd/ops.h"
 #include "jit/accuracy_check.h"
+#include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
 #include "jit/log.h"
 #include "runtime/dispatch.h"
@@ -116,6 +117,22 @@ BOOST_AUTO_TEST_CASE(one_set_of_kernels_serves_every_batch_size) {
   BOOST_TEST(f.core().num_entries() == 2u);  // the first size, then one symbolic entry
   BOOST_TEST(contains(f.core().graph(1).str(), "s0"));
   BOOST_TEST(f.core().stats().kernel_calls == 5);
+}
+
+BOOST_AUTO_TEST_CASE(a_warm_call_compiles_nothing_and_launches_only_its_kernels) {
+  auto& stats = jit::codegen::launch_stats();
+  Tensor x = randn({6, 16}).to(Device::cuda()), w = randn({16}).to(Device::cuda()),
+         b = randn({16}).to(Device::cuda());
+  auto f = jit::compile(block);
+  f(x, w, b);
+  std::int64_t compiles = stats.compiles, launches = stats.launches;
+  f(x, w, b);
+  BOOST_TEST(stats.compiles - compiles == 0);
+  BOOST_TEST(stats.launches - launches == f.core().fusion(0).launch_count());
+  // The same block eagerly: one launch per op.
+  launches = stats.launches;
+  block(x, w, b);
+  BOOST_TEST(stats.launches - launches >= 15);
 }
 
 BOOST_AUTO_TEST_CASE(numbers_in_the_trace_and_mixed_dtypes) {

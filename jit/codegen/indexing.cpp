@@ -5,6 +5,7 @@
 
 #include "jit/codegen/cuda_expr.h"
 #include "jit/codegen/kernel_cache.h"
+#include "jit/codegen/launch_stats.h"
 #include "jit/codegen/templates.h"
 
 namespace kiln::jit::codegen {
@@ -170,6 +171,11 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
   unsigned block = 256;
   long long blocks = std::min<long long>((n + block - 1) / block,
                                          static_cast<long long>(be.properties(0).sm_count) * 8);
+  auto& stats = launch_stats();
+  ++stats.launches;
+  for (const auto& t : inputs)
+    stats.bytes_read += t.numel() * static_cast<std::int64_t>(itemsize(t.dtype()));
+  stats.bytes_written += out.numel() * static_cast<std::int64_t>(itemsize(out.dtype()));
   be.launch(compiled_function(kernel.name, kernel.source), {static_cast<unsigned>(blocks), 1, 1},
             {block, 1, 1}, 0, nullptr, params.data());
   if (kernel.op == OpId::gather || kernel.op == OpId::index_select ||

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "jit/codegen/launch_stats.h"
 #include "jit/log.h"
 #include "jit/nvrtc/nvrtc.h"
 
@@ -16,11 +17,16 @@ cuda::Function compiled_function(const std::string& name, const std::string& sou
   static std::unordered_map<std::string, cuda::Function> functions;
   std::lock_guard lock(mutex);
   auto it = functions.find(source);
-  if (it != functions.end()) return it->second;
+  if (it != functions.end()) {
+    ++launch_stats().cache_hits;
+    return it->second;
+  }
   cuda::Backend& be = cuda::backend();
   auto module =
       nvrtc::compile_program(source, name + ".cu", nvrtc::Target::for_device(be.properties(0)));
   cuda::Function fn = be.get_function(be.load_module(module.image()), name);
+  ++launch_stats().compiles;
+  launch_stats().compile_us += static_cast<std::int64_t>(module.compile_ms * 1000);
   if (log_enabled(LogTopic::kernels)) {
     const nvrtc::KernelResources* r = module.kernel(name);
     auto count = [](long v) { return v < 0 ? std::string("n/a") : std::to_string(v); };
@@ -33,6 +39,11 @@ cuda::Function compiled_function(const std::string& name, const std::string& sou
   }
   functions.emplace(source, fn);
   return fn;
+}
+
+LaunchStats& launch_stats() {
+  static LaunchStats stats;
+  return stats;
 }
 
 }  // namespace kiln::jit::codegen

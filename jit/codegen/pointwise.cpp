@@ -17,6 +17,7 @@
 #include "jit/codegen/cuda_expr.h"
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/kernel_values.h"
+#include "jit/codegen/launch_stats.h"
 #include "jit/codegen/templates.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/dispatch.h"
@@ -210,6 +211,13 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
   unsigned block = 256;
   long long blocks = std::min<long long>((n + block - 1) / block,
                                          static_cast<long long>(be.properties(0).sm_count) * 8);
+  auto& stats = launch_stats();
+  ++stats.launches;
+  for (int v : kernel.reads)
+    stats.bytes_read +=
+        values.at(v).numel() * static_cast<std::int64_t>(itemsize(values.at(v).dtype()));
+  for (const auto& o : outs)
+    stats.bytes_written += o.numel() * static_cast<std::int64_t>(itemsize(o.dtype()));
   be.launch(compiled_function(kernel.name, kernel.source), {static_cast<unsigned>(blocks), 1, 1},
             {block, 1, 1}, 0, nullptr, params.data());
   return outs;

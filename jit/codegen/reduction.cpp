@@ -15,6 +15,7 @@
 #include "jit/codegen/cuda_expr.h"
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/kernel_values.h"
+#include "jit/codegen/launch_stats.h"
 #include "jit/codegen/templates.h"
 #include "runtime/dispatch.h"
 
@@ -223,6 +224,7 @@ class ReductionRenderer {
                                                 full_frame ? "offset" : "row_offset", index)));
       loads.push_back(load);
       loaded.insert(full_frame ? v : -1 - static_cast<int>(index));
+      k_.reads[index].passes = std::max(1, k_.reads[index].passes + (full_frame ? 1 : 0));
     }
     return name;
   }
@@ -562,6 +564,14 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   unsigned block = cols <= 32 ? 32 : cols <= 64 ? 64 : cols <= 128 ? 128 : 256;
   long long blocks =
       std::min<long long>(rows, static_cast<long long>(be.properties(0).sm_count) * 16);
+  auto& stats = launch_stats();
+  ++stats.launches;
+  for (const auto& r : kernel.reads) {
+    const Tensor& t = values.at(r.value);
+    stats.bytes_read += t.numel() * static_cast<std::int64_t>(itemsize(t.dtype())) * r.passes;
+  }
+  for (const auto& o : outs)
+    stats.bytes_written += o.numel() * static_cast<std::int64_t>(itemsize(o.dtype()));
   be.launch(compiled_function(kernel.name, kernel.source), {static_cast<unsigned>(blocks), 1, 1},
             {block, 1, 1}, 0, nullptr, params.data());
   return outs;

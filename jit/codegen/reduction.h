@@ -16,6 +16,7 @@ struct ReductionKernel {
   struct Read {
     int value = -1;
     std::vector<int> frame_dims;  // the domain dims the value's shape aligns with
+    int passes = 0;               // loops over the row that load it (for traffic counts)
   };
   std::string name;
   std::string source;

@@ -1,0 +1,125 @@
+// Generated kernels on the blocks a transformer is made of: launches and planned global bytes
+// eagerly (one kernel per op), compiled (kiln's fusion), and the ideal (each input read once,
+// each output written once); then compile and call costs. Runs on the CUDA backend KILN_CUDA
+// picks (the virtual GPU without a GPU). Sizes: KILN_BENCH_ROWS x KILN_BENCH_HIDDEN (default
+// 256 x 1024; the virtual GPU interprets every thread, so the 4096 rows take minutes).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "jit/codegen/launch_stats.h"
+#include "jit/compile.h"
+
+using namespace kiln;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::int64_t env_or(const char* name, std::int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoll(v) : fallback;
+}
+
+std::int64_t bytes(const std::vector<Tensor>& ts) {
+  std::int64_t n = 0;
+  for (const auto& t : ts) n += t.numel() * static_cast<std::int64_t>(itemsize(t.dtype()));
+  return n;
+}
+
+struct Counts {
+  std::int64_t launches, bytes;
+};
+
+Counts measure(const std::function<std::vector<Tensor>()>& run) {
+  auto& s = jit::codegen::launch_stats();
+  std::int64_t l = s.launches, r = s.bytes_read, w = s.bytes_written;
+  run();
+  return {s.launches - l, (s.bytes_read - r) + (s.bytes_written - w)};
+}
+
+using Block = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+void row(const char* name, DType dtype, const Block& block, const std::vector<Tensor>& inputs) {
+  // Eager: every op its own launch.
+  Counts eager = measure([&] { return block(inputs); });
+  std::vector<Tensor> outs;
+  Counts kiln{0, 0};
+  if (inputs.size() == 2) {
+    auto f = jit::compile([&](const Tensor& a, const Tensor& b) { return block({a, b}); });
+    f(inputs[0], inputs[1]);  // compile
+    kiln = measure([&] { return outs = f(inputs[0], inputs[1]); });
+  } else {
+    auto f = jit::compile([&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return block({a, b, c});
+    });
+    f(inputs[0], inputs[1], inputs[2]);
+    kiln = measure([&] { return outs = f(inputs[0], inputs[1], inputs[2]); });
+  }
+  std::int64_t ideal = bytes(inputs) + bytes(outs);
+  std::printf("%-22s %-5s %8lld %8lld %12.2f %12.2f %12.2f %9.2f\n", name,
+              std::string(dtype_name(dtype)).c_str(), static_cast<long long>(eager.launches),
+              static_cast<long long>(kiln.launches), eager.bytes / 1e6, kiln.bytes / 1e6,
+              ideal / 1e6, static_cast<double>(kiln.bytes) / static_cast<double>(ideal));
+}
+
+}  // namespace
+
+int main() {
+  std::int64_t rows = env_or("KILN_BENCH_ROWS", 256), hidden = env_or("KILN_BENCH_HIDDEN", 1024);
+  Device cuda = Device::cuda();
+  std::printf(
+      "blocks at %lld x %lld; bytes are planned global traffic in MB (each launch's\n"
+      "tensors at their size, a reduction's inputs once per pass over the row)\n\n",
+      static_cast<long long>(rows), static_cast<long long>(hidden));
+  std::printf("%-22s %-5s %8s %8s %12s %12s %12s %9s\n", "block", "dtype", "eager", "kiln",
+              "eager MB", "kiln MB", "ideal MB", "kiln/ideal");
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Tensor x = randn({rows, hidden}).to(dtype).to(cuda);
+    Tensor r = randn({rows, hidden}).to(dtype).to(cuda);
+    Tensor w = randn({hidden}).to(dtype).to(cuda), b = randn({hidden}).to(dtype).to(cuda);
+    Tensor target = randint(0, hidden, {rows}, DType::i64).to(cuda);
+    row("bias + GELU", dtype, [](auto& in) { return std::vector<Tensor>{gelu(in[0] + in[1])}; },
+        {x, b});
+    row("residual + LayerNorm", dtype,
+        [](auto& in) {
+          Tensor h = in[0] + in[1];
+          return std::vector<Tensor>{h, layer_norm(h, {in[2].size(0)}, in[2], Tensor(), 1e-5)};
+        },
+        {x, r, w});
+    row("softmax", dtype, [](auto& in) { return std::vector<Tensor>{softmax(in[0], -1) * in[1]}; },
+        {x, b});
+    row("log_softmax", dtype,
+        [](auto& in) { return std::vector<Tensor>{log_softmax(in[0], -1) + in[1]}; }, {x, b});
+    row("RMSNorm", dtype,
+        [](auto& in) { return std::vector<Tensor>{rms_norm(in[0], {in[1].size(0)}, in[1], 1e-6)}; },
+        {x, w});
+    row("cross-entropy", dtype,
+        [](auto& in) { return std::vector<Tensor>{cross_entropy(in[0], in[1])}; }, {x, target});
+    row("SiLU gate", dtype, [](auto& in) { return std::vector<Tensor>{in[0] * silu(in[1])}; },
+        {x, r});
+  }
+
+  // Costs: a cold compile per kernel, a hit in the in-process cache, and a warm call.
+  auto& s = jit::codegen::launch_stats();
+  std::printf("\nNVRTC: %lld kernels compiled, %.1f ms mean per kernel\n",
+              static_cast<long long>(s.compiles.load()),
+              s.compiles ? s.compile_us / 1000.0 / static_cast<double>(s.compiles) : 0.0);
+  Tensor small = randn({8, 64}).to(cuda), bias = randn({64}).to(cuda);
+  auto f = jit::compile([](const Tensor& a, const Tensor& c) { return gelu(a + c); });
+  f(small, bias);
+  std::vector<double> us;
+  for (int i = 0; i < 200; ++i) {
+    auto t0 = Clock::now();
+    f(small, bias);
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("warm compiled call (8 x 64, one kernel, launch included): median %.1f us\n",
+              us[us.size() / 2]);
+  return 0;
+}

@@ -1,0 +1,23 @@
+// Counters of generated-kernel work in this process: launches, compiles, and the global bytes
+// each launch's plan reads and writes (every read of a tensor counted at its own size, a
+// reduction's inputs once per pass over the row). Benchmarks and tests read them; the virtual
+// GPU's profiler measures what the kernels actually touch.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace kiln::jit::codegen {
+
+struct LaunchStats {
+  std::atomic<std::int64_t> launches{0};
+  std::atomic<std::int64_t> bytes_read{0};
+  std::atomic<std::int64_t> bytes_written{0};
+  std::atomic<std::int64_t> compiles{0};    // NVRTC compiles (kernel cache misses)
+  std::atomic<std::int64_t> cache_hits{0};  // lookups served by the in-process cache
+  std::atomic<std::int64_t> compile_us{0};  // total NVRTC time
+};
+
+LaunchStats& launch_stats();
+
+}  // namespace kiln::jit::codegen
