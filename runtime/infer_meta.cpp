@@ -43,7 +43,8 @@ TensorMeta infer_elementwise(OpId op, std::span<const TensorMeta> in, const OpAt
       [[fallthrough]];
     case DTypeRule::promote:
     case DTypeRule::promote_floating:
-      KILN_CHECK_AS(DTypeError, t != DType::bool_,
+      // tril/triu only select (bool masks are their common use, as torch.tril allows).
+      KILN_CHECK_AS(DTypeError, t != DType::bool_ || op == OpId::tril || op == OpId::triu,
                     "{}: not supported for bool tensors (shapes {}); use logical_and/logical_or "
                     "or cast first",
                     op, shapes_str(in));
