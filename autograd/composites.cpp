@@ -245,6 +245,9 @@ Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
   KILN_CHECK(min.defined() || max.defined(),
              "clamp: at least one of min and max must be given (shape {})",
              shape_str(x.impl().shape));
+  // Checked here so a bad bound names clamp, not the lt/gt it lowers to.
+  for (const Tensor* bound : {&min, &max})
+    if (bound->defined()) broadcast_shapes(x.impl().shape, bound->impl().shape, "clamp");
   Tensor y = x;
   if (min.defined()) y = where(lt(y, min), min, y);
   if (max.defined()) y = where(gt(y, max), max, y);
