@@ -251,4 +251,15 @@ BOOST_AUTO_TEST_CASE(einsum_rejects_bad_equations) {
   KILN_CHECK_THROWS(einsum("ij->i->j", {m}), Error, "einsum", "ij->i->j");
 }
 
+BOOST_AUTO_TEST_CASE(pad_rejects_bad_amounts_and_over_cropping) {
+  Tensor x = zeros({2, 3});
+  KILN_CHECK_THROWS(pad(x, {1}), ShapeError, "pad", "[1]");
+  KILN_CHECK_THROWS(pad(x, {1, 1, 1, 1, 1, 1}), ShapeError, "pad", "2 dims");
+  KILN_CHECK_THROWS(pad(x, {-2, -2}), ShapeError, "pad", "[-2, -2]", "[2, 3]");
+  // Cropping more than the dim holds on one side is an error even when the other side pads.
+  KILN_CHECK_THROWS(pad(x, {-4, 2}), ShapeError, "pad", "[-4, 2]", "[2, 3]");
+  KILN_CHECK_THROWS(pad(x, {3, -5}), ShapeError, "pad", "[3, -5]", "[2, 3]");
+  KILN_CHECK_THROWS(pad(x, {0, 0, -3, 1}), ShapeError, "pad", "[0, 0, -3, 1]", "[2, 3]");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
