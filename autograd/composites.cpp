@@ -53,7 +53,7 @@ const std::vector<CompositeInfo>& all_composites() {
       {"stack", {reshape, cat}},
       {"select", {slice, reshape}},
       {"square", {mul}},
-      {"leaky_relu", {gt, mul, where}},
+      {"leaky_relu", {gt, mul, where, cast}},
       {"clamp", {lt, gt, where}},
       {"masked_fill", {where}},
       {"bmm", {matmul}},
@@ -225,7 +225,10 @@ Tensor square(const Tensor& x) {
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   KILN_OP_SCOPE;
   check_floating(x, "leaky_relu");
-  return where(gt(x, 0), x, x * negative_slope);
+  // f16/bf16 multiply in f32: a slope rounded to f16 first (0.01 -> 0.010002) would be off by
+  // more than the result's rounding.
+  Tensor xw = widened(x);
+  return cast(where(gt(xw, 0), xw, xw * negative_slope), x.dtype());
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {

@@ -255,6 +255,16 @@ BOOST_AUTO_TEST_CASE(leaky_relu_scales_the_negative_side) {
     }
   }
   check_close(leaky_relu(f64s({-3, 3})), {2}, {-0.03, 3}, 1e-15, 0);
+  // Half types: x * slope computed in f32 and rounded once (the slope is not rounded to f16
+  // first, as PyTorch's opmath does).
+  for (DType t : {DType::f16, DType::bf16}) {
+    auto xs = round_to(t, host_random(64, -8, 0, 7));
+    std::vector<double> want;
+    for (double v : xs) want.push_back(round_to(t, static_cast<float>(v) * 0.01f));
+    BOOST_TEST_CONTEXT(dtype_name(t)) {
+      check_values(leaky_relu(typed(t, xs, {64})), {64}, t, want);
+    }
+  }
   // A slope above 1 and a negative slope are allowed, as in PyTorch.
   check_values(leaky_relu(f64s({-2, 2}), 1.5), {2}, {-3, 2});
   check_values(leaky_relu(f64s({-2, 2}), -1), {2}, {2, 2});

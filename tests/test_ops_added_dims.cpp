@@ -356,6 +356,36 @@ BOOST_AUTO_TEST_CASE(einsum_batched_attention_and_ellipsis) {
                {1, 4, 2, 5, 3, 6});
 }
 
+BOOST_AUTO_TEST_CASE(einsum_implicit_order_scalars_empty_and_broadcast_batches) {
+  // Implicit output: the indices in alphabetical order, so "ji" transposes.
+  check_values(einsum("ji", {f64s(iota(6), {2, 3})}), {3, 2}, {1, 4, 2, 5, 3, 6});
+  check_values(einsum("i,i->i", {f64s({1, 2, 3}), f64s({4, 5, 6})}), {3}, {4, 10, 18});
+  check_values(einsum(",->", {scalar_tensor(2.0, DType::f64), scalar_tensor(3.0, DType::f64)}), {},
+               {6});
+  check_values(einsum("i,->i", {f64s({1, 2}), scalar_tensor(3.0, DType::f64)}), {2}, {3, 6});
+  check_values(einsum("i->", {zeros({0}, DType::f64)}), {}, {0});
+  check_values(einsum("ij,jk->ik", {zeros({2, 0}), zeros({0, 3})}), {2, 3},
+               std::vector<double>(6, 0.0));
+  // A batch of 1 broadcasts against a batch of 2.
+  auto a = iota(4), b = iota(8);
+  std::vector<double> want;
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i < 2; ++i)
+      for (int k = 0; k < 2; ++k) {
+        double acc = 0;
+        for (int j = 0; j < 2; ++j) acc += a[i * 2 + j] * b[s * 4 + j * 2 + k];
+        want.push_back(acc);
+      }
+  check_values(einsum("bij,bjk->bik", {f64s(a, {1, 2, 2}), f64s(b, {2, 2, 2})}), {2, 2, 2}, want);
+  // An index summed out of one operand only, and one shared by three operands.
+  check_values(einsum("ij,j->", {f64s({1, 2, 3, 4}, {2, 2}), f64s({10, 100})}), {}, {640});
+  check_values(einsum("i,i,i->", {f64s({1, 2}), f64s({3, 4}), f64s({5, 6})}), {}, {63});
+  check_values(einsum("i,i,i->i", {f64s({1, 2}), f64s({3, 4}), f64s({5, 6})}), {2}, {15, 48});
+  // Integers contract exactly.
+  check_values(einsum("ij,jk->ik", {i64s({1, 2, 3, 4}, {2, 2}), i64s({5, 6, 7, 8}, {2, 2})}),
+               {2, 2}, DType::i64, {19, 22, 43, 50});
+}
+
 BOOST_AUTO_TEST_CASE(pad_with_negative_amounts_crops) {
   auto x = iota(5);
   Shape out;
