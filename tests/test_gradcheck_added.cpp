@@ -52,6 +52,20 @@ BOOST_AUTO_TEST_CASE(clamp_gradient_at_the_bounds_passes_as_in_pytorch) {
   BOOST_TEST(grad_of(x) == want, boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(clamp_tensor_bound_gradients_follow_pytorch_at_ties_and_crossed_bounds) {
+  // PyTorch: x gets it where min <= x <= max, min where x < min < max, max where x > max or
+  // max < min (then max is the value everywhere).
+  Tensor x = leaf({-1.0, 0.0, 0.5, 1.0, 2.0, 0.0}, {6});
+  Tensor lo = leaf({0.0, 0.0, 0.0, 0.0, 0.0, 2.0}, {6});
+  Tensor hi = leaf({1.0, 1.0, 1.0, 1.0, 1.0, 1.0}, {6});
+  kiln::clamp(x, lo, hi).sum().backward();
+  std::vector<double> want_x = {0, 1, 1, 1, 0, 0}, want_lo = {1, 0, 0, 0, 0, 0},
+                      want_hi = {0, 0, 0, 0, 1, 1};
+  BOOST_TEST(grad_of(x) == want_x, boost::test_tools::per_element());
+  BOOST_TEST(grad_of(lo) == want_lo, boost::test_tools::per_element());
+  BOOST_TEST(grad_of(hi) == want_hi, boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(square_softplus_and_leaky_relu) {
   check("square", [](const Inputs& in) { return kiln::square(in[0]); },
         {uniform({2, 3}, -2, 2, 1)});
@@ -225,6 +239,11 @@ BOOST_AUTO_TEST_CASE(pow_with_exponent_zero_has_gradient_zero_at_zero) {
   kiln::pow(x, 0.0).sum().backward();
   std::vector<double> want = {0, 0, 0, 0};
   BOOST_TEST(grad_of(x) == want, boost::test_tools::per_element());
+  Tensor xi = leaf({0.0, 1.5}, {2});  // an integer exponent
+  kiln::pow(xi, 0).sum().backward();
+  want = {0, 0};
+  BOOST_TEST(grad_of(xi) == want, boost::test_tools::per_element());
+  check("pow 0", [](const Inputs& in) { return kiln::pow(in[0], 0); }, {xi});
   // A tensor exponent holding 0: the base gradient is 0 at 0; the exponent's is log(x) * x^b with
   // the PyTorch convention 0 at x = 0.
   Tensor base = leaf({0.0, 2.0}, {2}), e = leaf({0.0, 0.0}, {2});

@@ -158,6 +158,9 @@ BOOST_AUTO_TEST_CASE(max_and_min_of_views_bools_zero_and_scalars) {
   auto [zv, zi] = kiln::min(f64s({0.0, -0.0}), 0);
   BOOST_TEST(zi.item() == 0);
   BOOST_TEST(!std::signbit(zv.item()));
+  auto [kv, ki] = kiln::min(scalar_tensor(-1.5), -1, /*keepdim=*/true);
+  check_values(kv, {}, {-1.5});
+  check_values(ki, {}, DType::i64, {0});
   auto [sv, si] = kiln::max(scalar_tensor(2.5), 0);
   check_values(sv, {}, {2.5});
   check_values(si, {}, DType::i64, {0});
@@ -268,6 +271,7 @@ BOOST_AUTO_TEST_CASE(softmax_with_infinities_large_values_nan_and_degenerate_sha
   check_values(softmax(scalar_tensor(3.0, DType::f64), 0), {}, {1});
   check_values(log_softmax(scalar_tensor(3.0, DType::f64), -1), {}, {0});
   check_values(softmax(zeros({0, 3}), 1), {0, 3}, {});
+  check_values(log_softmax(zeros({3, 0}), 1), {3, 0}, {});
 }
 
 BOOST_AUTO_TEST_CASE(bmm_matches_a_triple_loop) {
