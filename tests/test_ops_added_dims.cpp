@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "support/reference.h"
 
@@ -105,6 +106,49 @@ std::vector<double> ref_pad(const std::vector<double>& x, const Shape& shape, co
     out.push_back(inside ? x[flat_index(shape, idx)] : value);
   }
   return out;
+}
+
+// einsum by definition, for letter-only equations with "->": every assignment of the labels,
+// the product of the operands' entries added into the output's entry.
+std::vector<double> ref_einsum(const std::string& equation,
+                               const std::vector<std::vector<double>>& values,
+                               const std::vector<Shape>& shapes, Shape& out_shape) {
+  std::size_t arrow = equation.find("->");
+  std::vector<std::string> terms;
+  std::string lhs = equation.substr(0, arrow), out = equation.substr(arrow + 2), cur;
+  for (char c : lhs + ",") {
+    if (c == ',') {
+      terms.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  std::string labels;
+  std::vector<std::int64_t> sizes;
+  for (std::size_t t = 0; t < terms.size(); ++t)
+    for (std::size_t d = 0; d < terms[t].size(); ++d)
+      if (labels.find(terms[t][d]) == std::string::npos) {
+        labels += terms[t][d];
+        sizes.push_back(shapes[t][d]);
+      }
+  out_shape.clear();
+  for (char c : out) out_shape.push_back(sizes[labels.find(c)]);
+  std::vector<double> result(static_cast<std::size_t>(numel(out_shape)), 0.0);
+  Shape all(sizes.begin(), sizes.end());
+  for (std::int64_t e = 0; e < numel(all); ++e) {
+    auto at = unflatten(all, e);
+    auto index_of = [&](const std::string& term) {
+      std::vector<std::int64_t> idx;
+      for (char c : term) idx.push_back(at[labels.find(c)]);
+      return idx;
+    };
+    double prod = 1;
+    for (std::size_t t = 0; t < terms.size(); ++t)
+      prod *= values[t][flat_index(shapes[t], index_of(terms[t]))];
+    result[flat_index(out_shape, index_of(out))] += prod;
+  }
+  return result;
 }
 
 }  // namespace
@@ -388,6 +432,43 @@ BOOST_AUTO_TEST_CASE(einsum_implicit_order_scalars_empty_and_broadcast_batches) 
   // Integers contract exactly.
   check_values(einsum("ij,jk->ik", {i64s({1, 2, 3, 4}, {2, 2}), i64s({5, 6, 7, 8}, {2, 2})}),
                {2, 2}, DType::i64, {19, 22, 43, 50});
+}
+
+BOOST_AUTO_TEST_CASE(einsum_matches_its_definition_on_many_equations) {
+  struct Case {
+    std::string equation;
+    std::vector<Shape> shapes;
+  };
+  const Case cases[] = {
+      {"ijk,ikl->ijl", {{2, 3, 4}, {2, 4, 2}}},
+      {"abc,cd->abd", {{2, 2, 3}, {3, 4}}},
+      {"ab,cb->ac", {{2, 3}, {4, 3}}},
+      {"abc->cab", {{2, 3, 4}}},
+      {"abc->b", {{2, 3, 4}}},
+      {"ab,ab,ab->a", {{3, 2}, {3, 2}, {3, 2}}},
+      {"ij,kl->ijkl", {{2, 2}, {3, 2}}},
+      {"ijk,jk->i", {{2, 3, 4}, {3, 4}}},
+      {"ik,jk,kl->ijl", {{2, 3}, {4, 3}, {3, 2}}},
+      {"bqd,bkd,bkv->bqv", {{2, 3, 4}, {2, 5, 4}, {2, 5, 2}}},
+      {"ab,bc,cd,de->ae", {{2, 3}, {3, 2}, {2, 4}, {4, 2}}},
+      {"abcd->dbca", {{2, 1, 3, 2}}},
+      {"ab,b->", {{3, 4}, {4}}},
+      {"ijk,kji->", {{2, 3, 4}, {4, 3, 2}}},
+  };
+  std::uint64_t seed = 100;
+  for (const auto& c : cases) {
+    std::vector<std::vector<double>> values;
+    std::vector<Tensor> operands;
+    for (const auto& shape : c.shapes) {
+      values.push_back(host_random(static_cast<std::size_t>(numel(shape)), -1, 1, seed++));
+      operands.push_back(f64s(values.back(), shape));
+    }
+    Shape out;
+    auto want = ref_einsum(c.equation, values, c.shapes, out);
+    BOOST_TEST_CONTEXT(c.equation) {
+      check_close(einsum(c.equation, operands), out, want, 1e-13, 1e-13);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(pad_with_negative_amounts_crops) {
