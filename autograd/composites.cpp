@@ -231,8 +231,18 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
   return cast(where(gt(xw, 0), xw, xw * negative_slope), x.dtype());
 }
 
+namespace {
+// As torch.clamp: bool tensors are not ordered values (the comparisons would promote them).
+void check_clamp_input(const Tensor& x) {
+  KILN_CHECK_AS(DTypeError, x.dtype() != DType::bool_,
+                "clamp: not supported for bool tensors (shape {}); cast first",
+                shape_str(x.impl().shape));
+}
+}  // namespace
+
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   KILN_OP_SCOPE;
+  check_clamp_input(x);
   KILN_CHECK(min || max, "clamp: at least one of min and max must be given (shape {})",
              shape_str(x.impl().shape));
   // x < min and x > max are false for NaN, so NaN passes through, and x == min or max keeps x
@@ -245,6 +255,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
 
 Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
   KILN_OP_SCOPE;
+  check_clamp_input(x);
   KILN_CHECK(min.defined() || max.defined(),
              "clamp: at least one of min and max must be given (shape {})",
              shape_str(x.impl().shape));

@@ -189,6 +189,7 @@ BOOST_AUTO_TEST_CASE(clamp_and_masked_fill_check_their_arguments) {
   KILN_CHECK_THROWS(clamp(x, Tensor(), Tensor()), Error, "clamp", "[2, 3]");
   KILN_CHECK_THROWS(clamp(x, zeros({4}), Tensor()), ShapeError, "clamp", "[2, 3]", "[4]");
   KILN_CHECK_THROWS(clamp(x, Tensor(), zeros({2, 2})), ShapeError, "clamp", "[2, 3]", "[2, 2]");
+  KILN_CHECK_THROWS(clamp(bools({true}, {1}), 0, 1), DTypeError, "clamp", "bool", "[1]");
   KILN_CHECK_THROWS(masked_fill(x, zeros({2, 3}), 1), DTypeError, "masked_fill", "f32", "[2, 3]");
   KILN_CHECK_THROWS(masked_fill(x, bools({true, false, true, false}, {4}), 1), ShapeError,
                     "masked_fill", "[2, 3]", "[4]");
@@ -249,6 +250,8 @@ BOOST_AUTO_TEST_CASE(einsum_rejects_bad_equations) {
   KILN_CHECK_THROWS(einsum("ii->i", {zeros({3, 3})}), Error, "einsum", "'i'", "diagonal");
   KILN_CHECK_THROWS(einsum("..i.->i", {m}), Error, "einsum", "ellipsis");
   KILN_CHECK_THROWS(einsum("ij->i->j", {m}), Error, "einsum", "ij->i->j");
+  Tensor b = bools({true, false}, {1, 2});
+  KILN_CHECK_THROWS(einsum("ij,jk->ik", {b, b.transpose(0, 1)}), DTypeError, "einsum", "bool");
 }
 
 BOOST_AUTO_TEST_CASE(pad_rejects_bad_amounts_and_over_cropping) {
