@@ -286,6 +286,12 @@ void check_mask(const Tensor& x, const Tensor& mask) {
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   KILN_OP_SCOPE;
   check_mask(x, mask);
+  // Converting NaN, inf or an out-of-range number to an integer is undefined (PyTorch rejects it).
+  double fill = value.to_double();
+  double limit = x.dtype() == DType::i32 ? 0x1p31 : 0x1p63;
+  KILN_CHECK(!is_integral(x.dtype()) || (fill > -limit - 1 && fill < limit),
+             "masked_fill: value {} does not fit the {} tensor of shape {}", fill, x.dtype(),
+             shape_str(x.impl().shape));
   // The value takes x's dtype, as in PyTorch (a float filled into an integer tensor truncates).
   Tensor v = scalar_tensor(value, x.dtype());
   return where(mask, x.device().is_cpu() ? v : v.to(x.device()), x);

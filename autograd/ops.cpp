@@ -433,6 +433,11 @@ Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
 
 Tensor pad(const Tensor& x, const Dims& pads, double value) {
   KILN_OP_SCOPE;
+  // Converting NaN, inf or an out-of-range value to an integer is undefined (PyTorch rejects it).
+  double limit = x.dtype() == DType::i32 ? 0x1p31 : 0x1p63;
+  KILN_CHECK(!is_integral(x.dtype()) || (value > -limit - 1 && value < limit),
+             "pad: value {} does not fit the {} tensor of shape {}", value, x.dtype(),
+             shape_str(x.impl().shape));
   OpAttrs attrs;
   attrs.dims = pads;
   attrs.value = value;

@@ -198,6 +198,11 @@ BOOST_AUTO_TEST_CASE(clamp_and_masked_fill_check_their_arguments) {
       ShapeError, "masked_fill", "[2, 3]", "[2, 1]");
   KILN_CHECK_THROWS(masked_fill(x, bools({true, false, true}, {3}), zeros({2})), ShapeError,
                     "masked_fill", "[2]");
+  // A value an integer tensor cannot hold (PyTorch rejects it; a C++ cast is undefined).
+  Tensor m = bools({true}, {1});
+  KILN_CHECK_THROWS(masked_fill(i64s({1}), m, NAN), Error, "masked_fill", "nan", "i64", "[1]");
+  KILN_CHECK_THROWS(masked_fill(i32s({1}, {1}), m, 3e9), Error, "masked_fill", "3000000000", "i32");
+  KILN_CHECK_THROWS(masked_fill(i64s({1}), m, -INFINITY), Error, "masked_fill", "-inf");
 }
 
 BOOST_AUTO_TEST_CASE(added_elementwise_ops_reject_bad_dtypes_and_values) {
@@ -263,6 +268,8 @@ BOOST_AUTO_TEST_CASE(pad_rejects_bad_amounts_and_over_cropping) {
   KILN_CHECK_THROWS(pad(x, {-4, 2}), ShapeError, "pad", "[-4, 2]", "[2, 3]");
   KILN_CHECK_THROWS(pad(x, {3, -5}), ShapeError, "pad", "[3, -5]", "[2, 3]");
   KILN_CHECK_THROWS(pad(x, {0, 0, -3, 1}), ShapeError, "pad", "[0, 0, -3, 1]", "[2, 3]");
+  KILN_CHECK_THROWS(pad(i64s({1, 2}), {1, 1}, NAN), Error, "pad", "nan", "i64", "[2]");
+  KILN_CHECK_THROWS(pad(i32s({1, 2}, {2}), {1, 1}, -1e10), Error, "pad", "i32");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -288,6 +288,9 @@ BOOST_AUTO_TEST_CASE(masked_fill_broadcasts_the_mask_and_casts_the_value) {
   // An integer tensor truncates a fractional value; bool tensors take a bool.
   check_values(masked_fill(i64s({1, 2, 3}), bools({false, true, true}, {3}), 2.7), {3}, DType::i64,
                {1, 2, 2});
+  // The extremes of the integer range fit.
+  auto lo = masked_fill(i32s({0, 0}, {2}), bools({true, false}, {2}), -2147483648.0);
+  BOOST_TEST(lo.to_vector<std::int32_t>()[0] == std::numeric_limits<std::int32_t>::min());
   check_values(masked_fill(bools({true, false}, {2}), bools({true, true}, {2}), false), {2},
                DType::bool_, {0, 0});
   // Half types and a transposed input.
