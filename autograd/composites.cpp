@@ -54,7 +54,7 @@ const std::vector<CompositeInfo>& all_composites() {
       {"select", {slice, reshape}},
       {"square", {mul}},
       {"leaky_relu", {gt, mul, where, cast}},
-      {"clamp", {lt, gt, where}},
+      {"clamp", {lt, gt, where, eq, ne, logical_or}},
       {"masked_fill", {where}},
       {"bmm", {matmul}},
       {"einsum", {permute, reshape, sum, matmul, expand}},
@@ -246,10 +246,12 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   KILN_CHECK(min || max, "clamp: at least one of min and max must be given (shape {})",
              shape_str(x.impl().shape));
   // x < min and x > max are false for NaN, so NaN passes through, and x == min or max keeps x
-  // (and its gradient), as in PyTorch. With min > max everything becomes max.
+  // (and its gradient), as in PyTorch. With min > max everything becomes max. A NaN bound makes
+  // the result NaN, as PyTorch's (eq(y, y) is true wherever y is not already NaN).
   Tensor y = x;
-  if (min) y = where(lt(y, *min), *min, y);
-  if (max) y = where(gt(y, *max), *max, y);
+  auto is_nan = [](const Scalar& s) { return s.is_floating() && std::isnan(s.to_double()); };
+  if (min) y = where(is_nan(*min) ? eq(y, y) : lt(y, *min), *min, y);
+  if (max) y = where(is_nan(*max) ? eq(y, y) : gt(y, *max), *max, y);
   return y;
 }
 
@@ -262,9 +264,13 @@ Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
   // Checked here so a bad bound names clamp, not the lt/gt it lowers to.
   for (const Tensor* bound : {&min, &max})
     if (bound->defined()) broadcast_shapes(x.impl().shape, bound->impl().shape, "clamp");
+  // NaN in a bound gives NaN there, as PyTorch's clamp (ne(b, b) holds where b is NaN).
+  auto or_nan = [](const Tensor& cond, const Tensor& b) {
+    return is_floating(b.dtype()) ? logical_or(cond, ne(b, b)) : cond;
+  };
   Tensor y = x;
-  if (min.defined()) y = where(lt(y, min), min, y);
-  if (max.defined()) y = where(gt(y, max), max, y);
+  if (min.defined()) y = where(or_nan(lt(y, min), min), min, y);
+  if (max.defined()) y = where(or_nan(gt(y, max), max), max, y);
   return y;
 }
 

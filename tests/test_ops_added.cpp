@@ -49,6 +49,19 @@ BOOST_AUTO_TEST_CASE(clamp_with_number_bounds_matches_a_hand_table) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(clamp_propagates_nan_from_its_bounds_as_pytorch) {
+  Tensor x = f32s({-1, 0.5, NAN, 3}, {4});
+  check_values(clamp(x, kNaN), {4}, {kNaN, kNaN, kNaN, kNaN});
+  check_values(clamp(x, std::nullopt, kNaN), {4}, {kNaN, kNaN, kNaN, kNaN});
+  check_values(clamp(x, 0.0, kNaN), {4}, {kNaN, kNaN, kNaN, kNaN});
+  check_values(clamp_min(x, kNaN), {4}, {kNaN, kNaN, kNaN, kNaN});
+  // Tensor bounds: NaN only where the bound is NaN.
+  Tensor lo = f32s({NAN, 0, 0, 0}, {4}), hi = f32s({1, 1, 1, NAN}, {4});
+  check_values(clamp(x, lo, hi), {4}, {kNaN, 0.5, kNaN, kNaN});
+  check_values(clamp(x, lo, Tensor()), {4}, {kNaN, 0.5, kNaN, 3});
+  check_values(clamp(x, Tensor(), hi), {4}, {-1, 0.5, kNaN, kNaN});
+}
+
 BOOST_AUTO_TEST_CASE(clamp_of_integers_keeps_the_dtype) {
   for (DType t : {DType::i32, DType::i64}) {
     Tensor x = typed(t, {-5, -2, 0, 2, 5}, {5});
