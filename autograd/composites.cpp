@@ -62,8 +62,8 @@ const std::vector<CompositeInfo>& all_composites() {
       {"stack", {reshape, cat}},
       {"select", {slice, reshape}},
       {"square", {mul}},
-      {"leaky_relu", {gt, mul, where}},
-      {"clamp", {lt, gt, where}},
+      {"leaky_relu", {gt, mul, where, cast}},
+      {"clamp", {lt, gt, where, eq, ne, logical_or}},
       {"masked_fill", {where}},
       {"bmm", {matmul}},
       {"einsum", {permute, reshape, sum, matmul, expand}},
@@ -237,29 +237,52 @@ Tensor square(const Tensor& x) {
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   KILN_OP_SCOPE;
   check_floating(x, "leaky_relu");
-  return where(gt(x, 0), x, x * negative_slope);
+  // f16/bf16 multiply in f32: a slope rounded to f16 first (0.01 -> 0.010002) would be off by
+  // more than the result's rounding.
+  Tensor xw = widened(x);
+  return cast(where(gt(xw, 0), xw, xw * negative_slope), x.dtype());
 }
+
+namespace {
+// As torch.clamp: bool tensors are not ordered values (the comparisons would promote them).
+void check_clamp_input(const Tensor& x) {
+  KILN_CHECK_AS(DTypeError, x.dtype() != DType::bool_,
+                "clamp: not supported for bool tensors (shape {}); cast first",
+                shape_str(x.impl().shape));
+}
+}  // namespace
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   KILN_OP_SCOPE;
+  check_clamp_input(x);
   KILN_CHECK(min || max, "clamp: at least one of min and max must be given (shape {})",
              shape_str(x.impl().shape));
   // x < min and x > max are false for NaN, so NaN passes through, and x == min or max keeps x
-  // (and its gradient), as in PyTorch. With min > max everything becomes max.
+  // (and its gradient), as in PyTorch. With min > max everything becomes max. A NaN bound makes
+  // the result NaN, as PyTorch's (eq(y, y) is true wherever y is not already NaN).
   Tensor y = x;
-  if (min) y = where(lt(y, *min), *min, y);
-  if (max) y = where(gt(y, *max), *max, y);
+  auto is_nan = [](const Scalar& s) { return s.is_floating() && std::isnan(s.to_double()); };
+  if (min) y = where(is_nan(*min) ? eq(y, y) : lt(y, *min), *min, y);
+  if (max) y = where(is_nan(*max) ? eq(y, y) : gt(y, *max), *max, y);
   return y;
 }
 
 Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
   KILN_OP_SCOPE;
+  check_clamp_input(x);
   KILN_CHECK(min.defined() || max.defined(),
              "clamp: at least one of min and max must be given (shape {})",
              shape_str(x.impl().shape));
+  // Checked here so a bad bound names clamp, not the lt/gt it lowers to.
+  for (const Tensor* bound : {&min, &max})
+    if (bound->defined()) broadcast_shapes(x.impl().shape, bound->impl().shape, "clamp");
+  // NaN in a bound gives NaN there, as PyTorch's clamp (ne(b, b) holds where b is NaN).
+  auto or_nan = [](const Tensor& cond, const Tensor& b) {
+    return is_floating(b.dtype()) ? logical_or(cond, ne(b, b)) : cond;
+  };
   Tensor y = x;
-  if (min.defined()) y = where(lt(y, min), min, y);
-  if (max.defined()) y = where(gt(y, max), max, y);
+  if (min.defined()) y = where(or_nan(lt(y, min), min), min, y);
+  if (max.defined()) y = where(or_nan(gt(y, max), max), max, y);
   return y;
 }
 
@@ -285,6 +308,12 @@ void check_mask(const Tensor& x, const Tensor& mask) {
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   KILN_OP_SCOPE;
   check_mask(x, mask);
+  // Converting NaN, inf or an out-of-range number to an integer is undefined (PyTorch rejects it).
+  double fill = value.to_double();
+  double limit = x.dtype() == DType::i32 ? 0x1p31 : 0x1p63;
+  KILN_CHECK(!is_integral(x.dtype()) || (fill > -limit - 1 && fill < limit),
+             "masked_fill: value {} does not fit the {} tensor of shape {}", fill, x.dtype(),
+             shape_str(x.impl().shape));
   // The value takes x's dtype, as in PyTorch (a float filled into an integer tensor truncates).
   Tensor v = scalar_tensor(value, x.dtype());
   return where(mask, x.device().is_cpu() ? v : v.to(x.device()), x);

@@ -177,6 +177,10 @@ Tensor einsum(std::string_view equation_in, const std::vector<Tensor>& operands)
                   "einsum: term '{}' of '{}' does not fit operand {} of shape {}",
                   input_terms[i], equation, i, shape_str(operands[i].impl().shape));
     if (t.ellipsis) ellipsis_rank = std::max(ellipsis_rank, rank - letters);
+    // Contractions are matmuls, which take no bools; checked here so the message names einsum.
+    KILN_CHECK_AS(DTypeError, operands.size() == 1 || operands[i].dtype() != DType::bool_,
+                  "einsum: bool operands are not supported ('{}', operand {} of shape {})",
+                  equation, i, shape_str(operands[i].impl().shape));
   }
 
   // Label every operand; check sizes agree (or broadcast from 1) and that no label repeats.

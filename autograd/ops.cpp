@@ -66,7 +66,8 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate) {
 
 Tensor softplus(const Tensor& x, double beta, double threshold) {
   KILN_OP_SCOPE;
-  KILN_CHECK(beta != 0, "softplus: beta must be nonzero");
+  KILN_CHECK(beta != 0, "softplus: beta must be nonzero, got {} (shape {})", beta,
+             shape_str(x.impl().shape));
   OpAttrs attrs;
   attrs.beta = beta;
   attrs.threshold = threshold;
@@ -432,6 +433,11 @@ Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
 
 Tensor pad(const Tensor& x, const Dims& pads, double value) {
   KILN_OP_SCOPE;
+  // Converting NaN, inf or an out-of-range value to an integer is undefined (PyTorch rejects it).
+  double limit = x.dtype() == DType::i32 ? 0x1p31 : 0x1p63;
+  KILN_CHECK(!is_integral(x.dtype()) || (value > -limit - 1 && value < limit),
+             "pad: value {} does not fit the {} tensor of shape {}", value, x.dtype(),
+             shape_str(x.impl().shape));
   OpAttrs attrs;
   attrs.dims = pads;
   attrs.value = value;
@@ -465,6 +471,9 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   KILN_CHECK_AS(ShapeError, a.dim() == 3 && b.dim() == 3 && sa[0] == sb[0] && sa[2] == sb[1],
                 "bmm: expects [B, n, m] and [B, m, p] with the same B, got {} and {}",
                 shape_str(sa), shape_str(sb));
+  KILN_CHECK_AS(DTypeError, a.dtype() != DType::bool_ && b.dtype() != DType::bool_,
+                "bmm: bool operands are not supported, got {} and {} (shapes {} and {})", a.dtype(),
+                b.dtype(), shape_str(sa), shape_str(sb));
   return record(OpId::matmul, {a, b});
 }
 

@@ -48,7 +48,7 @@ Tensor trunc(const Tensor& x);
 Tensor logical_not(const Tensor& x);
 Tensor cast(const Tensor& x, DType dtype);
 // Bounds x to [min, max]; either bound may be absent. The gradient passes where
-// min <= x <= max (both ends included), as in PyTorch; NaN stays NaN.
+// min <= x <= max (both ends included), as in PyTorch; NaN in x or in a bound gives NaN.
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = {});
 Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);  // undefined: no bound
 Tensor clamp_min(const Tensor& x, Scalar min);

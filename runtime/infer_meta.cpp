@@ -43,7 +43,8 @@ TensorMeta infer_elementwise(OpId op, std::span<const TensorMeta> in, const OpAt
       [[fallthrough]];
     case DTypeRule::promote:
     case DTypeRule::promote_floating:
-      KILN_CHECK_AS(DTypeError, t != DType::bool_,
+      // tril/triu only select (bool masks are their common use, as torch.tril allows).
+      KILN_CHECK_AS(DTypeError, t != DType::bool_ || op == OpId::tril || op == OpId::triu,
                     "{}: not supported for bool tensors (shapes {}); use logical_and/logical_or "
                     "or cast first",
                     op, shapes_str(in));
@@ -253,10 +254,13 @@ TensorMeta infer_pad(const TensorMeta& x, const OpAttrs& attrs) {
   for (std::size_t i = 0; i < p.size() / 2; ++i) {
     std::size_t d = x.shape.size() - 1 - i;  // pairs start from the last dim, as in PyTorch
     out[d] += p[2 * i] + p[2 * i + 1];
-    // Negative amounts crop; they may remove the whole dim but not more.
-    KILN_CHECK_AS(ShapeError, out[d] >= 0,
-                  "pad: padding [{}] crops dim {} of shape {} below size 0", fmt::join(p, ", "),
-                  d, shape_str(x.shape));
+    // Negative amounts crop; together they may remove the whole dim but not more (also when
+    // the other side pads: [-4, 2] of a size-3 dim is an error, as in PyTorch).
+    std::int64_t crop =
+        std::max<std::int64_t>(0, -p[2 * i]) + std::max<std::int64_t>(0, -p[2 * i + 1]);
+    KILN_CHECK_AS(ShapeError, crop <= x.shape[d],
+                  "pad: padding [{}] crops {} from dim {} of shape {}, which has only {}",
+                  fmt::join(p, ", "), crop, d, shape_str(x.shape), x.shape[d]);
   }
   return {out, x.dtype};
 }

@@ -183,4 +183,93 @@ BOOST_AUTO_TEST_CASE(bad_scalar_arguments_are_rejected) {
   KILN_CHECK_THROWS(add(Tensor(), zeros({1})), Error, "add", "undefined");
 }
 
+BOOST_AUTO_TEST_CASE(clamp_and_masked_fill_check_their_arguments) {
+  Tensor x = zeros({2, 3});
+  KILN_CHECK_THROWS(clamp(x, std::nullopt, std::nullopt), Error, "clamp", "[2, 3]");
+  KILN_CHECK_THROWS(clamp(x, Tensor(), Tensor()), Error, "clamp", "[2, 3]");
+  KILN_CHECK_THROWS(clamp(x, zeros({4}), Tensor()), ShapeError, "clamp", "[2, 3]", "[4]");
+  KILN_CHECK_THROWS(clamp(x, Tensor(), zeros({2, 2})), ShapeError, "clamp", "[2, 3]", "[2, 2]");
+  KILN_CHECK_THROWS(clamp(bools({true}, {1}), 0, 1), DTypeError, "clamp", "bool", "[1]");
+  KILN_CHECK_THROWS(masked_fill(x, zeros({2, 3}), 1), DTypeError, "masked_fill", "f32", "[2, 3]");
+  KILN_CHECK_THROWS(masked_fill(x, bools({true, false, true, false}, {4}), 1), ShapeError,
+                    "masked_fill", "[2, 3]", "[4]");
+  KILN_CHECK_THROWS(
+      masked_fill(zeros({2, 1}), bools({true, false, true, false, true, false}, {2, 3}), 1),
+      ShapeError, "masked_fill", "[2, 3]", "[2, 1]");
+  KILN_CHECK_THROWS(masked_fill(x, bools({true, false, true}, {3}), zeros({2})), ShapeError,
+                    "masked_fill", "[2]");
+  // A value an integer tensor cannot hold (PyTorch rejects it; a C++ cast is undefined).
+  Tensor m = bools({true}, {1});
+  KILN_CHECK_THROWS(masked_fill(i64s({1}), m, NAN), Error, "masked_fill", "nan", "i64", "[1]");
+  KILN_CHECK_THROWS(masked_fill(i32s({1}, {1}), m, 3e9), Error, "masked_fill", "3000000000", "i32");
+  KILN_CHECK_THROWS(masked_fill(i64s({1}), m, -INFINITY), Error, "masked_fill", "-inf");
+}
+
+BOOST_AUTO_TEST_CASE(added_elementwise_ops_reject_bad_dtypes_and_values) {
+  Tensor b = bools({true, false}, {2});
+  KILN_CHECK_THROWS(floor(b), DTypeError, "floor", "bool");
+  KILN_CHECK_THROWS(trunc(b), DTypeError, "trunc", "bool");
+  KILN_CHECK_THROWS(square(b), DTypeError, "bool");
+  KILN_CHECK_THROWS(remainder(b, b), DTypeError, "remainder", "bool");
+  KILN_CHECK_THROWS(floor_divide(b, b), DTypeError, "floor_divide", "bool");
+  KILN_CHECK_THROWS(leaky_relu(i32s({1, 2}, {2})), DTypeError, "leaky_relu", "i32", "[2]");
+  KILN_CHECK_THROWS(softplus(zeros({2}), 0.0), Error, "softplus", "beta", "0");
+  KILN_CHECK_THROWS(floor_divide(i64s({7, 8}), i64s({2, 0})), Error, "floor_divide", "zero", "8");
+  KILN_CHECK_THROWS(remainder(i32s({5}, {1}), 0), Error, "remainder", "zero", "5");
+  KILN_CHECK_THROWS(tril(zeros({3})), ShapeError, "tril", "[3]");
+  KILN_CHECK_THROWS(triu(scalar_tensor(1)), ShapeError, "triu", "[]");
+}
+
+BOOST_AUTO_TEST_CASE(added_dim_ops_reject_bad_dims) {
+  Tensor x = zeros({2, 3});
+  KILN_CHECK_THROWS(cumsum(x, 2), IndexError, "cumsum", "2", "rank 2");
+  KILN_CHECK_THROWS(cumsum(x, -3), IndexError, "cumsum", "-3");
+  KILN_CHECK_THROWS(cumsum(scalar_tensor(1), 1), IndexError, "cumsum", "1");
+  KILN_CHECK_THROWS(max(x, 2), IndexError, "max", "2");
+  KILN_CHECK_THROWS(min(x, -3), IndexError, "min", "-3");
+  KILN_CHECK_THROWS(max(zeros({3, 0}), 1), IndexError, "max", "size 0", "[3, 0]");
+  KILN_CHECK_THROWS(min(zeros({0}), 0), IndexError, "min", "size 0", "[0]");
+}
+
+BOOST_AUTO_TEST_CASE(bmm_checks_ranks_batches_and_dtypes) {
+  KILN_CHECK_THROWS(bmm(zeros({2, 3}), zeros({2, 3, 4})), ShapeError, "bmm", "[2, 3]", "[2, 3, 4]");
+  KILN_CHECK_THROWS(bmm(zeros({2, 3, 4}), zeros({3, 4, 5})), ShapeError, "bmm", "[2, 3, 4]",
+                    "[3, 4, 5]");
+  KILN_CHECK_THROWS(bmm(zeros({2, 3, 4}), zeros({2, 5, 6})), ShapeError, "bmm", "[2, 3, 4]",
+                    "[2, 5, 6]");
+  // torch.bmm does not broadcast the batch.
+  KILN_CHECK_THROWS(bmm(zeros({1, 3, 4}), zeros({2, 4, 5})), ShapeError, "bmm", "[1, 3, 4]");
+  Tensor bb = bools({true}, {1, 1, 1});
+  KILN_CHECK_THROWS(bmm(bb, bb), DTypeError, "bmm", "bool");
+}
+
+BOOST_AUTO_TEST_CASE(einsum_rejects_bad_equations) {
+  Tensor m = zeros({2, 3}), n = zeros({3, 4});
+  KILN_CHECK_THROWS(einsum("ij,jk->ik", {m}), Error, "einsum", "ij,jk->ik", "2", "1");
+  KILN_CHECK_THROWS(einsum("ij->ij", {}), Error, "einsum", "operand");
+  KILN_CHECK_THROWS(einsum("i1,jk->ik", {m, n}), Error, "einsum", "'1'");
+  KILN_CHECK_THROWS(einsum("ijk,jk->i", {m, n}), ShapeError, "einsum", "ijk", "[2, 3]");
+  KILN_CHECK_THROWS(einsum("ij,kj->ik", {m, n}), ShapeError, "einsum", "'j'", "3", "4");
+  KILN_CHECK_THROWS(einsum("ij,jk->iz", {m, n}), Error, "einsum", "'z'");
+  KILN_CHECK_THROWS(einsum("ij,jk->ii", {m, n}), Error, "einsum", "'i'", "repeats");
+  KILN_CHECK_THROWS(einsum("ii->i", {zeros({3, 3})}), Error, "einsum", "'i'", "diagonal");
+  KILN_CHECK_THROWS(einsum("..i.->i", {m}), Error, "einsum", "ellipsis");
+  KILN_CHECK_THROWS(einsum("ij->i->j", {m}), Error, "einsum", "ij->i->j");
+  Tensor b = bools({true, false}, {1, 2});
+  KILN_CHECK_THROWS(einsum("ij,jk->ik", {b, b.transpose(0, 1)}), DTypeError, "einsum", "bool");
+}
+
+BOOST_AUTO_TEST_CASE(pad_rejects_bad_amounts_and_over_cropping) {
+  Tensor x = zeros({2, 3});
+  KILN_CHECK_THROWS(pad(x, {1}), ShapeError, "pad", "[1]");
+  KILN_CHECK_THROWS(pad(x, {1, 1, 1, 1, 1, 1}), ShapeError, "pad", "2 dims");
+  KILN_CHECK_THROWS(pad(x, {-2, -2}), ShapeError, "pad", "[-2, -2]", "[2, 3]");
+  // Cropping more than the dim holds on one side is an error even when the other side pads.
+  KILN_CHECK_THROWS(pad(x, {-4, 2}), ShapeError, "pad", "[-4, 2]", "[2, 3]");
+  KILN_CHECK_THROWS(pad(x, {3, -5}), ShapeError, "pad", "[3, -5]", "[2, 3]");
+  KILN_CHECK_THROWS(pad(x, {0, 0, -3, 1}), ShapeError, "pad", "[0, 0, -3, 1]", "[2, 3]");
+  KILN_CHECK_THROWS(pad(i64s({1, 2}), {1, 1}, NAN), Error, "pad", "nan", "i64", "[2]");
+  KILN_CHECK_THROWS(pad(i32s({1, 2}, {2}), {1, 1}, -1e10), Error, "pad", "i32");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -2,6 +2,7 @@
 // cumsum, softmax and log_softmax. f16/bf16 compute in f32 and round once.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "runtime/cpu/kernels.h"
 
@@ -63,13 +64,16 @@ Tensor cumsum(const Tensor& x, std::int64_t dim, bool reverse, const TensorMeta&
     if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16> || std::is_same_v<T, bool>) {
       throw DTypeError(fmt::format("cumsum: unexpected compute dtype {}", ct));
     } else {
+      // Integers accumulate unsigned: overflow wraps (as PyTorch's) instead of being undefined.
+      using Acc = typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>,
+                                              std::type_identity<T>>::type;
       T* dst = static_cast<T*>(computed.raw_data());
       for_each_row<T>(rows, [&](std::int64_t r, const T* row) {
-        T acc = 0;
+        Acc acc = 0;
         for (std::int64_t k = 0; k < rows.inner; ++k) {
           std::int64_t i = reverse ? rows.inner - 1 - k : k;
-          acc += row[i];
-          dst[r * rows.inner + i] = acc;
+          acc += static_cast<Acc>(row[i]);
+          dst[r * rows.inner + i] = static_cast<T>(acc);
         }
       });
     }
