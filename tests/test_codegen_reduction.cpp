@@ -9,29 +9,15 @@
 #include "graph/fusion.h"
 #include "jit/codegen/reduction.h"
 #include "jit/compile.h"
+#include "support/device_compare.h"
 #include "support/op_samples.h"
 #include "support/reference.h"
 
 using namespace kiln;
+using test::relative_error;
 namespace codegen = kiln::jit::codegen;
 
 namespace {
-
-// Largest |a - b| / (1 + |b|); NaNs in the same places and equal infinities count as equal.
-double relative_error(const Tensor& got, const Tensor& want) {
-  BOOST_TEST_REQUIRE(got.shape() == want.shape());
-  Tensor a = got.to(Device::cpu()).to(DType::f64).contiguous();
-  Tensor b = want.to(Device::cpu()).to(DType::f64).contiguous();
-  const double* pa = static_cast<const double*>(a.raw_data());
-  const double* pb = static_cast<const double*>(b.raw_data());
-  double worst = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) {
-    if (std::isnan(pa[i]) && std::isnan(pb[i])) continue;
-    if (std::isinf(pb[i]) && pa[i] == pb[i]) continue;
-    worst = std::max(worst, std::abs(pa[i] - pb[i]) / (1 + std::abs(pb[i])));
-  }
-  return worst;
-}
 
 double tolerance(DType t) {
   return t == DType::f64 ? 1e-12 : t == DType::f32 ? 1e-5 : t == DType::f16 ? 2e-3 : 1.6e-2;

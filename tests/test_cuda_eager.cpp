@@ -3,10 +3,12 @@
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/ops.h"
+#include "support/device_compare.h"
 #include "support/op_samples.h"
 #include "support/reference.h"
 
 using namespace kiln;
+using test::relative_error;
 
 namespace {
 
@@ -14,21 +16,6 @@ std::vector<Tensor> on(Device device, const std::vector<Tensor>& ts) {
   std::vector<Tensor> out;
   for (const auto& t : ts) out.push_back(t.to(device));
   return out;
-}
-
-// Largest |a - b| / (1 + |b|) over the elements (NaNs in the same places count as equal).
-double relative_error(const Tensor& got, const Tensor& want) {
-  Tensor a = got.to(Device::cpu()).to(DType::f64).contiguous();
-  Tensor b = want.to(DType::f64).contiguous();
-  const double* pa = static_cast<const double*>(a.raw_data());
-  const double* pb = static_cast<const double*>(b.raw_data());
-  double worst = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) {
-    if (std::isnan(pa[i]) && std::isnan(pb[i])) continue;
-    if (std::isinf(pb[i]) && pa[i] == pb[i]) continue;
-    worst = std::max(worst, std::abs(pa[i] - pb[i]) / (1 + std::abs(pb[i])));
-  }
-  return worst;
 }
 
 }  // namespace

@@ -10,24 +10,14 @@
 #include "jit/log.h"
 #include "runtime/dispatch.h"
 #include "support/capture_output.h"
+#include "support/device_compare.h"
 #include "support/op_samples.h"
 #include "support/reference.h"
 
 using namespace kiln;
+using test::relative_error;
 
 namespace {
-
-double max_relative_error(const Tensor& got, const Tensor& want) {
-  BOOST_TEST_REQUIRE(got.shape() == want.shape());
-  Tensor a = got.to(Device::cpu()).to(DType::f64).contiguous();
-  Tensor b = want.to(Device::cpu()).to(DType::f64).contiguous();
-  const double* pa = static_cast<const double*>(a.raw_data());
-  const double* pb = static_cast<const double*>(b.raw_data());
-  double worst = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i)
-    worst = std::max(worst, std::abs(pa[i] - pb[i]) / (1 + std::abs(pb[i])));
-  return worst;
-}
 
 Tensor block(const Tensor& x, const Tensor& w, const Tensor& b) {
   Tensor h = layer_norm(x, {16}, w, b, 1e-5);
@@ -53,7 +43,7 @@ BOOST_AUTO_TEST_CASE(a_compiled_block_runs_as_generated_kernels_and_matches_the_
   auto f = jit::compile(block);
   Tensor got = f(x.to(Device::cuda()), w.to(Device::cuda()), b.to(Device::cuda()));
   BOOST_TEST(got.device().str() == "cuda:0");
-  BOOST_TEST(max_relative_error(got, block(x, w, b)) <= 1e-5);
+  BOOST_TEST(relative_error(got, block(x, w, b)) <= 1e-5);
   std::string e = f.explain();
   BOOST_TEST(contains(e, "generated kernels for 1 calls"), e);
   BOOST_TEST(contains(e, "kernel k_"), e);
@@ -95,7 +85,7 @@ BOOST_AUTO_TEST_CASE(every_op_compiled_on_cuda_matches_eager_cpu) {
             BOOST_TEST(got[i].dtype() == want[i].dtype());
             DType out = want[i].dtype();
             double tol = out == DType::f64 ? 1e-12 : out == DType::f32 ? 2e-5 : 2e-2;
-            BOOST_TEST(max_relative_error(got[i], want[i]) <= (is_floating(out) ? tol : 0.0));
+            BOOST_TEST(relative_error(got[i], want[i]) <= (is_floating(out) ? tol : 0.0));
           }
           ++runs;
         }
@@ -112,7 +102,7 @@ BOOST_AUTO_TEST_CASE(one_set_of_kernels_serves_every_batch_size) {
   for (std::int64_t batch : {2, 3, 5, 8, 13}) {
     Tensor x = randn({batch, 16});
     Tensor got = f(x.to(Device::cuda()), wd, bd);
-    BOOST_TEST(max_relative_error(got, block(x, w, b)) <= 1e-5, "batch " << batch);
+    BOOST_TEST(relative_error(got, block(x, w, b)) <= 1e-5, "batch " << batch);
   }
   BOOST_TEST(f.core().num_entries() == 2u);  // the first size, then one symbolic entry
   BOOST_TEST(contains(f.core().graph(1).str(), "s0"));
@@ -142,7 +132,7 @@ BOOST_AUTO_TEST_CASE(numbers_in_the_trace_and_mixed_dtypes) {
   Tensor x = randn({4, 7}), i = test::i64s({1, 2, 3, 4, 5, 6, 7});
   auto got = f(x.to(Device::cuda()), i.to(Device::cuda()));
   Tensor want0 = (x * 3 + i) / 2.0;
-  BOOST_TEST(max_relative_error(got[0], want0) <= 1e-6);
+  BOOST_TEST(relative_error(got[0], want0) <= 1e-6);
   BOOST_TEST(dtype_name(got[1].dtype()) == "i64");
   Tensor s = got[1].to(Device::cpu()), ref = sum(x > 0.0, {1});
   Tensor am = got[2].to(Device::cpu()), ref_am = argmax(x, 1);
@@ -162,8 +152,8 @@ BOOST_AUTO_TEST_CASE(a_cast_to_half_inside_a_kernel_still_rounds) {
   auto got = f(x.to(Device::cuda()));
   Tensor want0 = x.to(DType::f16).to(DType::f32),
          want1 = sqrt(x.to(DType::bf16).to(DType::f32) + 5.0);
-  BOOST_TEST(max_relative_error(got[0], want0) == 0.0);
-  BOOST_TEST(max_relative_error(got[1], want1) <= 1e-7);
+  BOOST_TEST(relative_error(got[0], want0) == 0.0);
+  BOOST_TEST(relative_error(got[1], want1) <= 1e-7);
 }
 
 BOOST_AUTO_TEST_CASE(inputs_that_need_gradients_take_the_autograd_path) {
@@ -182,9 +172,9 @@ BOOST_AUTO_TEST_CASE(inputs_that_need_gradients_take_the_autograd_path) {
   Tensor xc = x0.detach().requires_grad_(), wc = w0.detach().requires_grad_(),
          bc = b0.detach().requires_grad_();
   sum(layer_norm(xc, {16}, wc, bc, 1e-5) * 2.0).backward();
-  BOOST_TEST(max_relative_error(x.grad(), xc.grad()) <= 1e-4);
-  BOOST_TEST(max_relative_error(w.grad(), wc.grad()) <= 1e-4);
-  BOOST_TEST(max_relative_error(b.grad(), bc.grad()) <= 1e-4);
+  BOOST_TEST(relative_error(x.grad(), xc.grad()) <= 1e-4);
+  BOOST_TEST(relative_error(w.grad(), wc.grad()) <= 1e-4);
+  BOOST_TEST(relative_error(b.grad(), bc.grad()) <= 1e-4);
   // Under no_grad the same function runs as kernels.
   NoGradGuard no_grad;
   f(x, w, b);

@@ -167,17 +167,11 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
   params.push_back(packed.data());
   params.push_back(&n);
   params.push_back(&error_ptr);
-  cuda::Backend& be = cuda::backend();
+  std::int64_t read = 0;
+  for (const auto& t : inputs) read += tensor_bytes(t);
   unsigned block = 256;
-  long long blocks = std::min<long long>((n + block - 1) / block,
-                                         static_cast<long long>(be.properties(0).sm_count) * 8);
-  auto& stats = launch_stats();
-  ++stats.launches;
-  for (const auto& t : inputs)
-    stats.bytes_read += t.numel() * static_cast<std::int64_t>(itemsize(t.dtype()));
-  stats.bytes_written += out.numel() * static_cast<std::int64_t>(itemsize(out.dtype()));
-  be.launch(compiled_function(kernel.name, kernel.source), {static_cast<unsigned>(blocks), 1, 1},
-            {block, 1, 1}, 0, nullptr, params.data());
+  launch_generated(kernel.name, kernel.source, {grid_stride_blocks(n, block), 1, 1}, {block, 1, 1},
+                   params.data(), read, tensor_bytes(out));
   if (kernel.op == OpId::gather || kernel.op == OpId::index_select ||
       kernel.op == OpId::scatter_add || kernel.op == OpId::index_add) {
     Tensor flag = error.to(Device::cpu());

@@ -1,6 +1,7 @@
 // The in-process kernel cache (see kernel_cache.h).
 #include "jit/codegen/kernel_cache.h"
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
@@ -39,6 +40,26 @@ cuda::Function compiled_function(const std::string& name, const std::string& sou
   }
   functions.emplace(source, fn);
   return fn;
+}
+
+void launch_generated(const std::string& name, const std::string& source, cuda::Dim3 grid,
+                      cuda::Dim3 block, void** params, std::int64_t bytes_read,
+                      std::int64_t bytes_written) {
+  cuda::Function fn = compiled_function(name, source);
+  auto& stats = launch_stats();
+  ++stats.launches;
+  stats.bytes_read += bytes_read;
+  stats.bytes_written += bytes_written;
+  cuda::backend().launch(fn, grid, block, 0, nullptr, params);
+}
+
+unsigned grid_stride_blocks(long long n, unsigned block) {
+  long long waves = static_cast<long long>(cuda::backend().properties(0).sm_count) * 8;
+  return static_cast<unsigned>(std::max(1LL, std::min((n + block - 1) / block, waves)));
+}
+
+std::int64_t tensor_bytes(const Tensor& t) {
+  return t.numel() * static_cast<std::int64_t>(itemsize(t.dtype()));
 }
 
 LaunchStats& launch_stats() {

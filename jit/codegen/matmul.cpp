@@ -62,16 +62,10 @@ Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
   auto po = reinterpret_cast<cuda::DevicePtr>(out.raw_data());
   void* params[] = {&pa, &pb, &po, packed.data()};
   constexpr unsigned tile = 16;
-  auto& stats = launch_stats();
-  ++stats.launches;
-  stats.bytes_read += a.numel() * static_cast<std::int64_t>(itemsize(a.dtype())) +
-                      b.numel() * static_cast<std::int64_t>(itemsize(b.dtype()));
-  stats.bytes_written += out.numel() * static_cast<std::int64_t>(itemsize(out.dtype()));
-  cuda::backend().launch(
-      compiled_function(kernel.name, kernel.source),
-      {static_cast<unsigned>((n + tile - 1) / tile), static_cast<unsigned>((m + tile - 1) / tile),
-       static_cast<unsigned>(batches)},
-      {tile, tile, 1}, 0, nullptr, params);
+  launch_generated(kernel.name, kernel.source,
+                   {static_cast<unsigned>((n + tile - 1) / tile),
+                    static_cast<unsigned>((m + tile - 1) / tile), static_cast<unsigned>(batches)},
+                   {tile, tile, 1}, params, tensor_bytes(a) + tensor_bytes(b), tensor_bytes(out));
   return out;
 }
 

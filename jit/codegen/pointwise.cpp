@@ -207,19 +207,12 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
   params.push_back(packed.data());
   params.push_back(&n);
   if (n == 0) return outs;
-  cuda::Backend& be = cuda::backend();
+  std::int64_t read = 0, written = 0;
+  for (int v : kernel.reads) read += tensor_bytes(values.at(v));
+  for (const auto& o : outs) written += tensor_bytes(o);
   unsigned block = 256;
-  long long blocks = std::min<long long>((n + block - 1) / block,
-                                         static_cast<long long>(be.properties(0).sm_count) * 8);
-  auto& stats = launch_stats();
-  ++stats.launches;
-  for (int v : kernel.reads)
-    stats.bytes_read +=
-        values.at(v).numel() * static_cast<std::int64_t>(itemsize(values.at(v).dtype()));
-  for (const auto& o : outs)
-    stats.bytes_written += o.numel() * static_cast<std::int64_t>(itemsize(o.dtype()));
-  be.launch(compiled_function(kernel.name, kernel.source), {static_cast<unsigned>(blocks), 1, 1},
-            {block, 1, 1}, 0, nullptr, params.data());
+  launch_generated(kernel.name, kernel.source, {grid_stride_blocks(n, block), 1, 1}, {block, 1, 1},
+                   params.data(), read, written);
   return outs;
 }
 

@@ -560,20 +560,14 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   params.push_back(&rows);
   params.push_back(&cols);
   if (rows == 0) return outs;
-  cuda::Backend& be = cuda::backend();
   unsigned block = cols <= 32 ? 32 : cols <= 64 ? 64 : cols <= 128 ? 128 : 256;
-  long long blocks =
-      std::min<long long>(rows, static_cast<long long>(be.properties(0).sm_count) * 16);
-  auto& stats = launch_stats();
-  ++stats.launches;
-  for (const auto& r : kernel.reads) {
-    const Tensor& t = values.at(r.value);
-    stats.bytes_read += t.numel() * static_cast<std::int64_t>(itemsize(t.dtype())) * r.passes;
-  }
-  for (const auto& o : outs)
-    stats.bytes_written += o.numel() * static_cast<std::int64_t>(itemsize(o.dtype()));
-  be.launch(compiled_function(kernel.name, kernel.source), {static_cast<unsigned>(blocks), 1, 1},
-            {block, 1, 1}, 0, nullptr, params.data());
+  long long blocks = std::min<long long>(
+      rows, static_cast<long long>(cuda::backend().properties(0).sm_count) * 16);
+  std::int64_t read = 0, written = 0;
+  for (const auto& r : kernel.reads) read += tensor_bytes(values.at(r.value)) * r.passes;
+  for (const auto& o : outs) written += tensor_bytes(o);
+  launch_generated(kernel.name, kernel.source, {static_cast<unsigned>(blocks), 1, 1}, {block, 1, 1},
+                   params.data(), read, written);
   return outs;
 }
 
