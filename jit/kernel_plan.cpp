@@ -87,8 +87,9 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
   for (const Step& step : steps_) {
     if (step.pointwise || step.reduction) {
       Shape domain = concrete(step.domain);
-      auto outs = step.pointwise ? codegen::run_pointwise(g, *step.pointwise, domain, values)
-                                 : codegen::run_reduction(g, *step.reduction, domain, values);
+      auto outs = step.pointwise
+                      ? codegen::run_pointwise(g, *step.pointwise, domain, values, symbol_values)
+                      : codegen::run_reduction(g, *step.reduction, domain, values, symbol_values);
       const auto& writes = step.pointwise ? step.pointwise->writes : step.reduction->writes;
       for (std::size_t i = 0; i < writes.size(); ++i) values[writes[i]] = std::move(outs[i]);
       if (check) {

@@ -125,6 +125,23 @@ BOOST_AUTO_TEST_CASE(a_warm_call_compiles_nothing_and_launches_only_its_kernels)
   BOOST_TEST(stats.launches - launches >= 15);
 }
 
+BOOST_AUTO_TEST_CASE(symbolic_reshapes_read_by_kernels_take_each_calls_sizes) {
+  auto fn = [](const Tensor& x) {
+    Tensor rows = x.reshape({-1, 4});  // [2*s0, 4]: a view the kernel reads through
+    return std::vector<Tensor>{sum(rows * 2.0, {1}), softmax(rows, 1) + 1.0};
+  };
+  auto f = jit::compile(fn);
+  for (std::int64_t batch : {2, 3, 5, 9}) {
+    Tensor x = randn({batch, 8});
+    auto got = f(x.to(Device::cuda()));
+    auto want = fn(x);
+    BOOST_TEST(relative_error(got[0], want[0]) <= 1e-5, "batch " << batch);
+    BOOST_TEST(relative_error(got[1], want[1]) <= 1e-5, "batch " << batch);
+  }
+  BOOST_TEST(f.core().num_entries() == 2u);
+  BOOST_TEST(f.core().stats().kernel_calls == 4);
+}
+
 BOOST_AUTO_TEST_CASE(numbers_in_the_trace_and_mixed_dtypes) {
   auto f = jit::compile([](const Tensor& x, const Tensor& i) {
     return std::vector<Tensor>{(x * 3 + i) / 2.0, sum(x > 0.0, {1}), argmax(x, 1)};

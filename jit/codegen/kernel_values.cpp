@@ -6,6 +6,9 @@
 
 #include <cstring>
 
+#include "jit/reference_executor.h"
+#include "runtime/dispatch.h"
+
 namespace kiln::jit::codegen {
 
 std::string var(int value) {
@@ -61,6 +64,16 @@ std::vector<long long> domain_strides(const Tensor& t, int domain_rank,
     if (fd >= 0 && t.shape()[d] != 1) strides[frame_dims[fd]] = t.strides()[d];
   }
   return strides;
+}
+
+void apply_host_views(const graph::Graph& g, const std::vector<int>& views,
+                      std::vector<Tensor>& values, std::span<const std::int64_t> symbol_values) {
+  for (int n : views) {
+    const graph::Node& node = g.nodes[n];
+    std::vector<Tensor> ins;
+    for (int v : node.inputs) ins.push_back(values.at(v));
+    values.at(node.output()) = dispatch1(node.op, ins, attrs_at(g, node, symbol_values));
+  }
 }
 
 }  // namespace kiln::jit::codegen

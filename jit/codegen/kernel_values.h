@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,5 +26,10 @@ std::array<unsigned char, 8> number_argument(const Tensor& number);
 // broadcasts or does not reach.
 std::vector<long long> domain_strides(const Tensor& t, int domain_rank,
                                       const std::vector<int>& frame_dims);
+
+// Runs the view nodes a kernel reads through (their inputs come from outside it) on the host,
+// with symbolic target sizes at this call's values.
+void apply_host_views(const graph::Graph& g, const std::vector<int>& views,
+                      std::vector<Tensor>& values, std::span<const std::int64_t> symbol_values);
 
 }  // namespace kiln::jit::codegen

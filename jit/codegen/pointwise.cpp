@@ -159,13 +159,9 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
 }
 
 std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& kernel,
-                                  const Shape& domain, std::vector<Tensor>& values) {
-  for (int n : kernel.host_views) {
-    const graph::Node& node = g.nodes[n];
-    std::vector<Tensor> ins;
-    for (int v : node.inputs) ins.push_back(values.at(v));
-    values.at(node.output()) = dispatch1(node.op, ins, node.attrs);
-  }
+                                  const Shape& domain, std::vector<Tensor>& values,
+                                  std::span<const std::int64_t> symbol_values) {
+  apply_host_views(g, kernel.host_views, values, symbol_values);
   // The struct the kernel declares has exactly rank sizes and max(1, reads) stride rows: pack
   // the same layout into a byte buffer.
   std::vector<long long> packed(static_cast<std::size_t>(kernel.rank), 1);

@@ -31,6 +31,7 @@ PointwiseKernel render_pointwise(const graph::Graph& graph, const graph::FusionG
 // value) and the inputs of its host views; returns the
 // values it writes, in `kernel.writes` order, as new contiguous CUDA tensors.
 std::vector<Tensor> run_pointwise(const graph::Graph& graph, const PointwiseKernel& kernel,
-                                  const Shape& domain, std::vector<Tensor>& values);
+                                  const Shape& domain, std::vector<Tensor>& values,
+                                  std::span<const std::int64_t> symbol_values = {});
 
 }  // namespace kiln::jit::codegen

@@ -491,13 +491,9 @@ ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionG
 }
 
 std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& kernel,
-                                  const Shape& domain, std::vector<Tensor>& values) {
-  for (int n : kernel.host_views) {
-    const graph::Node& node = g.nodes[n];
-    std::vector<Tensor> ins;
-    for (int v : node.inputs) ins.push_back(values.at(v));
-    values.at(node.output()) = dispatch1(node.op, ins, node.attrs);
-  }
+                                  const Shape& domain, std::vector<Tensor>& values,
+                                  std::span<const std::int64_t> symbol_values) {
+  apply_host_views(g, kernel.host_views, values, symbol_values);
   auto rank = static_cast<int>(domain.size());
   std::vector<int> kept, reduced(kernel.reduce_dims.begin(), kernel.reduce_dims.end());
   for (int d = 0; d < rank; ++d)

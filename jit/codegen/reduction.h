@@ -5,6 +5,7 @@
 // mean, then its variance), re-reading the row from memory in each (the looped schedule).
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "graph/fusion.h"
@@ -35,6 +36,7 @@ ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionG
 // Runs `kernel` over `domain` (the group's domain at this call's sizes); `values` as for
 // run_pointwise. Returns the written values in `kernel.writes` order.
 std::vector<Tensor> run_reduction(const graph::Graph& graph, const ReductionKernel& kernel,
-                                  const Shape& domain, std::vector<Tensor>& values);
+                                  const Shape& domain, std::vector<Tensor>& values,
+                                  std::span<const std::int64_t> symbol_values = {});
 
 }  // namespace kiln::jit::codegen
