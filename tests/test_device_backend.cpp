@@ -31,10 +31,10 @@ bool driver_present() {
 BOOST_AUTO_TEST_SUITE(backend_selection)
 
 BOOST_AUTO_TEST_CASE(parse_kiln_cuda) {
-  BOOST_TEST((kiln::cuda::parse_backend_choice("driver") == BackendChoice::kDriver));
-  BOOST_TEST((kiln::cuda::parse_backend_choice("virtual") == BackendChoice::kVirtual));
-  BOOST_TEST((kiln::cuda::parse_backend_choice("auto") == BackendChoice::kAuto));
-  BOOST_TEST((kiln::cuda::parse_backend_choice("") == BackendChoice::kAuto));
+  BOOST_TEST((kiln::cuda::parse_backend_choice("driver") == BackendChoice::driver));
+  BOOST_TEST((kiln::cuda::parse_backend_choice("virtual") == BackendChoice::virtual_));
+  BOOST_TEST((kiln::cuda::parse_backend_choice("auto") == BackendChoice::auto_));
+  BOOST_TEST((kiln::cuda::parse_backend_choice("") == BackendChoice::auto_));
   for (const char* bad : {"gpu", "Driver", "virtual ", "cuda"}) {
     try {
       kiln::cuda::parse_backend_choice(bad);
@@ -64,7 +64,7 @@ BOOST_AUTO_TEST_CASE(driver_without_a_driver_is_a_clear_error) {
     }
   }
   BOOST_CHECK_THROW(kiln::cuda::backend("driver"), kiln::Error);
-  BOOST_CHECK_THROW(kiln::cuda::select_backend(BackendChoice::kDriver), kiln::Error);
+  BOOST_CHECK_THROW(kiln::cuda::select_backend(BackendChoice::driver), kiln::Error);
 }
 
 // The toolkit's stub libcuda exports the whole driver API but cuInit fails with
@@ -112,7 +112,7 @@ BOOST_AUTO_TEST_CASE(stub_driver_is_not_a_driver) {
 }
 
 BOOST_AUTO_TEST_CASE(auto_falls_back_with_one_notice_line) {
-  auto s = kiln::cuda::select_backend(BackendChoice::kAuto);
+  auto s = kiln::cuda::select_backend(BackendChoice::auto_);
   BOOST_REQUIRE(s.backend);
   if (driver_present()) return;
   BOOST_TEST(s.backend->kind() == "virtual");

@@ -126,10 +126,8 @@ extern "C" __global__ void bf(const __nv_bfloat16* a, __nv_bfloat16* c, float* f
   using kiln::cuda::vgpu::FloatFormat;
   using kiln::cuda::vgpu::half_to_float;
   using kiln::cuda::vgpu::Round;
-  auto h16 = [](double x) { return std::uint16_t(encode_float(FloatFormat::kF16, x, Round::kRn)); };
-  auto b16 = [](double x) {
-    return std::uint16_t(encode_float(FloatFormat::kBF16, x, Round::kRn));
-  };
+  auto h16 = [](double x) { return std::uint16_t(encode_float(FloatFormat::f16, x, Round::rn)); };
+  auto b16 = [](double x) { return std::uint16_t(encode_float(FloatFormat::bf16, x, Round::rn)); };
   int n = 100;
   auto fa = random_floats(n, 3), fb = random_floats(n, 4);
   std::vector<std::uint16_t> a(n), b(n), ba(n);

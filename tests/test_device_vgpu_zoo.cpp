@@ -205,7 +205,7 @@ extern "C" __global__ void k(const float* x, float* out, double* dout) {
       [](double v) {  // round to half by the host's float16 reference (via float, exact for these)
         return static_cast<double>(
             half_to_float(static_cast<std::uint16_t>(kiln::cuda::vgpu::encode_float(
-                kiln::cuda::vgpu::FloatFormat::kF16, v, kiln::cuda::vgpu::Round::kRn))));
+                kiln::cuda::vgpu::FloatFormat::f16, v, kiln::cuda::vgpu::Round::rn))));
       };
   for (int t = 0; t < n; ++t) {
     double v = x[t], hv = rh(v);

@@ -33,9 +33,9 @@ Backend*& slot(Registry& r, std::string_view kind) {
 }  // namespace
 
 BackendChoice parse_backend_choice(std::string_view value) {
-  if (value == "driver") return BackendChoice::kDriver;
-  if (value == "virtual") return BackendChoice::kVirtual;
-  if (value == "auto" || value.empty()) return BackendChoice::kAuto;
+  if (value == "driver") return BackendChoice::driver;
+  if (value == "virtual") return BackendChoice::virtual_;
+  if (value == "auto" || value.empty()) return BackendChoice::auto_;
   throw Error(
       fmt::format("KILN_CUDA='{}' is not a CUDA backend: choose driver, virtual or auto", value));
 }
@@ -43,13 +43,13 @@ BackendChoice parse_backend_choice(std::string_view value) {
 Selection select_backend(BackendChoice choice) {
   Selection s;
   switch (choice) {
-    case BackendChoice::kDriver:
+    case BackendChoice::driver:
       s.backend = make_driver_backend();
       break;
-    case BackendChoice::kVirtual:
+    case BackendChoice::virtual_:
       s.backend = make_virtual_backend();
       break;
-    case BackendChoice::kAuto:
+    case BackendChoice::auto_:
       try {
         s.backend = make_driver_backend();
       } catch (const Error& e) {
@@ -69,7 +69,7 @@ Backend& backend(std::string_view kind) {
   std::lock_guard lock(r.mutex);
   auto& s = slot(r, kind);
   if (!s) {
-    auto made = select_backend(kind == "driver" ? BackendChoice::kDriver : BackendChoice::kVirtual);
+    auto made = select_backend(kind == "driver" ? BackendChoice::driver : BackendChoice::virtual_);
     s = made.backend.release();
   }
   return *s;
@@ -81,9 +81,9 @@ Backend& backend() {
   if (r.chosen) return *r.chosen;
   const char* env = std::getenv("KILN_CUDA");
   auto choice = parse_backend_choice(env ? env : "");
-  if (choice == BackendChoice::kDriver && r.driver) return *(r.chosen = r.driver);
-  if (choice == BackendChoice::kVirtual && r.virtual_gpu) return *(r.chosen = r.virtual_gpu);
-  if (choice == BackendChoice::kAuto && r.driver) return *(r.chosen = r.driver);
+  if (choice == BackendChoice::driver && r.driver) return *(r.chosen = r.driver);
+  if (choice == BackendChoice::virtual_ && r.virtual_gpu) return *(r.chosen = r.virtual_gpu);
+  if (choice == BackendChoice::auto_ && r.driver) return *(r.chosen = r.driver);
   Selection made;
   try {
     made = select_backend(choice);

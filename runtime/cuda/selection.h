@@ -10,7 +10,7 @@
 
 namespace kiln::cuda {
 
-enum class BackendChoice { kDriver, kVirtual, kAuto };
+enum class BackendChoice { driver, virtual_, auto_ };
 
 // "driver", "virtual", "auto" (or empty: auto). Anything else is a kiln::Error naming the value
 // and the choices.

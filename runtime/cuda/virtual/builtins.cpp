@@ -20,7 +20,7 @@ template <class T>
 T arg(ThreadState& t, const Instr& in, const CallSite& cs, std::size_t i) {
   if (i >= cs.arg_slots.size()) fault(t, in, "builtin called with too few arguments");
   std::uint64_t a = t.r[cs.arg_slots[i]] + static_cast<std::uint64_t>(cs.arg_offsets[i]);
-  return load_as<T>(resolve(t, in, Space::kParam, a, 1, Access::kLoad));
+  return load_as<T>(resolve(t, in, Space::param, a, 1, Access::load));
 }
 
 void set_ret(ThreadState& t, const CallSite& cs, const void* value, std::size_t bytes) {
@@ -32,7 +32,7 @@ void set_ret(ThreadState& t, const CallSite& cs, const void* value, std::size_t 
 std::string read_string(ThreadState& t, const Instr& in, std::uint64_t addr) {
   std::string s;
   for (std::size_t i = 0; i < 4096; ++i) {
-    char c = static_cast<char>(*resolve(t, in, Space::kGeneric, addr + i, 1, Access::kLoad));
+    char c = static_cast<char>(*resolve(t, in, Space::generic, addr + i, 1, Access::load));
     if (!c) break;
     s += c;
   }
@@ -45,7 +45,7 @@ std::string format_printf(ThreadState& t, const Instr& in, const std::string& f,
   std::uint64_t off = 0;
   auto take = [&](unsigned bytes) {
     off = (off + bytes - 1) / bytes * bytes;
-    const std::uint8_t* p = resolve(t, in, Space::kGeneric, args + off, bytes, Access::kLoad);
+    const std::uint8_t* p = resolve(t, in, Space::generic, args + off, bytes, Access::load);
     off += bytes;
     std::uint64_t v = 0;
     std::memcpy(&v, p, bytes);

@@ -1,5 +1,5 @@
 // Warp collectives and block barriers: the handlers only park the thread (status + what it
-// waits on); the block scheduler in executor.cpp groups parked threads and calls in here to
+// waits on); the block scheduler in launch.cpp groups parked threads and calls in here to
 // carry a ready group out.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 namespace kiln::cuda::vgpu {
 
-enum class WarpKind : std::uint8_t { kShfl, kVote, kActivemask, kMatch, kRedux, kSync, kElect };
+enum class WarpKind : std::uint8_t { shfl, vote, activemask, match, redux, sync, elect };
 
 // Which collective `in` is (stored in Instr::aux by the decoders).
 inline WarpKind warp_kind(const Instr& in) {
@@ -23,7 +23,7 @@ const char* warp_kind_name(WarpKind k);
 void execute_warp_group(ThreadState* const* lanes, std::uint32_t group);
 
 // bar.warp.sync is decoded here although its opcode starts with "bar".
-void decode_bar_warp_sync(DecodeCtx& c, OpInfo& info, Instr& in);
+void decode_bar_warp_sync(DecodeCtx& c, OpcodeParts& info, Instr& in);
 
 // Barrier instruction fields: mod 0 = sync, 1 = arrive, 2 = red; mod2 = red op (0 popc, 1 and,
 // 2 or); aux = 1 when a thread count is given.

@@ -146,9 +146,9 @@ class ModuleDecoder final : public DecodeCtx {
       ast::Operand plain = o;
       plain.negated = false;
       in.flags |= static_cast<std::uint16_t>(kFlagNegA << i);
-      return src(plain, Type::kPred);
+      return src(plain, Type::pred);
     }
-    return src(o, Type::kPred);
+    return src(o, Type::pred);
   }
 
   std::uint32_t dst(const ast::Operand& o) override {
@@ -164,11 +164,11 @@ class ModuleDecoder final : public DecodeCtx {
     in.imm = o.offset;
     if (o.name.empty()) {
       in.addr = kSlotZero;
-      return Space::kGeneric;
+      return Space::generic;
     }
     if (const LocalSym* s = find_local(o.name); s && s->is_reg) {
       in.addr = s->slot;
-      return Space::kGeneric;
+      return Space::generic;
     }
     SymAddr a;
     ast::Operand n;
@@ -251,7 +251,7 @@ class ModuleDecoder final : public DecodeCtx {
     return nullptr;
   }
   void note_shared(const SymAddr& a) {
-    if (a.space == Space::kShared && a.base == kSlotZero)
+    if (a.space == Space::shared && a.base == kSlotZero)
       fn->own_shared_end =
           std::max(fn->own_shared_end, static_cast<std::uint64_t>(a.offset) + a.size);
   }
@@ -272,7 +272,7 @@ class ModuleDecoder final : public DecodeCtx {
 void ModuleDecoder::declare(const ast::VarDecl& v) {
   auto& scope = scopes_.back();
   switch (v.space) {
-    case ast::Space::kReg: {
+    case ast::Space::reg: {
       if (v.range) {
         for (std::int64_t i = 0; i < v.count; ++i)
           scope[v.name + std::to_string(i)] = LocalSym{true, next_slot_++, {}};
@@ -281,36 +281,35 @@ void ModuleDecoder::declare(const ast::VarDecl& v) {
       }
       return;
     }
-    case ast::Space::kLocal: {
+    case ast::Space::local: {
       std::uint64_t align = var_align(v);
       fn->local_align = std::max(fn->local_align, align);
       fn->local_bytes = align_up(fn->local_bytes, align);
       scope[v.name] = LocalSym{false, 0,
                                SymAddr{kSlotLocalBase, static_cast<std::int64_t>(fn->local_bytes),
-                                       Space::kLocal, var_size(v)}};
+                                       Space::local, var_size(v)}};
       fn->local_bytes += var_size(v);
       return;
     }
-    case ast::Space::kParam: {
+    case ast::Space::param: {
       std::uint64_t align = var_align(v);
       fn->param_frame_bytes = align_up(fn->param_frame_bytes, align);
       scope[v.name] =
           LocalSym{false, 0,
                    SymAddr{kSlotParamBase, static_cast<std::int64_t>(fn->param_frame_bytes),
-                           Space::kParam, var_size(v)}};
+                           Space::param, var_size(v)}};
       fn->param_frame_bytes += var_size(v);
       return;
     }
-    case ast::Space::kShared: {
+    case ast::Space::shared: {
       if (v.is_extern) {
         extern_shared_align = std::max(extern_shared_align, var_align(v));
-        scope[v.name] = LocalSym{false, 0, SymAddr{kSlotDynSmemBase, 0, Space::kShared, 0}};
+        scope[v.name] = LocalSym{false, 0, SymAddr{kSlotDynSmemBase, 0, Space::shared, 0}};
         return;
       }
       std::uint64_t off = alloc_shared(var_size(v), var_align(v));
-      scope[v.name] =
-          LocalSym{false, 0,
-                   SymAddr{kSlotZero, static_cast<std::int64_t>(off), Space::kShared, var_size(v)}};
+      scope[v.name] = LocalSym{
+          false, 0, SymAddr{kSlotZero, static_cast<std::int64_t>(off), Space::shared, var_size(v)}};
       fn->own_shared_end = std::max(fn->own_shared_end, off + var_size(v));
       return;
     }
@@ -318,7 +317,7 @@ void ModuleDecoder::declare(const ast::VarDecl& v) {
       throw PtxError(
           fmt::format("unsupported PTX declaration at line {}: function-scope .{} "
                       "variable '{}'",
-                      v.line, v.space == ast::Space::kGlobal ? "global" : "const", v.name));
+                      v.line, v.space == ast::Space::global ? "global" : "const", v.name));
   }
 }
 
@@ -345,7 +344,7 @@ void ModuleDecoder::decode_function(const ast::Function& af, Function& f) {
       cursor += p.size;
       out.push_back(p);
       scopes_.back()[v.name] = LocalSym{
-          false, 0, SymAddr{base, static_cast<std::int64_t>(p.offset), Space::kParam, p.size}};
+          false, 0, SymAddr{base, static_cast<std::int64_t>(p.offset), Space::param, p.size}};
     }
   };
   if (f.is_entry) {
@@ -379,7 +378,7 @@ void ModuleDecoder::decode_function(const ast::Function& af, Function& f) {
         break;
       case ast::Statement::kInstruction: {
         ai = &s.instr;
-        OpInfo info(ai->opcode);
+        OpcodeParts info(ai->opcode);
         auto it = table_.find(info.base);
         if (it == table_.end())
           throw PtxError(
@@ -389,7 +388,7 @@ void ModuleDecoder::decode_function(const ast::Function& af, Function& f) {
         if (!ai->guard.empty()) {
           ast::Operand g;
           g.name = ai->guard;
-          in.guard = src(g, Type::kPred);
+          in.guard = src(g, Type::pred);
           in.guard_neg = ai->guard_neg;
         }
         it->second(*this, info, in);
@@ -413,7 +412,7 @@ void ModuleDecoder::decode_function(const ast::Function& af, Function& f) {
     ret.opcode = "ret";
     ret.line = af.line;
     ai = &ret;
-    OpInfo info("ret");
+    OpcodeParts info("ret");
     Instr in;
     in.line = static_cast<std::uint32_t>(af.line);
     table_.at("ret")(*this, info, in);
@@ -448,14 +447,14 @@ void write_init(std::uint8_t* dst, std::uint64_t capacity, const ast::VarDecl& v
     std::uint64_t bits;
     if (!lit.empty() && lit[0] == '&') {
       auto it = syms.find(lit.substr(1));
-      if (it == syms.end() || it->second.addr.space != Space::kGlobal)
+      if (it == syms.end() || it->second.addr.space != Space::global)
         throw PtxError(fmt::format("unsupported PTX initializer at line {}: address of '{}'",
                                    v.line, lit.substr(1)));
       bits = static_cast<std::uint64_t>(it->second.addr.offset);
     } else if (!lit.empty() && (std::isalpha(static_cast<unsigned char>(lit[0])) || lit[0] == '_' ||
                                 lit[0] == '$')) {
       auto it = syms.find(lit);
-      if (it == syms.end() || it->second.addr.space != Space::kGlobal)
+      if (it == syms.end() || it->second.addr.space != Space::global)
         throw PtxError(fmt::format("unsupported PTX initializer at line {}: '{}'", v.line, lit));
       bits = static_cast<std::uint64_t>(it->second.addr.offset);
     } else {
@@ -498,36 +497,36 @@ Program decode_module(
     return static_cast<std::uint64_t>(std::max(1, type_bytes(parse_type(v.type)) * v.vec));
   };
   for (const auto& v : m.globals) {
-    if (parse_type(v.type) == Type::kNone)
+    if (parse_type(v.type) == Type::none)
       throw PtxError(fmt::format("unsupported PTX variable type '.{}' at line {}", v.type, v.line));
     std::uint64_t size = var_size(v);
     SymAddr a;
     a.size = size;
     switch (v.space) {
-      case ast::Space::kGlobal: {
+      case ast::Space::global: {
         if (v.is_extern)
           throw PtxError(fmt::format("unsupported PTX at line {}: extern .global '{}' (no linker)",
                                      v.line, v.name));
         std::uint64_t addr = alloc_global(size, v.name);
         std::memset(reinterpret_cast<void*>(addr), 0, size);
-        a.space = Space::kGlobal;
+        a.space = Space::global;
         a.offset = static_cast<std::int64_t>(addr);
         dec.module_syms[v.name] = ModSym{a};
         write_init(reinterpret_cast<std::uint8_t*>(addr), size, v, dec.module_syms);
         prog.globals.push_back({v.name, addr, size});
         break;
       }
-      case ast::Space::kConst: {
+      case ast::Space::const_: {
         std::uint64_t off = align_up(prog.const_bank.size(), var_align(v));
         prog.const_bank.resize(off + size);
-        a.space = Space::kConst;
+        a.space = Space::const_;
         a.offset = static_cast<std::int64_t>(off);
         dec.module_syms[v.name] = ModSym{a};
         write_init(prog.const_bank.data() + off, size, v, dec.module_syms);
         break;
       }
-      case ast::Space::kShared: {
-        a.space = Space::kShared;
+      case ast::Space::shared: {
+        a.space = Space::shared;
         if (v.is_extern || v.count == 0) {
           dec.extern_shared_align = std::max(dec.extern_shared_align, var_align(v));
           a.base = kSlotDynSmemBase;

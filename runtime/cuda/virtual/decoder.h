@@ -15,20 +15,20 @@
 
 namespace kiln::cuda::vgpu {
 
-Type parse_type(std::string_view name);  // "f32" -> Type::kF32, unknown -> kNone
+Type parse_type(std::string_view name);  // "f32" -> Type::f32, unknown -> Type::none
 
 // An opcode split at its dots: "setp.lt.and.f32" -> base "setp", mods {lt, and}, types {f32}.
-struct OpInfo {
+struct OpcodeParts {
   std::string text;
   std::string base;
   std::vector<std::string> mods;
   std::vector<bool> used;
   std::vector<Type> types;
 
-  explicit OpInfo(const std::string& opcode);
+  explicit OpcodeParts(const std::string& opcode);
   bool take(std::string_view m);  // marks `m` used; false when absent
   bool has(std::string_view m) const;
-  Type type(std::size_t i = 0) const { return i < types.size() ? types[i] : Type::kNone; }
+  Type type(std::size_t i = 0) const { return i < types.size() ? types[i] : Type::none; }
   // The first modifier among `options` present (marked used), or -1.
   int take_one(std::initializer_list<std::string_view> options);
 };
@@ -37,7 +37,7 @@ struct OpInfo {
 struct SymAddr {
   std::uint32_t base = kSlotZero;
   std::int64_t offset = 0;
-  Space space = Space::kGlobal;
+  Space space = Space::global;
   std::uint64_t size = 0;
 };
 
@@ -53,7 +53,7 @@ class DecodeCtx {
   virtual std::uint32_t pred_src(const ast::Operand& o, Instr& in, int i) = 0;
   virtual std::uint32_t dst(const ast::Operand& o) = 0;
   // Memory operand [base+off] into in.addr / in.imm; returns the space of a named symbol, or
-  // Space::kGeneric when the base is a register.
+  // Space::generic when the base is a register.
   virtual Space mem(const ast::Operand& o, Instr& in) = 0;
   // Address of a variable named in `o` (mov %rd, sym); false if `o` is not a variable.
   virtual bool symbol(const ast::Operand& o, SymAddr& out) = 0;
@@ -72,7 +72,7 @@ class DecodeCtx {
   std::size_t nops() const { return ai->operands.size(); }
 };
 
-using OpDecoder = std::function<void(DecodeCtx&, OpInfo&, Instr&)>;
+using OpDecoder = std::function<void(DecodeCtx&, OpcodeParts&, Instr&)>;
 using DecoderTable = std::unordered_map<std::string, OpDecoder>;
 
 // Each family adds its opcodes.
@@ -88,8 +88,8 @@ void add_warp_decoders(DecoderTable& table);
 // Literal `text` (sign given apart) as the bits of type `t`; ok = false if it cannot be one.
 std::uint64_t literal_bits(const std::string& text, bool negative, Type t, bool& ok);
 
-// Rounding-mode modifier (rn rz rm rp rni rzi rmi rpi rna) -> Round; kNone when absent.
-std::uint8_t take_rounding(OpInfo& info);
+// Rounding-mode modifier (rn rz rm rp rni rzi rmi rpi rna) -> Round; Round::none when absent.
+std::uint8_t take_rounding(OpcodeParts& info);
 
 // Builds the Program for a parsed module. `alloc_global` allocates checked device memory for
 // module-scope .global data.

@@ -13,13 +13,13 @@ struct FormatInfo {
 
 constexpr FormatInfo info(FloatFormat f) {
   switch (f) {
-    case FloatFormat::kF16:
+    case FloatFormat::f16:
       return {5, 10};
-    case FloatFormat::kBF16:
+    case FloatFormat::bf16:
       return {8, 7};
-    case FloatFormat::kF32:
+    case FloatFormat::f32:
       return {8, 23};
-    case FloatFormat::kF64:
+    case FloatFormat::f64:
       return {11, 52};
   }
   return {8, 23};
@@ -29,13 +29,13 @@ constexpr FormatInfo info(FloatFormat f) {
 
 long double round_integral(long double v, Round mode) {
   switch (mode) {
-    case Round::kRz:
+    case Round::rz:
       return std::trunc(v);
-    case Round::kRm:
+    case Round::rm:
       return std::floor(v);
-    case Round::kRp:
+    case Round::rp:
       return std::ceil(v);
-    case Round::kRna:
+    case Round::rna:
       return std::round(v);
     default: {
       long double r = std::floor(v), diff = v - r;
@@ -47,13 +47,13 @@ long double round_integral(long double v, Round mode) {
 
 long double decode_float(FloatFormat format, std::uint64_t bits) {
   switch (format) {
-    case FloatFormat::kF16:
+    case FloatFormat::f16:
       return half_to_float(std::uint16_t(bits));
-    case FloatFormat::kBF16:
+    case FloatFormat::bf16:
       return bf16_to_float(std::uint16_t(bits));
-    case FloatFormat::kF32:
+    case FloatFormat::f32:
       return std::bit_cast<float>(std::uint32_t(bits));
-    case FloatFormat::kF64:
+    case FloatFormat::f64:
       return std::bit_cast<double>(bits);
   }
   return 0;
@@ -79,12 +79,12 @@ std::uint64_t encode_float(FloatFormat format, long double v, Round mode) {
   // Quantum: the value of the last mantissa bit at this exponent (subnormals share min_exp's).
   int q = (exp < min_exp ? min_exp : exp) - fi.mant_bits;
   long double scaled = std::ldexp(a, -q);
-  Round m = mode == Round::kNone ? Round::kRn : mode;
+  Round m = mode == Round::none ? Round::rn : mode;
   if (sign) {  // directed modes act on the signed value
-    if (m == Round::kRm)
-      m = Round::kRp;
-    else if (m == Round::kRp)
-      m = Round::kRm;
+    if (m == Round::rm)
+      m = Round::rp;
+    else if (m == Round::rp)
+      m = Round::rm;
   }
   long double ri = round_integral(scaled, m);
   long double r = std::ldexp(ri, q);
@@ -92,7 +92,7 @@ std::uint64_t encode_float(FloatFormat format, long double v, Round mode) {
   const long double max_finite =
       std::ldexp((std::ldexp(1.0L, fi.mant_bits + 1) - 1), bias - fi.mant_bits);
   if (r > max_finite) {
-    bool to_inf = m == Round::kRn || m == Round::kRna || m == Round::kRp;
+    bool to_inf = m == Round::rn || m == Round::rna || m == Round::rp;
     return to_inf ? pack(exp_all, 0) : pack(exp_all - 1, (std::uint64_t(1) << fi.mant_bits) - 1);
   }
   if (r == 0) return pack(0, 0);  // rounded to (signed) zero
@@ -108,7 +108,7 @@ std::uint64_t encode_float(FloatFormat format, long double v, Round mode) {
 }
 
 std::uint16_t float_to_half_rn(float f) {
-  return std::uint16_t(encode_float(FloatFormat::kF16, f, Round::kRn));
+  return std::uint16_t(encode_float(FloatFormat::f16, f, Round::rn));
 }
 
 std::uint16_t float_to_bf16_rn(float f) {

@@ -7,14 +7,14 @@
 
 namespace kiln::cuda::vgpu {
 
-enum class Round : std::uint8_t { kNone, kRn, kRz, kRm, kRp, kRna };
+enum class Round : std::uint8_t { none, rn, rz, rm, rp, rna };
 
-enum class FloatFormat : std::uint8_t { kF16, kBF16, kF32, kF64 };
+enum class FloatFormat : std::uint8_t { f16, bf16, f32, f64 };
 
 // Value of a float of `format` stored in the low bits of `bits`; exact.
 long double decode_float(FloatFormat format, std::uint64_t bits);
 
-// `value` rounded to `format` with `mode` (kNone = round to nearest even), as bits.
+// `value` rounded to `format` with `mode` (Round::none = round to nearest even), as bits.
 std::uint64_t encode_float(FloatFormat format, long double value, Round mode);
 
 // Rounds to an integral value with mode kRn (ties to even), kRz, kRm, kRp.

@@ -134,8 +134,8 @@ struct Bfind {
 };
 
 Handler bits_handler(DecodeCtx& c, Type t, Handler h32, Handler h64) {
-  if (t == Type::kB32 || t == Type::kU32 || t == Type::kS32) return h32;
-  if (t == Type::kB64 || t == Type::kU64 || t == Type::kS64) return h64;
+  if (t == Type::b32 || t == Type::u32 || t == Type::s32) return h32;
+  if (t == Type::b64 || t == Type::u64 || t == Type::s64) return h64;
   c.fail(fmt::format("type .{} not supported", type_name(t)));
 }
 
@@ -191,58 +191,58 @@ void fns_op(ThreadState& t, const Instr& in) {
 
 void add_bits_decoders(DecoderTable& table) {
   auto dot = [](Handler h, bool two) {
-    return [h, two](DecodeCtx& c, OpInfo& info, Instr& in) {
+    return [h, two](DecodeCtx& c, OpcodeParts& info, Instr& in) {
       int half = two ? info.take_one({"lo", "hi"}) : 0;
       if (half < 0) c.fail("dp2a needs .lo or .hi");
-      in.mod = static_cast<std::uint8_t>((info.type(0) == Type::kS32 ? 1 : 0) |
-                                         (info.type(1) == Type::kS32 ? 2 : 0) | (half ? 4 : 0));
+      in.mod = static_cast<std::uint8_t>((info.type(0) == Type::s32 ? 1 : 0) |
+                                         (info.type(1) == Type::s32 ? 2 : 0) | (half ? 4 : 0));
       in.fn = h;
-      decode_dst_srcs(c, in, Type::kU32, 3);
+      decode_dst_srcs(c, in, Type::u32, 3);
     };
   };
   table["dp4a"] = dot(dp4a_op, false);
   table["dp2a"] = dot(dp2a_op, true);
-  table["fns"] = [](DecodeCtx& c, OpInfo&, Instr& in) {
+  table["fns"] = [](DecodeCtx& c, OpcodeParts&, Instr& in) {
     in.fn = fns_op;
-    decode_dst_srcs(c, in, Type::kU32, 3);
+    decode_dst_srcs(c, in, Type::u32, 3);
   };
-  table["shf"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["shf"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     int dir = info.take_one({"l", "r"});
     int mode = info.take_one({"wrap", "clamp"});
     if (dir < 0 || mode < 0) c.fail("shf needs .l/.r and .wrap/.clamp");
     in.mod = static_cast<std::uint8_t>(dir | (mode << 1));
     in.fn = shf_op;
-    decode_dst_srcs(c, in, Type::kU32, 3);
+    decode_dst_srcs(c, in, Type::u32, 3);
   };
-  table["lop3"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["lop3"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type();
     in.fn = bits_handler(c, in.type, lop3_op<std::uint32_t>, lop3_op<std::uint64_t>);
     decode_dst_srcs(c, in, in.type, 3);
-    in.s[3] = c.src(c.op(4), Type::kU32);
+    in.s[3] = c.src(c.op(4), Type::u32);
   };
-  table["prmt"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["prmt"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     int mode = info.take_one({"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"});
     in.mod = static_cast<std::uint8_t>(mode + 1);
     in.fn = prmt_op;
-    decode_dst_srcs(c, in, Type::kU32, 3);
+    decode_dst_srcs(c, in, Type::u32, 3);
   };
-  table["bfe"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["bfe"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type();
     in.fn = int_handler<Bfe>(c, in.type, false);
     in.d[0] = c.dst(c.op(0));
     in.s[0] = c.src(c.op(1), in.type);
-    in.s[1] = c.src(c.op(2), Type::kU32);
-    in.s[2] = c.src(c.op(3), Type::kU32);
+    in.s[1] = c.src(c.op(2), Type::u32);
+    in.s[2] = c.src(c.op(3), Type::u32);
   };
-  table["bfi"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["bfi"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type();
     in.fn = bits_handler(c, in.type, bfi_op<std::uint32_t>, bfi_op<std::uint64_t>);
     decode_dst_srcs(c, in, in.type, 2);
-    in.s[2] = c.src(c.op(3), Type::kU32);
-    in.s[3] = c.src(c.op(4), Type::kU32);
+    in.s[2] = c.src(c.op(3), Type::u32);
+    in.s[3] = c.src(c.op(4), Type::u32);
   };
   auto count = [](Handler h32, Handler h64) {
-    return [h32, h64](DecodeCtx& c, OpInfo& info, Instr& in) {
+    return [h32, h64](DecodeCtx& c, OpcodeParts& info, Instr& in) {
       in.type = info.type();
       in.fn = bits_handler(c, in.type, h32, h64);
       decode_dst_srcs(c, in, in.type, 1);
@@ -251,7 +251,7 @@ void add_bits_decoders(DecoderTable& table) {
   table["popc"] = count(popc_op<std::uint32_t>, popc_op<std::uint64_t>);
   table["clz"] = count(clz_op<std::uint32_t>, clz_op<std::uint64_t>);
   table["brev"] = count(brev_op<std::uint32_t>, brev_op<std::uint64_t>);
-  table["bfind"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["bfind"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type();
     in.mod = info.take("shiftamt") ? 1 : 0;
     in.fn = int_handler<Bfind>(c, in.type, false);

@@ -92,7 +92,7 @@ inline bool operands_compare(const ThreadState& t, const Instr& in) {
     if (in.flags & kFlagFtz) a = ftz(a), b = ftz(b);
     return compare(in.mod, a, b);
   } else if constexpr (std::is_same_v<T, Half16>) {  // f16 / bf16 operands
-    auto conv = in.type == Type::kBF16 ? bf16_to_float : half_to_float;
+    auto conv = in.type == Type::bf16 ? bf16_to_float : half_to_float;
     return compare(in.mod, conv(get<std::uint16_t>(t, in.s[0])),
                    conv(get<std::uint16_t>(t, in.s[1])));
   } else {
@@ -130,13 +130,13 @@ void set_op(ThreadState& t, const Instr& in) {
   bool r = combine(t, in, operands_compare<T>(t, in));
   std::uint64_t v;
   switch (in.type2) {
-    case Type::kF32:
+    case Type::f32:
       v = r ? 0x3f800000u : 0;
       break;
-    case Type::kF16:
+    case Type::f16:
       v = r ? 0x3c00u : 0;
       break;
-    case Type::kBF16:
+    case Type::bf16:
       v = r ? 0x3f80u : 0;
       break;
     default:
@@ -200,19 +200,19 @@ Handler setp_fixed_for(std::uint8_t op) {
 
 Handler fast_setp(Type t, std::uint8_t op) {
   switch (t) {
-    case Type::kS32:
+    case Type::s32:
       return setp_fixed_for<std::int32_t>(op);
-    case Type::kU32:
-    case Type::kB32:
+    case Type::u32:
+    case Type::b32:
       return setp_fixed_for<std::uint32_t>(op);
-    case Type::kS64:
+    case Type::s64:
       return setp_fixed_for<std::int64_t>(op);
-    case Type::kU64:
-    case Type::kB64:
+    case Type::u64:
+    case Type::b64:
       return setp_fixed_for<std::uint64_t>(op);
-    case Type::kF32:
+    case Type::f32:
       return setp_fixed_for<float>(op);
-    case Type::kF64:
+    case Type::f64:
       return setp_fixed_for<double>(op);
     default:
       return nullptr;
@@ -238,19 +238,19 @@ void slct_f32(ThreadState& t, const Instr& in) {
 template <template <class> class H>
 Handler cmp_handler(DecodeCtx& c, Type t) {
   switch (t) {
-    case Type::kF32:
+    case Type::f32:
       return H<float>::run;
-    case Type::kF64:
+    case Type::f64:
       return H<double>::run;
-    case Type::kF16:
-    case Type::kBF16:
+    case Type::f16:
+    case Type::bf16:
       return H<Half16>::run;
     default:
       return int_handler<H>(c, t);
   }
 }
 
-std::uint8_t take_cmp(DecodeCtx& c, OpInfo& info, Type t) {
+std::uint8_t take_cmp(DecodeCtx& c, OpcodeParts& info, Type t) {
   int op = info.take_one(
       {"eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan"});
   if (op < 0) {
@@ -266,11 +266,11 @@ std::uint8_t take_cmp(DecodeCtx& c, OpInfo& info, Type t) {
 
 void add_compare_decoders(DecoderTable& table) {
   auto setp_like = [](bool is_set) {
-    return [is_set](DecodeCtx& c, OpInfo& info, Instr& in) {
+    return [is_set](DecodeCtx& c, OpcodeParts& info, Instr& in) {
       Type src_type = is_set ? info.type(1) : info.type(0);
-      if (src_type == Type::kF16x2 || src_type == Type::kBF16x2) c.fail("packed comparison");
+      if (src_type == Type::f16x2 || src_type == Type::bf16x2) c.fail("packed comparison");
       in.type = src_type;
-      in.type2 = is_set ? info.type(0) : Type::kNone;
+      in.type2 = is_set ? info.type(0) : Type::none;
       in.mod = take_cmp(c, info, src_type);
       int b = info.take_one({"and", "or", "xor"});
       in.mod2 = static_cast<std::uint8_t>(b + 1);
@@ -292,19 +292,19 @@ void add_compare_decoders(DecoderTable& table) {
   };
   table["setp"] = setp_like(false);
   table["set"] = setp_like(true);
-  table["selp"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["selp"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type();
     in.fn = selp_op;
     decode_dst_srcs(c, in, in.type, 2);
-    in.s[2] = c.src(c.op(3), Type::kPred);
+    in.s[2] = c.src(c.op(3), Type::pred);
   };
-  table["slct"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["slct"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type(0);
     Type ct = info.type(1);
     if (info.take("ftz")) in.flags |= kFlagFtz;
-    if (ct == Type::kS32)
+    if (ct == Type::s32)
       in.fn = slct_s32;
-    else if (ct == Type::kF32)
+    else if (ct == Type::f32)
       in.fn = slct_f32;
     else
       c.fail("slct selector must be .s32 or .f32");

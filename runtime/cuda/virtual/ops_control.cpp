@@ -39,7 +39,7 @@ void call_op(ThreadState& t, const Instr& in) {
   for (std::size_t i = 0; i < cs.arg_slots.size() && i < callee.params.size(); ++i) {
     std::uint64_t src = t.r[cs.arg_slots[i]] + static_cast<std::uint64_t>(cs.arg_offsets[i]);
     const ParamSlot& p = callee.params[i];
-    const std::uint8_t* from = resolve(t, in, Space::kParam, src, 1, Access::kLoad);
+    const std::uint8_t* from = resolve(t, in, Space::param, src, 1, Access::load);
     if (src - kParamStackBase + p.size > t.param_top)
       fault(t, in, fmt::format("call argument {} reads past the caller's param space", i));
     std::memcpy(t.params.data() + base + p.offset, from, p.size);
@@ -50,7 +50,7 @@ void call_op(ThreadState& t, const Instr& in) {
 void ret_op(ThreadState& t, const Instr& in) {
   (void)in;
   if (t.frames.size() <= 1) {
-    t.status = Status::kExited;
+    t.status = Status::exited;
     return;
   }
   Frame f = t.frames.back();
@@ -71,7 +71,7 @@ void ret_op(ThreadState& t, const Instr& in) {
 }
 
 void exit_op(ThreadState& t, const Instr&) {
-  t.status = Status::kExited;
+  t.status = Status::exited;
 }
 void trap_op(ThreadState& t, const Instr& in) {
   fault(t, in, "trap: the kernel executed a trap instruction (e.g. __trap() or a failed check)");
@@ -89,7 +89,7 @@ void bar_op(ThreadState& t, const Instr& in) {
     t.bar_id = id;
     return;
   }
-  t.status = Status::kBarrier;
+  t.status = Status::barrier;
   t.wait = &in;
   t.bar_id = id;
   t.bar_count = count;
@@ -99,13 +99,13 @@ void bar_op(ThreadState& t, const Instr& in) {
 }  // namespace
 
 void add_control_decoders(DecoderTable& table) {
-  table["bra"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["bra"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     info.take("uni");
     in.fn = bra_op;
     in.flags |= kFlagMayStop;
     in.imm = c.label(c.op(0));
   };
-  table["call"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["call"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     info.take("uni");
     CallSite cs;
     std::size_t i = 0;
@@ -114,7 +114,7 @@ void add_control_decoders(DecoderTable& table) {
       if (rets.elems.size() > 1) c.fail("more than one return value");
       if (rets.elems.size() == 1) {
         SymAddr a;
-        if (!c.symbol(rets.elems[0], a) || a.space != Space::kParam)
+        if (!c.symbol(rets.elems[0], a) || a.space != Space::param)
           c.fail("return value must be a .param variable");
         cs.ret_slot = a.base;
         cs.ret_offset = a.offset;
@@ -129,7 +129,7 @@ void add_control_decoders(DecoderTable& table) {
     if (i < c.nops() && c.op(i).kind == ast::Operand::kList) {
       for (const auto& arg : c.op(i).elems) {
         SymAddr a;
-        if (!c.symbol(arg, a) || a.space != Space::kParam)
+        if (!c.symbol(arg, a) || a.space != Space::param)
           c.fail("call arguments must be .param variables");
         cs.arg_slots.push_back(a.base);
         cs.arg_offsets.push_back(a.offset);
@@ -145,18 +145,18 @@ void add_control_decoders(DecoderTable& table) {
     in.fn = call_op;
     in.flags |= kFlagMayStop;
   };
-  table["ret"] = [](DecodeCtx&, OpInfo& info, Instr& in) {
+  table["ret"] = [](DecodeCtx&, OpcodeParts& info, Instr& in) {
     info.take("uni");
     in.fn = ret_op;
     in.flags |= kFlagMayStop;
   };
-  table["exit"] = [](DecodeCtx&, OpInfo&, Instr& in) {
+  table["exit"] = [](DecodeCtx&, OpcodeParts&, Instr& in) {
     in.fn = exit_op;
     in.flags |= kFlagMayStop;
   };
-  table["trap"] = [](DecodeCtx&, OpInfo&, Instr& in) { in.fn = trap_op; };
-  table["brkpt"] = [](DecodeCtx&, OpInfo&, Instr& in) { in.fn = trap_op; };
-  auto bar = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["trap"] = [](DecodeCtx&, OpcodeParts&, Instr& in) { in.fn = trap_op; };
+  table["brkpt"] = [](DecodeCtx&, OpcodeParts&, Instr& in) { in.fn = trap_op; };
+  auto bar = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     if (info.has("warp")) {
       decode_bar_warp_sync(c, info, in);
       return;
@@ -174,17 +174,17 @@ void add_control_decoders(DecoderTable& table) {
       in.type = info.type();
       in.d[0] = c.dst(c.op(i++));
     }
-    in.s[0] = c.src(c.op(i++), Type::kU32);
+    in.s[0] = c.src(c.op(i++), Type::u32);
     std::size_t remaining = c.nops() - i;
     if ((mode == kBarRed && remaining == 2) || (mode != kBarRed && remaining == 1)) {
-      in.s[1] = c.src(c.op(i++), Type::kU32);
+      in.s[1] = c.src(c.op(i++), Type::u32);
       in.aux = 1;
     }
     if (mode == kBarRed) in.s[2] = c.pred_src(c.op(i), in, 2);
   };
   table["bar"] = bar;
   table["barrier"] = bar;
-  auto ignore_all = [](DecodeCtx&, OpInfo& info, Instr& in) {
+  auto ignore_all = [](DecodeCtx&, OpcodeParts& info, Instr& in) {
     for (std::size_t i = 0; i < info.mods.size(); ++i) info.used[i] = true;
     in.fn = nop;
   };

@@ -68,13 +68,13 @@ void pack_op(ThreadState& t, const Instr& in) {
 
 std::uint64_t window(Space s) {
   switch (s) {
-    case Space::kShared:
+    case Space::shared:
       return kSharedWindow;
-    case Space::kLocal:
+    case Space::local:
       return kLocalWindow;
-    case Space::kParam:
+    case Space::param:
       return kParamWindow;
-    case Space::kConst:
+    case Space::const_:
       return kConstWindow;
     default:
       return 0;
@@ -120,19 +120,19 @@ void cvt_int_int(ThreadState& t, const Instr& in) {
 
 FloatFormat format_of(Type t) {
   switch (t) {
-    case Type::kF16:
-      return FloatFormat::kF16;
-    case Type::kBF16:
-      return FloatFormat::kBF16;
-    case Type::kF64:
-      return FloatFormat::kF64;
+    case Type::f16:
+      return FloatFormat::f16;
+    case Type::bf16:
+      return FloatFormat::bf16;
+    case Type::f64:
+      return FloatFormat::f64;
     default:
-      return FloatFormat::kF32;
+      return FloatFormat::f32;
   }
 }
 
 long double flush_value(long double v, Type t) {
-  if (t != Type::kF32) return v;
+  if (t != Type::f32) return v;
   float f = static_cast<float>(v);
   return std::fpclassify(f) == FP_SUBNORMAL ? std::copysign(0.0L, v) : v;
 }
@@ -155,11 +155,11 @@ void cvt_generic(ThreadState& t, const Instr& in) {
         (type_bytes(st) == 8 ? ~0ull : ((1ull << (8 * type_bytes(st))) - 1)));
   }
   if (is_float(dt)) {
-    if (src_float && type_bytes(dt) == type_bytes(st) && mode != Round::kNone)
+    if (src_float && type_bytes(dt) == type_bytes(st) && mode != Round::none)
       v = round_integral(v, mode);  // cvt.rni.f32.f32: round to an integral value
     if (sat) v = std::isnan(v) ? 0.0L : std::clamp(v, 0.0L, 1.0L);
     std::uint64_t bits = encode_float(format_of(dt), v, mode);
-    if (ftz && dt == Type::kF32 &&
+    if (ftz && dt == Type::f32 &&
         std::fpclassify(std::bit_cast<float>(std::uint32_t(bits))) == FP_SUBNORMAL)
       bits &= 0x80000000u;
     t.r[in.d[0]] = bits;
@@ -180,7 +180,7 @@ void cvt_generic(ThreadState& t, const Instr& in) {
       t.r[in.d[0]] = 0;
       return;
     }
-    v = round_integral(v, mode == Round::kNone ? Round::kRz : mode);
+    v = round_integral(v, mode == Round::none ? Round::rz : mode);
     v = std::clamp(v, lo, hi);  // float -> int always saturates
   } else if (sat) {
     v = std::clamp(v, lo, hi);
@@ -194,7 +194,7 @@ void cvt_generic(ThreadState& t, const Instr& in) {
 
 // cvt.rn.f16x2.f32 d, a, b: a goes to the upper half.
 void cvt_pack_x2(ThreadState& t, const Instr& in) {
-  FloatFormat f = in.type == Type::kBF16x2 ? FloatFormat::kBF16 : FloatFormat::kF16;
+  FloatFormat f = in.type == Type::bf16x2 ? FloatFormat::bf16 : FloatFormat::f16;
   Round mode = static_cast<Round>(in.mod);
   auto one = [&](std::uint32_t slot) {
     long double v = get<float>(t, slot);
@@ -238,7 +238,7 @@ void cvt_s32_f32_rz(ThreadState& t, const Instr& in) {
 }  // namespace
 
 void add_convert_decoders(DecoderTable& table) {
-  table["mov"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["mov"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type();
     const ast::Operand& d = c.op(0);
     const ast::Operand& a = c.op(1);
@@ -258,10 +258,10 @@ void add_convert_decoders(DecoderTable& table) {
       in.vec = static_cast<std::uint8_t>(a.elems.size());
       if (in.vec < 2 || in.vec > 4) c.fail("bad vector size");
       in.imm = bits / in.vec;
-      Type et = in.imm == 8    ? Type::kB8
-                : in.imm == 16 ? Type::kB16
-                : in.imm == 32 ? Type::kB32
-                               : Type::kB64;
+      Type et = in.imm == 8    ? Type::b8
+                : in.imm == 16 ? Type::b16
+                : in.imm == 32 ? Type::b32
+                               : Type::b64;
       for (std::size_t i = 0; i < a.elems.size(); ++i) in.s[i] = c.src(a.elems[i], et);
       return;
     }
@@ -280,13 +280,13 @@ void add_convert_decoders(DecoderTable& table) {
     in.fn = mov_op;
     in.s[0] = c.src(a, in.type);
   };
-  auto cvta = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  auto cvta = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.mod = info.take("to") ? 1 : 0;
     int sp = info.take_one({"global", "shared", "local", "param", "const"});
     if (sp < 0) c.fail("missing state space");
     Space space = static_cast<Space>(sp + 1);
     in.imm = static_cast<std::int64_t>(window(space));
-    in.mod2 = info.type() == Type::kU32 ? 1 : 0;
+    in.mod2 = info.type() == Type::u32 ? 1 : 0;
     in.fn = cvta_op;
     in.d[0] = c.dst(c.op(0));
     SymAddr sa;
@@ -298,45 +298,45 @@ void add_convert_decoders(DecoderTable& table) {
         ast::Operand imm;
         imm.kind = ast::Operand::kImm;
         imm.text = std::to_string(sa.offset);
-        in.s[0] = c.src(imm, Type::kU64);
+        in.s[0] = c.src(imm, Type::u64);
       }
       return;
     }
-    in.s[0] = c.src(c.op(1), Type::kU64);
+    in.s[0] = c.src(c.op(1), Type::u64);
   };
   table["cvta"] = cvta;
-  table["isspacep"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["isspacep"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     int sp = info.take_one({"global", "shared", "local", "param", "const"});
     if (sp < 0) c.fail("missing state space");
     info.take("cta");
     in.imm = static_cast<std::int64_t>(window(static_cast<Space>(sp + 1)));
     in.fn = isspacep_op;
     in.d[0] = c.dst(c.op(0));
-    in.s[0] = c.src(c.op(1), Type::kU64);
+    in.s[0] = c.src(c.op(1), Type::u64);
   };
-  table["cvt"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["cvt"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type(0);
     in.type2 = info.type(1);
-    if (in.type == Type::kNone || in.type2 == Type::kNone) c.fail("cvt needs two types");
+    if (in.type == Type::none || in.type2 == Type::none) c.fail("cvt needs two types");
     in.mod = take_rounding(info);
     if (info.take("ftz")) in.flags |= kFlagFtz;
     if (info.take("sat")) in.flags |= kFlagSat;
     in.d[0] = c.dst(c.op(0));
     in.s[0] = c.src(c.op(1), in.type2);
     Type dt = in.type, st = in.type2;
-    if (dt == Type::kF16x2 || dt == Type::kBF16x2) {
-      if (st != Type::kF32) c.fail("packed cvt needs .f32 sources");
+    if (dt == Type::f16x2 || dt == Type::bf16x2) {
+      if (st != Type::f32) c.fail("packed cvt needs .f32 sources");
       in.s[1] = c.src(c.op(2), st);
       in.fn = cvt_pack_x2;
       return;
     }
-    if (dt == Type::kPred || st == Type::kPred || type_bytes(dt) > 8 || type_bytes(st) > 8 ||
-        dt == Type::kF16x2 || st == Type::kF16x2 || st == Type::kBF16x2 || dt == Type::kTF32 ||
-        st == Type::kTF32)
+    if (dt == Type::pred || st == Type::pred || type_bytes(dt) > 8 || type_bytes(st) > 8 ||
+        dt == Type::f16x2 || st == Type::f16x2 || st == Type::bf16x2 || dt == Type::tf32 ||
+        st == Type::tf32)
       c.fail("conversion not supported");
     bool plain = !(in.flags & (kFlagFtz | kFlagSat));
     Round mode = static_cast<Round>(in.mod);
-    bool rn = mode == Round::kNone || mode == Round::kRn;
+    bool rn = mode == Round::none || mode == Round::rn;
     if (!is_float(dt) && !is_float(st)) {
       in.imm = 8 * type_bytes(dt);
       in.mod2 = is_signed(dt) ? 1 : 0;
@@ -345,21 +345,21 @@ void add_convert_decoders(DecoderTable& table) {
     }
     in.fn = cvt_generic;
     if (!plain) return;
-    if (dt == Type::kF32 && st == Type::kS32 && rn)
+    if (dt == Type::f32 && st == Type::s32 && rn)
       in.fn = cvt_f32_s32;
-    else if (dt == Type::kF32 && st == Type::kU32 && rn)
+    else if (dt == Type::f32 && st == Type::u32 && rn)
       in.fn = cvt_f32_u32;
-    else if (dt == Type::kF64 && st == Type::kF32)
+    else if (dt == Type::f64 && st == Type::f32)
       in.fn = cvt_f64_f32;
-    else if (dt == Type::kF32 && st == Type::kF64 && rn)
+    else if (dt == Type::f32 && st == Type::f64 && rn)
       in.fn = cvt_f32_f64;
-    else if (dt == Type::kF32 && st == Type::kF16)
+    else if (dt == Type::f32 && st == Type::f16)
       in.fn = cvt_f32_f16;
-    else if (dt == Type::kF32 && st == Type::kBF16)
+    else if (dt == Type::f32 && st == Type::bf16)
       in.fn = cvt_f32_bf16;
-    else if (dt == Type::kBF16 && st == Type::kF32 && rn)
+    else if (dt == Type::bf16 && st == Type::f32 && rn)
       in.fn = cvt_bf16_f32;
-    else if (dt == Type::kS32 && st == Type::kF32 && mode == Round::kRz)
+    else if (dt == Type::s32 && st == Type::f32 && mode == Round::rz)
       in.fn = cvt_s32_f32_rz;
   };
 }

@@ -34,45 +34,45 @@ inline T fmax_ptx(T a, T b) {
 template <class T>
 T compute(std::uint8_t op, T a, T b, T c) {
   switch (static_cast<FloatOp>(op)) {
-    case FloatOp::kAdd:
+    case FloatOp::add:
       return a + b;
-    case FloatOp::kSub:
+    case FloatOp::sub:
       return a - b;
-    case FloatOp::kMul:
+    case FloatOp::mul:
       return a * b;
-    case FloatOp::kFma:
+    case FloatOp::fma:
       return std::fma(a, b, c);
-    case FloatOp::kDiv:
+    case FloatOp::div:
       return a / b;
-    case FloatOp::kMin:
+    case FloatOp::min:
       return fmin_ptx(a, b);
-    case FloatOp::kMax:
+    case FloatOp::max:
       return fmax_ptx(a, b);
-    case FloatOp::kMinNaN:
+    case FloatOp::min_na_n:
       return std::isnan(a) || std::isnan(b) ? T(NAN) : fmin_ptx(a, b);
-    case FloatOp::kMaxNaN:
+    case FloatOp::max_na_n:
       return std::isnan(a) || std::isnan(b) ? T(NAN) : fmax_ptx(a, b);
-    case FloatOp::kAbs:
+    case FloatOp::abs:
       return std::fabs(a);
-    case FloatOp::kNeg:
+    case FloatOp::neg:
       return -a;
-    case FloatOp::kRcp:
+    case FloatOp::rcp:
       return T(1) / a;
-    case FloatOp::kSqrt:
+    case FloatOp::sqrt:
       return std::sqrt(a);
-    case FloatOp::kRsqrt:
+    case FloatOp::rsqrt:
       return T(1) / std::sqrt(a);
-    case FloatOp::kSin:
+    case FloatOp::sin:
       return std::sin(a);
-    case FloatOp::kCos:
+    case FloatOp::cos:
       return std::cos(a);
-    case FloatOp::kLg2:
+    case FloatOp::lg2:
       return std::log2(a);
-    case FloatOp::kEx2:
+    case FloatOp::ex2:
       return std::exp2(a);
-    case FloatOp::kTanh:
+    case FloatOp::tanh:
       return std::tanh(a);
-    case FloatOp::kCopysign:
+    case FloatOp::copysign:
       return std::copysign(b, a);
   }
   return a;
@@ -80,11 +80,11 @@ T compute(std::uint8_t op, T a, T b, T c) {
 
 inline int fe_mode(Round r) {
   switch (r) {
-    case Round::kRz:
+    case Round::rz:
       return FE_TOWARDZERO;
-    case Round::kRm:
+    case Round::rm:
       return FE_DOWNWARD;
-    case Round::kRp:
+    case Round::rp:
       return FE_UPWARD;
     default:
       return FE_TONEAREST;
@@ -99,7 +99,7 @@ void general(ThreadState& t, const Instr& in) {
   if (ftz) a = flush(a), b = flush(b), c = flush(c);
   T r;
   Round mode = static_cast<Round>(in.mod2);
-  if (mode == Round::kRz || mode == Round::kRm || mode == Round::kRp) {
+  if (mode == Round::rz || mode == Round::rm || mode == Round::rp) {
     volatile T va = a, vb = b, vc = c;
     std::fesetround(fe_mode(mode));
     volatile T vr = compute<T>(in.mod, va, vb, vc);
@@ -167,18 +167,18 @@ void testp_op(ThreadState& t, const Instr& in) {
 
 int arity(FloatOp op) {
   switch (op) {
-    case FloatOp::kFma:
+    case FloatOp::fma:
       return 3;
-    case FloatOp::kAbs:
-    case FloatOp::kNeg:
-    case FloatOp::kRcp:
-    case FloatOp::kSqrt:
-    case FloatOp::kRsqrt:
-    case FloatOp::kSin:
-    case FloatOp::kCos:
-    case FloatOp::kLg2:
-    case FloatOp::kEx2:
-    case FloatOp::kTanh:
+    case FloatOp::abs:
+    case FloatOp::neg:
+    case FloatOp::rcp:
+    case FloatOp::sqrt:
+    case FloatOp::rsqrt:
+    case FloatOp::sin:
+    case FloatOp::cos:
+    case FloatOp::lg2:
+    case FloatOp::ex2:
+    case FloatOp::tanh:
       return 1;
     default:
       return 2;
@@ -187,7 +187,7 @@ int arity(FloatOp op) {
 
 }  // namespace
 
-void decode_float_op(DecodeCtx& c, OpInfo& info, Instr& in, FloatOp op) {
+void decode_float_op(DecodeCtx& c, OpcodeParts& info, Instr& in, FloatOp op) {
   in.type = info.type();
   in.mod = static_cast<std::uint8_t>(op);
   in.mod2 = take_rounding(info);
@@ -196,39 +196,39 @@ void decode_float_op(DecodeCtx& c, OpInfo& info, Instr& in, FloatOp op) {
   if (info.take("approx")) in.flags |= kFlagApprox;
   info.take("full");
   if (info.take("relu")) in.flags |= kFlagRelu;
-  if ((op == FloatOp::kMin || op == FloatOp::kMax) && info.take("NaN"))
-    in.mod = static_cast<std::uint8_t>(op == FloatOp::kMin ? FloatOp::kMinNaN : FloatOp::kMaxNaN);
+  if ((op == FloatOp::min || op == FloatOp::max) && info.take("NaN"))
+    in.mod = static_cast<std::uint8_t>(op == FloatOp::min ? FloatOp::min_na_n : FloatOp::max_na_n);
   decode_dst_srcs(c, in, in.type, arity(op));
-  if (in.type == Type::kF16 || in.type == Type::kF16x2 || in.type == Type::kBF16 ||
-      in.type == Type::kBF16x2) {
+  if (in.type == Type::f16 || in.type == Type::f16x2 || in.type == Type::bf16 ||
+      in.type == Type::bf16x2) {
     in.fn = half_handler(c, info, in);
     return;
   }
   if (in.flags & kFlagRelu) c.fail(".relu is only implemented for 16-bit float types");
-  if (in.type != Type::kF32 && in.type != Type::kF64)
+  if (in.type != Type::f32 && in.type != Type::f64)
     c.fail(fmt::format("type .{} not supported for this operation", type_name(in.type)));
-  bool f32 = in.type == Type::kF32;
+  bool f32 = in.type == Type::f32;
   bool plain =
-      !(in.flags & (kFlagFtz | kFlagSat)) && (in.mod2 == static_cast<std::uint8_t>(Round::kNone) ||
-                                              in.mod2 == static_cast<std::uint8_t>(Round::kRn));
+      !(in.flags & (kFlagFtz | kFlagSat)) && (in.mod2 == static_cast<std::uint8_t>(Round::none) ||
+                                              in.mod2 == static_cast<std::uint8_t>(Round::rn));
   if (plain) {
     switch (op) {
-      case FloatOp::kAdd:
+      case FloatOp::add:
         in.fn = f32 ? fadd<float> : fadd<double>;
         return;
-      case FloatOp::kSub:
+      case FloatOp::sub:
         in.fn = f32 ? fsub<float> : fsub<double>;
         return;
-      case FloatOp::kMul:
+      case FloatOp::mul:
         in.fn = f32 ? fmul<float> : fmul<double>;
         return;
-      case FloatOp::kFma:
+      case FloatOp::fma:
         in.fn = f32 ? ffma<float> : ffma<double>;
         return;
-      case FloatOp::kNeg:
+      case FloatOp::neg:
         in.fn = f32 ? fneg<float> : fneg<double>;
         return;
-      case FloatOp::kAbs:
+      case FloatOp::abs:
         in.fn = f32 ? fabs_op<float> : fabs_op<double>;
         return;
       default:
@@ -241,7 +241,7 @@ void decode_float_op(DecodeCtx& c, OpInfo& info, Instr& in, FloatOp op) {
 void add_float_decoders(DecoderTable& table) {
   auto wrap = [&](const char* name, FloatOp op) {
     OpDecoder int_dec = table.count(name) ? table[name] : OpDecoder{};
-    table[name] = [int_dec, op](DecodeCtx& c, OpInfo& info, Instr& in) {
+    table[name] = [int_dec, op](DecodeCtx& c, OpcodeParts& info, Instr& in) {
       if (is_float(info.type()) || !int_dec) {
         decode_float_op(c, info, in, op);
         return;
@@ -249,33 +249,33 @@ void add_float_decoders(DecoderTable& table) {
       int_dec(c, info, in);
     };
   };
-  wrap("add", FloatOp::kAdd);
-  wrap("sub", FloatOp::kSub);
-  wrap("mul", FloatOp::kMul);
-  wrap("mad", FloatOp::kFma);
-  wrap("fma", FloatOp::kFma);
-  wrap("div", FloatOp::kDiv);
-  wrap("min", FloatOp::kMin);
-  wrap("max", FloatOp::kMax);
-  wrap("abs", FloatOp::kAbs);
-  wrap("neg", FloatOp::kNeg);
-  wrap("rcp", FloatOp::kRcp);
-  wrap("sqrt", FloatOp::kSqrt);
-  wrap("rsqrt", FloatOp::kRsqrt);
-  wrap("sin", FloatOp::kSin);
-  wrap("cos", FloatOp::kCos);
-  wrap("lg2", FloatOp::kLg2);
-  wrap("ex2", FloatOp::kEx2);
-  wrap("tanh", FloatOp::kTanh);
-  wrap("copysign", FloatOp::kCopysign);
-  table["testp"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  wrap("add", FloatOp::add);
+  wrap("sub", FloatOp::sub);
+  wrap("mul", FloatOp::mul);
+  wrap("mad", FloatOp::fma);
+  wrap("fma", FloatOp::fma);
+  wrap("div", FloatOp::div);
+  wrap("min", FloatOp::min);
+  wrap("max", FloatOp::max);
+  wrap("abs", FloatOp::abs);
+  wrap("neg", FloatOp::neg);
+  wrap("rcp", FloatOp::rcp);
+  wrap("sqrt", FloatOp::sqrt);
+  wrap("rsqrt", FloatOp::rsqrt);
+  wrap("sin", FloatOp::sin);
+  wrap("cos", FloatOp::cos);
+  wrap("lg2", FloatOp::lg2);
+  wrap("ex2", FloatOp::ex2);
+  wrap("tanh", FloatOp::tanh);
+  wrap("copysign", FloatOp::copysign);
+  table["testp"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type();
     int m = info.take_one({"finite", "infinite", "number", "notanumber", "normal", "subnormal"});
     if (m < 0) c.fail("missing test");
     in.mod = static_cast<std::uint8_t>(m);
-    if (in.type == Type::kF32)
+    if (in.type == Type::f32)
       in.fn = testp_op<float>;
-    else if (in.type == Type::kF64)
+    else if (in.type == Type::f64)
       in.fn = testp_op<double>;
     else
       c.fail("testp needs .f32 or .f64");

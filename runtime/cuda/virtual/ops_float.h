@@ -8,31 +8,31 @@
 namespace kiln::cuda::vgpu {
 
 enum class FloatOp : std::uint8_t {
-  kAdd,
-  kSub,
-  kMul,
-  kFma,
-  kDiv,
-  kMin,
-  kMax,
-  kMinNaN,
-  kMaxNaN,
-  kAbs,
-  kNeg,
-  kRcp,
-  kSqrt,
-  kRsqrt,
-  kSin,
-  kCos,
-  kLg2,
-  kEx2,
-  kTanh,
-  kCopysign
+  add,
+  sub,
+  mul,
+  fma,
+  div,
+  min,
+  max,
+  min_na_n,
+  max_na_n,
+  abs,
+  neg,
+  rcp,
+  sqrt,
+  rsqrt,
+  sin,
+  cos,
+  lg2,
+  ex2,
+  tanh,
+  copysign
 };
 
-void decode_float_op(DecodeCtx& c, OpInfo& info, Instr& in, FloatOp op);
+void decode_float_op(DecodeCtx& c, OpcodeParts& info, Instr& in, FloatOp op);
 // Handler for `in` (already decoded: type, mod = FloatOp, mod2 = rounding, flags) on
 // f16 / f16x2 / bf16 / bf16x2.
-Handler half_handler(DecodeCtx& c, OpInfo& info, Instr& in);
+Handler half_handler(DecodeCtx& c, OpcodeParts& info, Instr& in);
 
 }  // namespace kiln::cuda::vgpu

@@ -17,7 +17,7 @@ inline double to_double(std::uint16_t h) {
 template <bool Bf>
 inline std::uint16_t lane_op(const Instr& in, std::uint16_t ha, std::uint16_t hb,
                              std::uint16_t hc) {
-  constexpr FloatFormat fmt = Bf ? FloatFormat::kBF16 : FloatFormat::kF16;
+  constexpr FloatFormat fmt = Bf ? FloatFormat::bf16 : FloatFormat::f16;
   double a = to_double<Bf>(ha), b = to_double<Bf>(hb), c = to_double<Bf>(hc);
   bool ftz = in.flags & kFlagFtz;
   auto flush = [](double x) {
@@ -27,62 +27,62 @@ inline std::uint16_t lane_op(const Instr& in, std::uint16_t ha, std::uint16_t hb
   if (ftz) a = flush(a), b = flush(b), c = flush(c);
   double r = 0;
   switch (static_cast<FloatOp>(in.mod)) {
-    case FloatOp::kAdd:
+    case FloatOp::add:
       r = a + b;
       break;
-    case FloatOp::kSub:
+    case FloatOp::sub:
       r = a - b;
       break;
-    case FloatOp::kMul:
+    case FloatOp::mul:
       r = a * b;
       break;
-    case FloatOp::kFma:
+    case FloatOp::fma:
       r = std::fma(a, b, c);
       break;
-    case FloatOp::kDiv:
+    case FloatOp::div:
       r = a / b;
       break;
-    case FloatOp::kMin:
+    case FloatOp::min:
       r = std::isnan(a) ? b : std::isnan(b) ? a : std::min(a, b);
       break;
-    case FloatOp::kMax:
+    case FloatOp::max:
       r = std::isnan(a) ? b : std::isnan(b) ? a : std::max(a, b);
       break;
-    case FloatOp::kMinNaN:
+    case FloatOp::min_na_n:
       r = std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
       break;
-    case FloatOp::kMaxNaN:
+    case FloatOp::max_na_n:
       r = std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
       break;
-    case FloatOp::kAbs:
+    case FloatOp::abs:
       return static_cast<std::uint16_t>(ha & 0x7fff);
-    case FloatOp::kNeg:
+    case FloatOp::neg:
       return static_cast<std::uint16_t>(ha ^ 0x8000);
-    case FloatOp::kRcp:
+    case FloatOp::rcp:
       r = 1.0 / a;
       break;
-    case FloatOp::kSqrt:
+    case FloatOp::sqrt:
       r = std::sqrt(a);
       break;
-    case FloatOp::kRsqrt:
+    case FloatOp::rsqrt:
       r = 1.0 / std::sqrt(a);
       break;
-    case FloatOp::kSin:
+    case FloatOp::sin:
       r = std::sin(a);
       break;
-    case FloatOp::kCos:
+    case FloatOp::cos:
       r = std::cos(a);
       break;
-    case FloatOp::kLg2:
+    case FloatOp::lg2:
       r = std::log2(a);
       break;
-    case FloatOp::kEx2:
+    case FloatOp::ex2:
       r = std::exp2(a);
       break;
-    case FloatOp::kTanh:
+    case FloatOp::tanh:
       r = std::tanh(a);
       break;
-    case FloatOp::kCopysign:
+    case FloatOp::copysign:
       r = std::copysign(b, a);
       break;
   }
@@ -110,16 +110,16 @@ void half_op(ThreadState& t, const Instr& in) {
 
 }  // namespace
 
-Handler half_handler(DecodeCtx& c, OpInfo& info, Instr& in) {
+Handler half_handler(DecodeCtx& c, OpcodeParts& info, Instr& in) {
   (void)info;
   switch (in.type) {
-    case Type::kF16:
+    case Type::f16:
       return half_op<false, false>;
-    case Type::kF16x2:
+    case Type::f16x2:
       return half_op<false, true>;
-    case Type::kBF16:
+    case Type::bf16:
       return half_op<true, false>;
-    case Type::kBF16x2:
+    case Type::bf16x2:
       return half_op<true, true>;
     default:
       c.fail("not a 16-bit float type");

@@ -307,7 +307,7 @@ void mul24_lo(ThreadState& t, const Instr& in) {
 
 void add_int_decoders(DecoderTable& table) {
   auto simple = [](auto pick) {
-    return [pick](DecodeCtx& c, OpInfo& info, Instr& in) {
+    return [pick](DecodeCtx& c, OpcodeParts& info, Instr& in) {
       in.type = info.type();
       in.fn = pick(c, in.type);
       decode_dst_srcs(c, in, in.type, static_cast<int>(c.nops()) - 1);
@@ -315,11 +315,11 @@ void add_int_decoders(DecoderTable& table) {
   };
   // add / sub: integer forms here; float forms are routed to the float family.
   auto add_sub = [](bool sub) {
-    return [sub](DecodeCtx& c, OpInfo& info, Instr& in) {
+    return [sub](DecodeCtx& c, OpcodeParts& info, Instr& in) {
       in.type = info.type();
       bool cc = info.take("cc");
       if (info.take("sat")) {
-        if (in.type != Type::kS32) c.fail("only .s32 saturates");
+        if (in.type != Type::s32) c.fail("only .s32 saturates");
         in.fn = add_sat_s32;
         in.mod = sub;
       } else if (cc) {
@@ -334,7 +334,7 @@ void add_int_decoders(DecoderTable& table) {
   table["add"] = add_sub(false);
   table["sub"] = add_sub(true);
   auto with_carry = [](bool sub) {
-    return [sub](DecodeCtx& c, OpInfo& info, Instr& in) {
+    return [sub](DecodeCtx& c, OpcodeParts& info, Instr& in) {
       in.type = info.type();
       in.mod = static_cast<std::uint8_t>((sub ? 1 : 0) | 2 | (info.take("cc") ? 4 : 0));
       in.fn = int_handler<Carry>(c, in.type, false);
@@ -343,7 +343,7 @@ void add_int_decoders(DecoderTable& table) {
   };
   table["addc"] = with_carry(false);
   table["subc"] = with_carry(true);
-  table["mul"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["mul"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type();
     int mode = info.take_one({"lo", "hi", "wide"});
     if (mode == 2) {
@@ -354,7 +354,7 @@ void add_int_decoders(DecoderTable& table) {
     }
     decode_dst_srcs(c, in, in.type, 2);
   };
-  table["mad"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["mad"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type();
     int mode = info.take_one({"lo", "hi", "wide"});
     if (info.take("cc")) {
@@ -371,29 +371,29 @@ void add_int_decoders(DecoderTable& table) {
       in.d[0] = c.dst(c.op(0));
       in.s[0] = c.src(c.op(1), in.type);
       in.s[1] = c.src(c.op(2), in.type);
-      Type wide = in.type == Type::kS32      ? Type::kS64
-                  : in.type == Type::kS16    ? Type::kS32
-                  : type_bytes(in.type) == 4 ? Type::kU64
-                                             : Type::kU32;
+      Type wide = in.type == Type::s32       ? Type::s64
+                  : in.type == Type::s16     ? Type::s32
+                  : type_bytes(in.type) == 4 ? Type::u64
+                                             : Type::u32;
       in.s[2] = c.src(c.op(3), wide);
       return;
     }
     in.fn = mode == 1 ? int_handler<MadHi>(c, in.type) : int_handler<MadLo>(c, in.type);
     decode_dst_srcs(c, in, in.type, 3);
   };
-  table["madc"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["madc"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type();
     int mode = info.take_one({"lo", "hi"});
     in.mod = static_cast<std::uint8_t>((mode == 1 ? 1 : 0) | 2 | (info.take("cc") ? 4 : 0));
     in.fn = int_handler<MadCarry>(c, in.type, false);
     decode_dst_srcs(c, in, in.type, 3);
   };
-  table["mul24"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["mul24"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     if (!info.take("lo")) c.fail("only mul24.lo is implemented");
     in.fn = mul24_lo;
     decode_dst_srcs(c, in, info.type(), 2);
   };
-  table["mad24"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["mad24"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     if (!info.take("lo")) c.fail("only mad24.lo is implemented");
     in.fn = mul24_lo;
     in.mod = 1;
@@ -408,10 +408,10 @@ void add_int_decoders(DecoderTable& table) {
   table["max"] = simple([](DecodeCtx& c, Type t) { return int_handler<Max>(c, t); });
   table["cnot"] = simple([](DecodeCtx& c, Type t) { return int_handler<CNot>(c, t); });
   auto logic = [](Handler pred, auto pick) {
-    return [pred, pick](DecodeCtx& c, OpInfo& info, Instr& in) {
+    return [pred, pick](DecodeCtx& c, OpcodeParts& info, Instr& in) {
       in.type = info.type();
       in.d[0] = c.dst(c.op(0));
-      if (in.type == Type::kPred) {
+      if (in.type == Type::pred) {
         in.fn = pred;
         for (std::size_t i = 1; i < c.nops(); ++i)
           in.s[i - 1] = c.pred_src(c.op(i), in, static_cast<int>(i - 1));
@@ -426,12 +426,12 @@ void add_int_decoders(DecoderTable& table) {
   table["xor"] = logic(xor_pred, [](DecodeCtx& c, Type t) { return int_handler<Xor>(c, t); });
   table["not"] = logic(not_pred, [](DecodeCtx& c, Type t) { return int_handler<Not>(c, t); });
   auto shift = [](bool left) {
-    return [left](DecodeCtx& c, OpInfo& info, Instr& in) {
+    return [left](DecodeCtx& c, OpcodeParts& info, Instr& in) {
       in.type = info.type();
       in.fn = left ? int_handler<Shl>(c, in.type) : int_handler<Shr>(c, in.type);
       in.d[0] = c.dst(c.op(0));
       in.s[0] = c.src(c.op(1), in.type);
-      in.s[1] = c.src(c.op(2), Type::kU32);
+      in.s[1] = c.src(c.op(2), Type::u32);
     };
   };
   table["shl"] = shift(true);

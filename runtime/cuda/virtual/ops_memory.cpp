@@ -13,7 +13,7 @@ template <class T, bool Signed>
 void ld_op(ThreadState& t, const Instr& in) {
   std::uint64_t a = t.r[in.addr] + static_cast<std::uint64_t>(in.imm);
   unsigned n = in.vec;
-  const std::uint8_t* p = resolve(t, in, in.space, a, sizeof(T) * n, Access::kLoad);
+  const std::uint8_t* p = resolve(t, in, in.space, a, sizeof(T) * n, Access::load);
   for (unsigned i = 0; i < n; ++i) {
     T v = load_as<T>(p + i * sizeof(T));
     if constexpr (Signed) {
@@ -29,7 +29,7 @@ template <class T>
 void st_op(ThreadState& t, const Instr& in) {
   std::uint64_t a = t.r[in.addr] + static_cast<std::uint64_t>(in.imm);
   unsigned n = in.vec;
-  std::uint8_t* p = resolve(t, in, in.space, a, sizeof(T) * n, Access::kStore);
+  std::uint8_t* p = resolve(t, in, in.space, a, sizeof(T) * n, Access::store);
   for (unsigned i = 0; i < n; ++i) store_as<T>(p + i * sizeof(T), static_cast<T>(t.r[in.s[i]]));
 }
 
@@ -82,7 +82,7 @@ T atom_apply(std::uint8_t op, T old, T b, T c) {
 template <class T>
 void atom_op(ThreadState& t, const Instr& in) {
   std::uint64_t a = t.r[in.addr] + static_cast<std::uint64_t>(in.imm);
-  std::uint8_t* p = resolve(t, in, in.space, a, sizeof(T), Access::kAtomic);
+  std::uint8_t* p = resolve(t, in, in.space, a, sizeof(T), Access::atomic);
   T old = load_as<T>(p);
   T nv = atom_apply<T>(in.mod, old, get<T>(t, in.s[0]), get<T>(t, in.s[1]));
   store_as<T>(p, nv);
@@ -92,17 +92,17 @@ void atom_op(ThreadState& t, const Instr& in) {
 // f16 / bf16 (scalar or x2) atomic add: type2 = lanes, mod2 = 1 for bf16.
 void atom_add_half(ThreadState& t, const Instr& in) {
   std::uint64_t a = t.r[in.addr] + static_cast<std::uint64_t>(in.imm);
-  unsigned bytes = in.type2 == Type::kF16x2 || in.type2 == Type::kBF16x2 ? 4 : 2;
-  std::uint8_t* p = resolve(t, in, in.space, a, bytes, Access::kAtomic);
+  unsigned bytes = in.type2 == Type::f16x2 || in.type2 == Type::bf16x2 ? 4 : 2;
+  std::uint8_t* p = resolve(t, in, in.space, a, bytes, Access::atomic);
   bool bf = in.mod2 == 1;
-  FloatFormat f = bf ? FloatFormat::kBF16 : FloatFormat::kF16;
+  FloatFormat f = bf ? FloatFormat::bf16 : FloatFormat::f16;
   std::uint32_t old = bytes == 4 ? load_as<std::uint32_t>(p) : load_as<std::uint16_t>(p);
   std::uint32_t b = get<std::uint32_t>(t, in.s[0]), r = 0;
   for (unsigned lane = 0; lane < bytes / 2; ++lane) {
     auto x = std::uint16_t(old >> (16 * lane)), y = std::uint16_t(b >> (16 * lane));
     double s = double(bf ? bf16_to_float(x) : half_to_float(x)) +
                double(bf ? bf16_to_float(y) : half_to_float(y));
-    r |= std::uint32_t(encode_float(f, s, Round::kRn)) << (16 * lane);
+    r |= std::uint32_t(encode_float(f, s, Round::rn)) << (16 * lane);
   }
   if (bytes == 4)
     store_as<std::uint32_t>(p, r);
@@ -121,21 +121,21 @@ void cp_async_op(ThreadState& t, const Instr& in) {
   std::uint64_t dst_addr = t.r[in.addr] + static_cast<std::uint64_t>(in.imm);
   std::uint64_t src_addr =
       t.r[in.s[0]] + static_cast<std::uint64_t>(static_cast<std::int32_t>(in.aux));
-  std::uint8_t* dst = resolve(t, in, Space::kShared, dst_addr, size, Access::kStore);
+  std::uint8_t* dst = resolve(t, in, Space::shared, dst_addr, size, Access::store);
   if (src_size) {
-    const std::uint8_t* src = resolve(t, in, in.space, src_addr, size, Access::kLoad);
+    const std::uint8_t* src = resolve(t, in, in.space, src_addr, size, Access::load);
     std::memcpy(dst, src, src_size);
   }
   std::memset(dst + src_size, 0, size - src_size);
 }
 
-Space take_space(OpInfo& info) {
+Space take_space(OpcodeParts& info) {
   int sp = info.take_one({"global", "shared", "local", "param", "const"});
   if (sp < 0 && info.take("shared::cta")) sp = 1;
-  return sp < 0 ? Space::kGeneric : static_cast<Space>(sp + 1);
+  return sp < 0 ? Space::generic : static_cast<Space>(sp + 1);
 }
 
-int take_vec(OpInfo& info) {
+int take_vec(OpcodeParts& info) {
   int v = info.take_one({"v2", "v4"});
   return v < 0 ? 1 : (v == 0 ? 2 : 4);
 }
@@ -171,13 +171,13 @@ Handler st_handler(DecodeCtx& c, Type t) {
 // The symbol's space wins over a missing qualifier; a qualifier on a generic register keeps it.
 void decode_address(DecodeCtx& c, const ast::Operand& o, Instr& in, Space declared) {
   Space sym = c.mem(o, in);
-  in.space = declared != Space::kGeneric ? declared : sym;
+  in.space = declared != Space::generic ? declared : sym;
 }
 
 }  // namespace
 
 void add_memory_decoders(DecoderTable& table) {
-  auto ld = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  auto ld = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     info.take("nc");
     info.take("unified");
     in.type = info.type();
@@ -196,14 +196,14 @@ void add_memory_decoders(DecoderTable& table) {
   };
   table["ld"] = ld;
   table["ldu"] = ld;
-  table["st"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["st"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     in.type = info.type();
     in.vec = static_cast<std::uint8_t>(take_vec(info));
     in.fn = st_handler(c, in.type);
     Space sp = take_space(info);
     decode_address(c, c.op(0), in, sp);
     const ast::Operand& v = c.op(1);
-    Type et = type_bytes(in.type) == 1 ? Type::kB8 : in.type;
+    Type et = type_bytes(in.type) == 1 ? Type::b8 : in.type;
     if (v.kind == ast::Operand::kVec) {
       if (v.elems.size() != in.vec) c.fail("vector size does not match");
       for (std::size_t i = 0; i < v.elems.size(); ++i) in.s[i] = c.src(v.elems[i], et);
@@ -213,7 +213,7 @@ void add_memory_decoders(DecoderTable& table) {
     }
   };
   auto atom = [](bool has_dst) {
-    return [has_dst](DecodeCtx& c, OpInfo& info, Instr& in) {
+    return [has_dst](DecodeCtx& c, OpcodeParts& info, Instr& in) {
       in.type = info.type();
       Space sp = take_space(info);
       int op =
@@ -224,36 +224,36 @@ void add_memory_decoders(DecoderTable& table) {
       std::size_t i = 0;
       if (has_dst) in.d[0] = c.dst(c.op(i++));
       decode_address(c, c.op(i++), in, sp);
-      if (in.space == Space::kLocal || in.space == Space::kParam || in.space == Space::kConst)
+      if (in.space == Space::local || in.space == Space::param || in.space == Space::const_)
         c.fail("atomics need global, shared or generic addresses");
       Type t = in.type;
-      if (t == Type::kF16 || t == Type::kF16x2 || t == Type::kBF16 || t == Type::kBF16x2) {
+      if (t == Type::f16 || t == Type::f16x2 || t == Type::bf16 || t == Type::bf16x2) {
         if (op != kAdd) c.fail("only add on 16-bit floats");
         in.type2 = t;
-        in.mod2 = (t == Type::kBF16 || t == Type::kBF16x2) ? 1 : 0;
+        in.mod2 = (t == Type::bf16 || t == Type::bf16x2) ? 1 : 0;
         in.fn = atom_add_half;
-        in.s[0] = c.src(c.op(i), Type::kB32);
+        in.s[0] = c.src(c.op(i), Type::b32);
         return;
       }
       switch (t) {
-        case Type::kB32:
-        case Type::kU32:
+        case Type::b32:
+        case Type::u32:
           in.fn = atom_op<std::uint32_t>;
           break;
-        case Type::kS32:
+        case Type::s32:
           in.fn = atom_op<std::int32_t>;
           break;
-        case Type::kB64:
-        case Type::kU64:
+        case Type::b64:
+        case Type::u64:
           in.fn = atom_op<std::uint64_t>;
           break;
-        case Type::kS64:
+        case Type::s64:
           in.fn = atom_op<std::int64_t>;
           break;
-        case Type::kF32:
+        case Type::f32:
           in.fn = atom_op<float>;
           break;
-        case Type::kF64:
+        case Type::f64:
           in.fn = atom_op<double>;
           break;
         default:
@@ -267,7 +267,7 @@ void add_memory_decoders(DecoderTable& table) {
   };
   table["atom"] = atom(true);
   table["red"] = atom(false);
-  auto hint = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  auto hint = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     (void)c;
     for (std::size_t i = 0; i < info.mods.size(); ++i) info.used[i] = true;
     in.fn = nop;
@@ -276,7 +276,7 @@ void add_memory_decoders(DecoderTable& table) {
   table["prefetchu"] = hint;
   table["discard"] = hint;
   table["applypriority"] = hint;
-  table["cp"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["cp"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     if (!info.take("async")) c.fail("only cp.async is implemented");
     if (info.take("commit_group") || info.take("wait_group") || info.take("wait_all")) {
       in.fn = nop;  // every copy completed when it was issued
@@ -286,18 +286,18 @@ void add_memory_decoders(DecoderTable& table) {
     info.take_one({"ca", "cg"});
     if (!info.take("shared") && !info.take("shared::cta")) c.fail("destination must be .shared");
     if (!info.take("global")) c.fail("source must be .global");
-    if (c.mem(c.op(0), in) == Space::kGeneric) in.space = Space::kShared;
+    if (c.mem(c.op(0), in) == Space::generic) in.space = Space::shared;
     Instr src;
     Space src_space = c.mem(c.op(1), src);
-    in.space = src_space == Space::kGeneric ? Space::kGlobal : src_space;
+    in.space = src_space == Space::generic ? Space::global : src_space;
     in.s[0] = src.addr;
     in.aux = static_cast<std::uint32_t>(static_cast<std::int32_t>(src.imm));
-    in.s[1] = c.src(c.op(2), Type::kU32);
+    in.s[1] = c.src(c.op(2), Type::u32);
     in.s[2] =
-        c.nops() > 3 && c.op(3).kind == ast::Operand::kImm ? c.src(c.op(3), Type::kU32) : in.s[1];
+        c.nops() > 3 && c.op(3).kind == ast::Operand::kImm ? c.src(c.op(3), Type::u32) : in.s[1];
     in.fn = cp_async_op;
   };
-  table["createpolicy"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["createpolicy"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     for (std::size_t i = 0; i < info.mods.size(); ++i) info.used[i] = true;
     in.fn = nop;
     in.d[0] = c.dst(c.op(0));

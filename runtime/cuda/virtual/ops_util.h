@@ -15,22 +15,22 @@ namespace kiln::cuda::vgpu {
 template <template <class> class H>
 Handler int_handler(DecodeCtx& c, Type t, bool allow16 = true) {
   switch (t) {
-    case Type::kU16:
-    case Type::kB16:
+    case Type::u16:
+    case Type::b16:
       if (allow16) return H<std::uint16_t>::run;
       break;
-    case Type::kS16:
+    case Type::s16:
       if (allow16) return H<std::int16_t>::run;
       break;
-    case Type::kU32:
-    case Type::kB32:
+    case Type::u32:
+    case Type::b32:
       return H<std::uint32_t>::run;
-    case Type::kS32:
+    case Type::s32:
       return H<std::int32_t>::run;
-    case Type::kU64:
-    case Type::kB64:
+    case Type::u64:
+    case Type::b64:
       return H<std::uint64_t>::run;
-    case Type::kS64:
+    case Type::s64:
       return H<std::int64_t>::run;
     default:
       break;

@@ -10,10 +10,10 @@ namespace kiln::cuda::vgpu {
 namespace {
 
 void park(ThreadState& t, const Instr& in) {
-  t.status = Status::kWarpWait;
+  t.status = Status::warp_wait;
   t.wait = &in;
   t.wait_mask =
-      WarpKind(in.aux) == WarpKind::kActivemask ? 0u : static_cast<std::uint32_t>(t.r[in.s[3]]);
+      WarpKind(in.aux) == WarpKind::activemask ? 0u : static_cast<std::uint32_t>(t.r[in.s[3]]);
 }
 
 void shfl_group(ThreadState* const* lanes, std::uint32_t group) {
@@ -85,7 +85,7 @@ void match_group(ThreadState* const* lanes, std::uint32_t group) {
     if (group >> i & 1) {
       const Instr& in = *lanes[i]->wait;
       vals[i] = lanes[i]->r[in.s[0]];
-      if (in.type != Type::kB64) vals[i] &= 0xffffffffu;
+      if (in.type != Type::b64) vals[i] &= 0xffffffffu;
     }
   for (int i = 0; i < 32; ++i) {
     if (!(group >> i & 1)) continue;
@@ -107,7 +107,7 @@ void match_group(ThreadState* const* lanes, std::uint32_t group) {
 void redux_group(ThreadState* const* lanes, std::uint32_t group) {
   int first = std::countr_zero(group);
   const Instr& in0 = *lanes[first]->wait;
-  bool is_signed_op = in0.type == Type::kS32;
+  bool is_signed_op = in0.type == Type::s32;
   std::int64_t acc = 0;
   bool init = false;
   for (int i = 0; i < 32; ++i) {
@@ -144,26 +144,26 @@ void redux_group(ThreadState* const* lanes, std::uint32_t group) {
 }
 
 void decode_mask(DecodeCtx& c, Instr& in, std::size_t i) {
-  in.s[3] = c.src(c.op(i), Type::kB32);
+  in.s[3] = c.src(c.op(i), Type::b32);
 }
 
 }  // namespace
 
 const char* warp_kind_name(WarpKind k) {
   switch (k) {
-    case WarpKind::kShfl:
+    case WarpKind::shfl:
       return "shfl.sync";
-    case WarpKind::kVote:
+    case WarpKind::vote:
       return "vote.sync";
-    case WarpKind::kActivemask:
+    case WarpKind::activemask:
       return "activemask";
-    case WarpKind::kMatch:
+    case WarpKind::match:
       return "match.sync";
-    case WarpKind::kRedux:
+    case WarpKind::redux:
       return "redux.sync";
-    case WarpKind::kSync:
+    case WarpKind::sync:
       return "bar.warp.sync";
-    case WarpKind::kElect:
+    case WarpKind::elect:
       return "elect.sync";
   }
   return "?";
@@ -172,25 +172,25 @@ const char* warp_kind_name(WarpKind k) {
 void execute_warp_group(ThreadState* const* lanes, std::uint32_t group) {
   int first = std::countr_zero(group);
   switch (warp_kind(*lanes[first]->wait)) {
-    case WarpKind::kShfl:
+    case WarpKind::shfl:
       shfl_group(lanes, group);
       break;
-    case WarpKind::kVote:
+    case WarpKind::vote:
       vote_group(lanes, group);
       break;
-    case WarpKind::kMatch:
+    case WarpKind::match:
       match_group(lanes, group);
       break;
-    case WarpKind::kRedux:
+    case WarpKind::redux:
       redux_group(lanes, group);
       break;
-    case WarpKind::kActivemask:
+    case WarpKind::activemask:
       for (int i = 0; i < 32; ++i)
         if (group >> i & 1) lanes[i]->r[lanes[i]->wait->d[0]] = group;
       break;
-    case WarpKind::kSync:
+    case WarpKind::sync:
       break;
-    case WarpKind::kElect: {
+    case WarpKind::elect: {
       std::uint32_t leader = static_cast<std::uint32_t>(std::countr_zero(group));
       for (int i = 0; i < 32; ++i)
         if (group >> i & 1) {
@@ -219,66 +219,66 @@ void decode_value_and_predicate(DecodeCtx& c, Instr& in, const ast::Operand& d) 
   }
 }
 
-void decode_bar_warp_sync(DecodeCtx& c, OpInfo& info, Instr& in) {
+void decode_bar_warp_sync(DecodeCtx& c, OpcodeParts& info, Instr& in) {
   info.take("warp");
   info.take("sync");
-  park_as(in, WarpKind::kSync);
+  park_as(in, WarpKind::sync);
   decode_mask(c, in, 0);
 }
 
 void add_warp_decoders(DecoderTable& table) {
-  table["shfl"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["shfl"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     if (!info.take("sync")) c.fail("only shfl.sync is supported (sm_70+)");
     int mode = info.take_one({"up", "down", "bfly", "idx"});
     if (mode < 0) c.fail("missing shuffle mode");
     in.mod = static_cast<std::uint8_t>(mode);
     in.type = info.type();
-    park_as(in, WarpKind::kShfl);
+    park_as(in, WarpKind::shfl);
     decode_value_and_predicate(c, in, c.op(0));
-    in.s[0] = c.src(c.op(1), Type::kB32);
-    in.s[1] = c.src(c.op(2), Type::kB32);
-    in.s[2] = c.src(c.op(3), Type::kB32);
+    in.s[0] = c.src(c.op(1), Type::b32);
+    in.s[1] = c.src(c.op(2), Type::b32);
+    in.s[2] = c.src(c.op(3), Type::b32);
     decode_mask(c, in, 4);
   };
-  table["vote"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["vote"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     if (!info.take("sync")) c.fail("only vote.sync is supported (sm_70+)");
     int mode = info.take_one({"all", "any", "uni", "ballot"});
     if (mode < 0) c.fail("missing vote mode");
     in.mod = static_cast<std::uint8_t>(mode);
-    park_as(in, WarpKind::kVote);
+    park_as(in, WarpKind::vote);
     in.d[0] = c.dst(c.op(0));
     in.s[0] = c.pred_src(c.op(1), in, 0);
     decode_mask(c, in, 2);
   };
-  table["activemask"] = [](DecodeCtx& c, OpInfo&, Instr& in) {
-    park_as(in, WarpKind::kActivemask);
+  table["activemask"] = [](DecodeCtx& c, OpcodeParts&, Instr& in) {
+    park_as(in, WarpKind::activemask);
     in.d[0] = c.dst(c.op(0));
   };
-  table["match"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["match"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     int mode = info.take_one({"any", "all"});
     if (!info.take("sync") || mode < 0) c.fail("expected match.any.sync or match.all.sync");
     in.mod = static_cast<std::uint8_t>(mode);
     in.type = info.type();
-    park_as(in, WarpKind::kMatch);
+    park_as(in, WarpKind::match);
     decode_value_and_predicate(c, in, c.op(0));
     in.s[0] = c.src(c.op(1), in.type);
     decode_mask(c, in, 2);
   };
-  table["elect"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["elect"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     if (!info.take("sync")) c.fail("expected elect.sync");
-    park_as(in, WarpKind::kElect);
+    park_as(in, WarpKind::elect);
     decode_value_and_predicate(c, in, c.op(0));
     decode_mask(c, in, 1);
   };
-  table["redux"] = [](DecodeCtx& c, OpInfo& info, Instr& in) {
+  table["redux"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
     if (!info.take("sync")) c.fail("expected redux.sync");
     int op = info.take_one({"add", "min", "max", "and", "or", "xor"});
     if (op < 0) c.fail("missing reduction");
     in.type = info.type();
-    if (in.type != Type::kU32 && in.type != Type::kS32 && in.type != Type::kB32)
+    if (in.type != Type::u32 && in.type != Type::s32 && in.type != Type::b32)
       c.fail("only 32-bit integer redux is implemented");
     in.mod = static_cast<std::uint8_t>(op);
-    park_as(in, WarpKind::kRedux);
+    park_as(in, WarpKind::redux);
     in.d[0] = c.dst(c.op(0));
     in.s[0] = c.src(c.op(1), in.type);
     decode_mask(c, in, 2);

@@ -18,36 +18,36 @@ using Handler = void (*)(ThreadState&, const Instr&);
 
 // Operand and element types of PTX.
 enum class Type : std::uint8_t {
-  kNone,
-  kB8,
-  kB16,
-  kB32,
-  kB64,
-  kB128,
-  kU8,
-  kU16,
-  kU32,
-  kU64,
-  kS8,
-  kS16,
-  kS32,
-  kS64,
-  kF16,
-  kF16x2,
-  kBF16,
-  kBF16x2,
-  kF32,
-  kF64,
-  kPred,
-  kTF32
+  none,
+  b8,
+  b16,
+  b32,
+  b64,
+  b128,
+  u8,
+  u16,
+  u32,
+  u64,
+  s8,
+  s16,
+  s32,
+  s64,
+  f16,
+  f16x2,
+  bf16,
+  bf16x2,
+  f32,
+  f64,
+  pred,
+  tf32
 };
 
 inline bool is_float(Type t) {
-  return t == Type::kF16 || t == Type::kF16x2 || t == Type::kBF16 || t == Type::kBF16x2 ||
-         t == Type::kF32 || t == Type::kF64;
+  return t == Type::f16 || t == Type::f16x2 || t == Type::bf16 || t == Type::bf16x2 ||
+         t == Type::f32 || t == Type::f64;
 }
 inline bool is_signed(Type t) {
-  return t == Type::kS8 || t == Type::kS16 || t == Type::kS32 || t == Type::kS64;
+  return t == Type::s8 || t == Type::s16 || t == Type::s32 || t == Type::s64;
 }
 int type_bytes(Type t);
 const char* type_name(Type t);
@@ -62,7 +62,7 @@ inline constexpr std::uint64_t kWindowSize = 0x0000'0100'0000'0000ull;
 // Param-space addresses below this are the kernel's parameters; above, the thread's call stack.
 inline constexpr std::uint64_t kParamStackBase = 1ull << 24;
 
-enum class Space : std::uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
+enum class Space : std::uint8_t { generic, global, shared, local, param, const_ };
 const char* space_name(Space s);
 
 // Fixed register-file slots at the start of every frame, filled when the frame is entered.
@@ -119,12 +119,12 @@ struct Instr {
   Handler fn = nullptr;
   std::uint32_t guard = kNoGuard;
   bool guard_neg = false;
-  Type type = Type::kNone;
-  Type type2 = Type::kNone;  // cvt source type, etc.
-  std::uint8_t mod = 0;      // rounding mode, comparison, shuffle mode, atomic op...
-  std::uint8_t mod2 = 0;     // setp's boolean combiner, ...
-  std::uint8_t vec = 1;      // vector width
-  Space space = Space::kGeneric;
+  Type type = Type::none;
+  Type type2 = Type::none;  // cvt source type, etc.
+  std::uint8_t mod = 0;     // rounding mode, comparison, shuffle mode, atomic op...
+  std::uint8_t mod2 = 0;    // setp's boolean combiner, ...
+  std::uint8_t vec = 1;     // vector width
+  Space space = Space::generic;
   std::uint16_t flags = 0;
   std::uint32_t d[4] = {kSlotSink, kSlotSink, kSlotSink, kSlotSink};
   std::uint32_t s[4] = {kSlotZero, kSlotZero, kSlotZero, kSlotZero};

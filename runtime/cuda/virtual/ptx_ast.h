@@ -35,11 +35,11 @@ struct Instruction {
   std::vector<Operand> operands;
 };
 
-enum class Space : std::uint8_t { kReg, kGlobal, kShared, kLocal, kParam, kConst };
+enum class Space : std::uint8_t { reg, global, shared, local, param, const_ };
 
 struct VarDecl {
   int line = 0;
-  Space space = Space::kReg;
+  Space space = Space::reg;
   std::string type;  // "b32", "f32", "pred", ...
   int vec = 1;       // .v2 / .v4 variables
   int align = 0;     // 0: natural

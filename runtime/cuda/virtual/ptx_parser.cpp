@@ -112,12 +112,12 @@ class Parser {
   }
 
   static Space space_of(const std::string& d) {
-    if (d == ".global") return Space::kGlobal;
-    if (d == ".const") return Space::kConst;
-    if (d == ".shared") return Space::kShared;
-    if (d == ".local") return Space::kLocal;
-    if (d == ".param") return Space::kParam;
-    return Space::kReg;
+    if (d == ".global") return Space::global;
+    if (d == ".const") return Space::const_;
+    if (d == ".shared") return Space::shared;
+    if (d == ".local") return Space::local;
+    if (d == ".param") return Space::param;
+    return Space::reg;
   }
 
   std::int64_t parse_int() {
@@ -199,7 +199,7 @@ class Parser {
     while (!is(")")) {
       std::string d = expect_ident();
       if (d != ".param" && d != ".reg") fail("expected .param");
-      out.push_back(parse_var(Space::kParam));
+      out.push_back(parse_var(Space::param));
       if (!accept(",")) break;
     }
     expect(")");

@@ -17,13 +17,13 @@ struct TypeName {
   int bytes;
 };
 constexpr TypeName kTypes[] = {
-    {"b8", Type::kB8, 1},     {"b16", Type::kB16, 2},       {"b32", Type::kB32, 4},
-    {"b64", Type::kB64, 8},   {"b128", Type::kB128, 16},    {"u8", Type::kU8, 1},
-    {"u16", Type::kU16, 2},   {"u32", Type::kU32, 4},       {"u64", Type::kU64, 8},
-    {"s8", Type::kS8, 1},     {"s16", Type::kS16, 2},       {"s32", Type::kS32, 4},
-    {"s64", Type::kS64, 8},   {"f16", Type::kF16, 2},       {"f16x2", Type::kF16x2, 4},
-    {"bf16", Type::kBF16, 2}, {"bf16x2", Type::kBF16x2, 4}, {"f32", Type::kF32, 4},
-    {"f64", Type::kF64, 8},   {"pred", Type::kPred, 1},     {"tf32", Type::kTF32, 4},
+    {"b8", Type::b8, 1},     {"b16", Type::b16, 2},       {"b32", Type::b32, 4},
+    {"b64", Type::b64, 8},   {"b128", Type::b128, 16},    {"u8", Type::u8, 1},
+    {"u16", Type::u16, 2},   {"u32", Type::u32, 4},       {"u64", Type::u64, 8},
+    {"s8", Type::s8, 1},     {"s16", Type::s16, 2},       {"s32", Type::s32, 4},
+    {"s64", Type::s64, 8},   {"f16", Type::f16, 2},       {"f16x2", Type::f16x2, 4},
+    {"bf16", Type::bf16, 2}, {"bf16x2", Type::bf16x2, 4}, {"f32", Type::f32, 4},
+    {"f64", Type::f64, 8},   {"pred", Type::pred, 1},     {"tf32", Type::tf32, 4},
 };
 
 }  // namespace
@@ -43,9 +43,9 @@ std::uint64_t literal_bits(const std::string& text_in, bool negative, Type t, bo
       value = std::bit_cast<float>(std::uint32_t(bits));
     else
       value = std::bit_cast<double>(bits);
-    if ((text[1] == 'f' || text[1] == 'F') && (t == Type::kF32 || !is_float(t)) && !negative)
+    if ((text[1] == 'f' || text[1] == 'F') && (t == Type::f32 || !is_float(t)) && !negative)
       return bits;
-    if ((text[1] == 'd' || text[1] == 'D') && (t == Type::kF64 || !is_float(t)) && !negative)
+    if ((text[1] == 'd' || text[1] == 'D') && (t == Type::f64 || !is_float(t)) && !negative)
       return bits;
     is_float_literal = true;
   } else if (text.find_first_of(".eE") != std::string::npos &&
@@ -60,14 +60,14 @@ std::uint64_t literal_bits(const std::string& text_in, bool negative, Type t, bo
       value = negative ? -static_cast<long double>(u) : static_cast<long double>(u);
     }
     switch (t) {
-      case Type::kF16:
-        return encode_float(FloatFormat::kF16, value, Round::kRn);
-      case Type::kBF16:
-        return encode_float(FloatFormat::kBF16, value, Round::kRn);
-      case Type::kF64:
-        return encode_float(FloatFormat::kF64, value, Round::kRn);
-      case Type::kF32:
-        return encode_float(FloatFormat::kF32, value, Round::kRn);
+      case Type::f16:
+        return encode_float(FloatFormat::f16, value, Round::rn);
+      case Type::bf16:
+        return encode_float(FloatFormat::bf16, value, Round::rn);
+      case Type::f64:
+        return encode_float(FloatFormat::f64, value, Round::rn);
+      case Type::f32:
+        return encode_float(FloatFormat::f32, value, Round::rn);
       default:
         ok = false;
         return 0;
@@ -84,7 +84,7 @@ std::uint64_t literal_bits(const std::string& text_in, bool negative, Type t, bo
 Type parse_type(std::string_view name) {
   for (const auto& t : kTypes)
     if (name == t.name) return t.type;
-  return Type::kNone;
+  return Type::none;
 }
 
 int type_bytes(Type t) {
@@ -101,30 +101,30 @@ const char* type_name(Type t) {
 
 const char* space_name(Space s) {
   switch (s) {
-    case Space::kGeneric:
+    case Space::generic:
       return "generic";
-    case Space::kGlobal:
+    case Space::global:
       return "global";
-    case Space::kShared:
+    case Space::shared:
       return "shared";
-    case Space::kLocal:
+    case Space::local:
       return "local";
-    case Space::kParam:
+    case Space::param:
       return "param";
-    case Space::kConst:
+    case Space::const_:
       return "const";
   }
   return "?";
 }
 
-OpInfo::OpInfo(const std::string& opcode) : text(opcode) {
+OpcodeParts::OpcodeParts(const std::string& opcode) : text(opcode) {
   std::size_t p = opcode.find('.');
   base = opcode.substr(0, p);
   while (p != std::string::npos) {
     std::size_t q = opcode.find('.', p + 1);
     std::string part = opcode.substr(p + 1, q == std::string::npos ? q : q - p - 1);
     Type t = parse_type(part);
-    if (t != Type::kNone)
+    if (t != Type::none)
       types.push_back(t);
     else
       mods.push_back(part);
@@ -133,7 +133,7 @@ OpInfo::OpInfo(const std::string& opcode) : text(opcode) {
   used.assign(mods.size(), false);
 }
 
-bool OpInfo::take(std::string_view m) {
+bool OpcodeParts::take(std::string_view m) {
   for (std::size_t i = 0; i < mods.size(); ++i)
     if (mods[i] == m) {
       used[i] = true;
@@ -142,13 +142,13 @@ bool OpInfo::take(std::string_view m) {
   return false;
 }
 
-bool OpInfo::has(std::string_view m) const {
+bool OpcodeParts::has(std::string_view m) const {
   for (const auto& x : mods)
     if (x == m) return true;
   return false;
 }
 
-int OpInfo::take_one(std::initializer_list<std::string_view> options) {
+int OpcodeParts::take_one(std::initializer_list<std::string_view> options) {
   int i = 0;
   for (auto o : options) {
     if (take(o)) return i;
@@ -157,14 +157,14 @@ int OpInfo::take_one(std::initializer_list<std::string_view> options) {
   return -1;
 }
 
-std::uint8_t take_rounding(OpInfo& info) {
+std::uint8_t take_rounding(OpcodeParts& info) {
   static const std::pair<const char*, Round> kModes[] = {
-      {"rn", Round::kRn},  {"rz", Round::kRz},  {"rm", Round::kRm},
-      {"rp", Round::kRp},  {"rni", Round::kRn}, {"rzi", Round::kRz},
-      {"rmi", Round::kRm}, {"rpi", Round::kRp}, {"rna", Round::kRna}};
+      {"rn", Round::rn},  {"rz", Round::rz},  {"rm", Round::rm},
+      {"rp", Round::rp},  {"rni", Round::rn}, {"rzi", Round::rz},
+      {"rmi", Round::rm}, {"rpi", Round::rp}, {"rna", Round::rna}};
   for (auto& [name, mode] : kModes)
     if (info.take(name)) return static_cast<std::uint8_t>(mode);
-  return static_cast<std::uint8_t>(Round::kNone);
+  return static_cast<std::uint8_t>(Round::none);
 }
 
 }  // namespace kiln::cuda::vgpu

@@ -31,7 +31,7 @@ void fault(const ThreadState& t, const Instr& in, const std::string& what) {
 
 namespace {
 const char* access_name(Access a) {
-  return a == Access::kLoad ? "load" : a == Access::kStore ? "store" : "atomic";
+  return a == Access::load ? "load" : a == Access::store ? "store" : "atomic";
 }
 }  // namespace
 
@@ -62,17 +62,17 @@ std::uint8_t* resolve_slow(ThreadState& t, const Instr& in, Space space, std::ui
                            unsigned size, Access access) {
   Space actual = space;
   std::uint64_t off = addr;
-  if (space == Space::kGeneric) {
+  if (space == Space::generic) {
     if (addr < kSharedWindow) {
-      actual = Space::kGlobal;
+      actual = Space::global;
     } else if (addr - kSharedWindow < kWindowSize) {
-      actual = Space::kShared, off = addr - kSharedWindow;
+      actual = Space::shared, off = addr - kSharedWindow;
     } else if (addr - kLocalWindow < kWindowSize) {
-      actual = Space::kLocal, off = addr - kLocalWindow;
+      actual = Space::local, off = addr - kLocalWindow;
     } else if (addr - kParamWindow < kWindowSize) {
-      actual = Space::kParam, off = addr - kParamWindow;
+      actual = Space::param, off = addr - kParamWindow;
     } else if (addr - kConstWindow < kWindowSize) {
-      actual = Space::kConst, off = addr - kConstWindow;
+      actual = Space::const_, off = addr - kConstWindow;
     } else {
       throw KernelFault(
           fmt::format("invalid generic {} of {} bytes at {} {}: the address is in "
@@ -86,7 +86,7 @@ std::uint8_t* resolve_slow(ThreadState& t, const Instr& in, Space space, std::ui
                     "alignment",
                     space_name(space), access_name(access), size, hex(addr), where(t, &in), size));
   switch (actual) {
-    case Space::kGlobal: {
+    case Space::global: {
       const Allocation* a = t.launch->memory->find(addr, size);
       if (!a) access_fault(t, in, space, addr, size, access);
       LaunchContext& l = *t.launch;
@@ -95,19 +95,19 @@ std::uint8_t* resolve_slow(ThreadState& t, const Instr& in, Space space, std::ui
       l.hit_next = (l.hit_next + 1) % LaunchContext::kHitEntries;
       return reinterpret_cast<std::uint8_t*>(addr);
     }
-    case Space::kShared:
+    case Space::shared:
       if (off + size > t.block->shared_bytes || off + size < off)
         window_fault(t, in, space, addr, off, size, access, t.block->shared_bytes,
                      "shared memory (static + dynamic) of this block");
       return t.block->shared.data() + off;
-    case Space::kLocal:
+    case Space::local:
       if (off + size > t.local_top || off + size < off)
         window_fault(t, in, space, addr, off, size, access, t.local_top,
                      "this thread's local memory");
       return t.local.data() + off;
-    case Space::kParam:
+    case Space::param:
       if (off < kParamStackBase) {
-        if (access != Access::kLoad)
+        if (access != Access::load)
           throw KernelFault(fmt::format("{} to a kernel parameter at {} {}", access_name(access),
                                         hex(addr), where(t, &in)));
         if (off + size > t.launch->param_bytes)
@@ -119,8 +119,8 @@ std::uint8_t* resolve_slow(ThreadState& t, const Instr& in, Space space, std::ui
       if (off + size > t.param_top)
         window_fault(t, in, space, addr, off, size, access, t.param_top, "the param stack");
       return t.params.data() + off;
-    case Space::kConst:
-      if (access != Access::kLoad)
+    case Space::const_:
+      if (access != Access::load)
         throw KernelFault(fmt::format("{} to constant memory at {} {}", access_name(access),
                                       hex(addr), where(t, &in)));
       if (off + size > t.launch->const_bytes)

@@ -15,7 +15,7 @@
 
 namespace kiln::cuda::vgpu {
 
-enum class Status : std::uint8_t { kRunning, kExited, kBarrier, kWarpWait };
+enum class Status : std::uint8_t { running, exited, barrier, warp_wait };
 
 struct LaunchContext {
   const Program* program = nullptr;
@@ -57,13 +57,13 @@ struct Frame {
   const CallSite* site = nullptr;
 };
 
-enum class Access : std::uint8_t { kLoad, kStore, kAtomic };
+enum class Access : std::uint8_t { load, store, atomic };
 
 struct ThreadState {
   std::uint64_t* r = nullptr;  // current frame's registers
   const Instr* code = nullptr;
   std::uint32_t pc = 0;
-  Status status = Status::kRunning;
+  Status status = Status::running;
   bool carry = false;  // condition code of add.cc / addc
   std::uint64_t icount = 0;
   std::uint64_t clock_reads = 0;    // advances %clock between stops (see mov_clock)
@@ -140,18 +140,18 @@ std::uint8_t* resolve_slow(ThreadState& t, const Instr& in, Space space, std::ui
 // alignment (size is a power of two: the element or whole-vector size).
 inline std::uint8_t* resolve(ThreadState& t, const Instr& in, Space space, std::uint64_t addr,
                              unsigned size, Access access) {
-  if ((space == Space::kGlobal || (space == Space::kGeneric && addr < kSharedWindow)) &&
+  if ((space == Space::global || (space == Space::generic && addr < kSharedWindow)) &&
       (addr & (size - 1)) == 0) {
     const LaunchContext& l = *t.launch;
     for (int i = 0; i < LaunchContext::kHitEntries; ++i)
       if (addr >= l.hit_lo[i] && addr + size <= l.hit_hi[i])
         return reinterpret_cast<std::uint8_t*>(addr);
   }
-  if (space == Space::kShared && addr + size <= t.block->shared_bytes && (addr & (size - 1)) == 0)
+  if (space == Space::shared && addr + size <= t.block->shared_bytes && (addr & (size - 1)) == 0)
     return t.block->shared.data() + addr;
-  if (space == Space::kLocal && addr + size <= t.local_top && (addr & (size - 1)) == 0)
+  if (space == Space::local && addr + size <= t.local_top && (addr & (size - 1)) == 0)
     return t.local.data() + addr;
-  if (space == Space::kParam && access == Access::kLoad && addr + size <= t.launch->param_bytes &&
+  if (space == Space::param && access == Access::load && addr + size <= t.launch->param_bytes &&
       (addr & (size - 1)) == 0)
     return const_cast<std::uint8_t*>(t.launch->params) + addr;
   return resolve_slow(t, in, space, addr, size, access);

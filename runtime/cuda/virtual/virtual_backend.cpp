@@ -13,8 +13,8 @@
 
 #include "runtime/cuda/backends.h"
 #include "runtime/cuda/virtual/decoder.h"
-#include "runtime/cuda/virtual/executor.h"
 #include "runtime/cuda/virtual/fault.h"
+#include "runtime/cuda/virtual/launch.h"
 #include "runtime/cuda/virtual/memory.h"
 #include "runtime/cuda/virtual/program.h"
 
@@ -188,7 +188,7 @@ class VirtualBackend final : public Backend {
     rq.dynamic_shared = dynamic_shared;
     rq.params = params;
     rq.sm_count = props_.sm_count;
-    instructions_ += vgpu::execute(rq).thread_instructions;
+    instructions_ += vgpu::run_launch(rq).thread_instructions;
   }
 
   Stream create_stream() override {

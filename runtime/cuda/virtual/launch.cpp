@@ -1,5 +1,5 @@
-// The block scheduler (see executor.h).
-#include "runtime/cuda/virtual/executor.h"
+// The block scheduler (see launch.h).
+#include "runtime/cuda/virtual/launch.h"
 
 #include <fmt/format.h>
 
@@ -30,7 +30,7 @@ void run_thread(ThreadState& t) {
     }
     t.pc = pc;
     in.fn(t, in);
-    if (t.status != Status::kRunning) break;
+    if (t.status != Status::running) break;
     pc = t.pc;
     code = t.code;
   }
@@ -67,7 +67,7 @@ class BlockRunner {
       for (ThreadState* t : runnable_) run_thread(*t);
       runnable_.clear();
       std::uint32_t exited = 0;
-      for (std::uint32_t i = 0; i < n_; ++i) exited += threads_[i].status == Status::kExited;
+      for (std::uint32_t i = 0; i < n_; ++i) exited += threads_[i].status == Status::exited;
       if (exited == n_) return;
       release_barriers(exited);
       release_warps();
@@ -87,7 +87,7 @@ class BlockRunner {
     std::uint32_t count[16] = {};
     for (std::uint32_t i = 0; i < n_; ++i) {
       const ThreadState& t = threads_[i];
-      if (t.status != Status::kBarrier) continue;
+      if (t.status != Status::barrier) continue;
       ++waiting[t.bar_id];
       if (t.bar_count) count[t.bar_id] = t.bar_count;
     }
@@ -103,19 +103,19 @@ class BlockRunner {
       bool all = true, any = false;
       for (std::uint32_t i = 0; i < n_; ++i) {
         const ThreadState& t = threads_[i];
-        if (t.status != Status::kBarrier || t.bar_id != id) continue;
+        if (t.status != Status::barrier || t.bar_id != id) continue;
         popc += t.bar_pred;
         all = all && t.bar_pred;
         any = any || t.bar_pred;
       }
       for (std::uint32_t i = 0; i < n_; ++i) {
         ThreadState& t = threads_[i];
-        if (t.status != Status::kBarrier || t.bar_id != id) continue;
+        if (t.status != Status::barrier || t.bar_id != id) continue;
         if (t.wait->mod == kBarRed) {
           std::uint64_t v = t.wait->mod2 == 0 ? popc : t.wait->mod2 == 1 ? all : any;
           t.r[t.wait->d[0]] = v;
         }
-        t.status = Status::kRunning;
+        t.status = Status::running;
         t.wait = nullptr;
         runnable_.push_back(&t);
       }
@@ -128,8 +128,8 @@ class BlockRunner {
     const ThreadState* gone = nullptr;
     for (std::uint32_t i = 0; i < n_; ++i) {
       const ThreadState& t = threads_[i];
-      if (!waiter && t.status == Status::kBarrier && t.bar_id == id) waiter = &t;
-      if (!gone && t.status == Status::kExited) gone = &t;
+      if (!waiter && t.status == Status::barrier && t.bar_id == id) waiter = &t;
+      if (!gone && t.status == Status::exited) gone = &t;
     }
     throw KernelFault(fmt::format(
         "barrier {} in {} can never complete: {} of {} threads wait at it (e.g. thread {} at {}) "
@@ -152,13 +152,13 @@ class BlockRunner {
       std::uint32_t done = 0;
       for (std::uint32_t l = 0; l < 32; ++l) {
         ThreadState* t = lanes[l];
-        if (!t || t->status != Status::kWarpWait || (done >> l & 1)) continue;
+        if (!t || t->status != Status::warp_wait || (done >> l & 1)) continue;
         std::uint32_t group;
         WarpKind kind = warp_kind(*t->wait);
-        if (kind == WarpKind::kActivemask) {
+        if (kind == WarpKind::activemask) {
           group = 0;
           for (std::uint32_t j = 0; j < 32; ++j)
-            if (lanes[j] && lanes[j]->status == Status::kWarpWait && lanes[j]->wait == t->wait)
+            if (lanes[j] && lanes[j]->status == Status::warp_wait && lanes[j]->wait == t->wait)
               group |= 1u << j;
         } else {
           group = t->wait_mask;
@@ -176,12 +176,12 @@ class BlockRunner {
                                 "not exist (the block has {} threads):",
                                 warp_kind_name(kind), group, j, n_));
             ThreadState* o = lanes[j];
-            if (o->status == Status::kExited)
+            if (o->status == Status::exited)
               fault(*t, *t->wait,
                     fmt::format("{} member mask {:#010x} names lane {} (thread {}), "
                                 "which has exited and can never arrive:",
                                 warp_kind_name(kind), group, j, tid_str(*o)));
-            ready = o->status == Status::kWarpWait && o->wait_mask == group &&
+            ready = o->status == Status::warp_wait && o->wait_mask == group &&
                     warp_kind(*o->wait) == kind;
           }
           if (!ready) continue;
@@ -190,7 +190,7 @@ class BlockRunner {
         done |= group;
         for (std::uint32_t j = 0; j < 32; ++j)
           if (group >> j & 1) {
-            lanes[j]->status = Status::kRunning;
+            lanes[j]->status = Status::running;
             lanes[j]->wait = nullptr;
             runnable_.push_back(lanes[j]);
           }
@@ -202,16 +202,16 @@ class BlockRunner {
     // Explain the first stuck warp collective precisely, else summarize who waits where.
     for (std::uint32_t i = 0; i < n_; ++i) {
       const ThreadState& t = threads_[i];
-      if (t.status != Status::kWarpWait || warp_kind(*t.wait) == WarpKind::kActivemask) continue;
+      if (t.status != Status::warp_wait || warp_kind(*t.wait) == WarpKind::activemask) continue;
       std::uint32_t base = i / 32 * 32;
       for (std::uint32_t j = 0; j < 32; ++j) {
         if (!(t.wait_mask >> j & 1) || base + j >= n_) continue;
         const ThreadState& o = threads_[base + j];
-        if (o.status == Status::kWarpWait && o.wait_mask == t.wait_mask &&
+        if (o.status == Status::warp_wait && o.wait_mask == t.wait_mask &&
             warp_kind(*o.wait) == warp_kind(*t.wait))
           continue;
         std::string other =
-            o.status == Status::kBarrier
+            o.status == Status::barrier
                 ? fmt::format("waits at barrier {} {}", o.bar_id, instr_text(o))
                 : fmt::format("waits at {} {} with member mask {:#010x}",
                               warp_kind_name(warp_kind(*o.wait)), instr_text(o), o.wait_mask);
@@ -228,10 +228,10 @@ class BlockRunner {
       const ThreadState& t = threads_[i];
       std::uint32_t j = i + 1;
       while (j < n_ && threads_[j].status == t.status && threads_[j].wait == t.wait) ++j;
-      if (t.status == Status::kBarrier)
+      if (t.status == Status::barrier)
         s += fmt::format("; threads {}..{} wait at barrier {} {}", tid_str(t),
                          tid_str(threads_[j - 1]), t.bar_id, instr_text(t));
-      else if (t.status == Status::kWarpWait)
+      else if (t.status == Status::warp_wait)
         s += fmt::format("; threads {}..{} wait at {}", tid_str(t), tid_str(threads_[j - 1]),
                          instr_text(t));
       i = j;
@@ -243,7 +243,7 @@ class BlockRunner {
 
 }  // namespace
 
-LaunchStats execute(const LaunchRequest& rq) {
+LaunchStats run_launch(const LaunchRequest& rq) {
   const Function& k = *rq.kernel;
   LaunchContext l;
   l.program = rq.program;
@@ -319,7 +319,7 @@ LaunchStats execute(const LaunchRequest& rq) {
         std::uint64_t sm = block_index % static_cast<std::uint64_t>(rq.sm_count);
         for (std::uint32_t i = 0; i < n; ++i) {
           ThreadState& t = threads[i];
-          t.status = Status::kRunning;
+          t.status = Status::running;
           t.wait = nullptr;
           t.carry = false;
           t.clock_reads = 0;

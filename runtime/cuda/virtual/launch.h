@@ -25,6 +25,6 @@ struct LaunchStats {
   std::uint64_t thread_instructions = 0;
 };
 
-LaunchStats execute(const LaunchRequest& request);
+LaunchStats run_launch(const LaunchRequest& request);
 
 }  // namespace kiln::cuda::vgpu
