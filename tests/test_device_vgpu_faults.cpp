@@ -342,9 +342,13 @@ BOOST_AUTO_TEST_CASE(launch_errors_a_real_gpu_gives) {
 .visible .entry big()
 {
   .shared .align 4 .b8 s[40000];
-  .reg .b64 %rd<2>;
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<3>;
   mov.u64 %rd1, s;
-  st.shared.u32 [%rd1], 0;
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.u64 %rd1, %rd1, %rd2;
+  st.shared.u32 [%rd1], 0;  // a word per thread: no race
   ret;
 }
 )";

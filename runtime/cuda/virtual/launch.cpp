@@ -1,5 +1,6 @@
 // The block scheduler (see launch.h).
 #include "runtime/cuda/virtual/launch.h"
+#include "runtime/cuda/virtual/shared_check.h"
 
 #include <fmt/format.h>
 
@@ -117,8 +118,10 @@ class BlockRunner {
         }
         t.status = Status::running;
         t.wait = nullptr;
+        if (b_->shadow) t.barrier_seen = b_->shadow->barrier_epoch + 1;
         runnable_.push_back(&t);
       }
+      if (b_->shadow) ++b_->shadow->barrier_epoch;
     }
   }
 
@@ -188,6 +191,11 @@ class BlockRunner {
         }
         execute_warp_group(lanes, group);
         done |= group;
+        if (b_->shadow) {
+          std::uint32_t epoch = ++b_->shadow->warp_epoch[w];
+          for (std::uint32_t j = 0; j < 32; ++j)
+            if (group >> j & 1) lanes[j]->warp_seen = epoch;
+        }
         for (std::uint32_t j = 0; j < 32; ++j)
           if (group >> j & 1) {
             lanes[j]->status = Status::running;
@@ -254,6 +262,9 @@ LaunchStats run_launch(const LaunchRequest& rq) {
   l.dynamic_shared = rq.dynamic_shared;
   l.const_bank = rq.program->const_bank.data();
   l.const_bytes = rq.program->const_bank.size();
+  Checks checks = checks_from_env();
+  l.check_race = checks.race;
+  l.check_init = checks.init;
   // Kernel parameters, laid out as the PTX declares them.
   std::vector<std::uint8_t> params(std::max<std::uint64_t>(k.param_bytes, 1));
   if (!k.params.empty())
@@ -276,6 +287,7 @@ LaunchStats run_launch(const LaunchRequest& rq) {
   b.shared_bytes = dyn_base + rq.dynamic_shared;
   b.shared.assign(std::max<std::uint64_t>(b.shared_bytes, 1), 0);
   BlockRunner runner(l, threads, n);
+  SharedShadow shadow;
   LaunchStats stats;
   std::uint32_t nwarps = (n + 31) / 32;
   // Per-thread special registers that do not change from block to block.
@@ -316,6 +328,10 @@ LaunchStats run_launch(const LaunchRequest& rq) {
         std::memset(b.bar_arrived, 0, sizeof(b.bar_arrived));
         // Shared memory is uninitialized on hardware; zero it so runs are reproducible.
         std::memset(b.shared.data(), 0, b.shared.size());
+        if (checks.any()) {
+          shadow.reset(b.shared_bytes, nwarps);
+          b.shadow = &shadow;
+        }
         std::uint64_t sm = block_index % static_cast<std::uint64_t>(rq.sm_count);
         for (std::uint32_t i = 0; i < n; ++i) {
           ThreadState& t = threads[i];
@@ -326,6 +342,7 @@ LaunchStats run_launch(const LaunchRequest& rq) {
           t.frames.clear();
           t.local_top = 0;
           t.param_top = 0;
+          t.barrier_seen = t.warp_seen = 0;
           std::uint64_t* f = t.fixed;
           f[kSlotCtaidX] = bx, f[kSlotCtaidY] = by, f[kSlotCtaidZ] = bz;
           f[kSlotSmId] = sm;

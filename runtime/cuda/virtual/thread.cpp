@@ -99,6 +99,7 @@ std::uint8_t* resolve_slow(ThreadState& t, const Instr& in, Space space, std::ui
       if (off + size > t.block->shared_bytes || off + size < off)
         window_fault(t, in, space, addr, off, size, access, t.block->shared_bytes,
                      "shared memory (static + dynamic) of this block");
+      if (t.block->shadow) check_shared_access(t, in, off, size, access);
       return t.block->shared.data() + off;
     case Space::local:
       if (off + size > t.local_top || off + size < off)

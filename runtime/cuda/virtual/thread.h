@@ -28,6 +28,7 @@ struct LaunchContext {
   std::uint64_t clock = 0;  // advances with executed instructions (for %clock)
   const std::uint8_t* const_bank = nullptr;
   std::uint64_t const_bytes = 0;
+  bool check_race = false, check_init = false;  // KILN_VGPU_CHECK (shared_check.h)
   // Recently hit global allocations [lo, hi): the launch runs on one host thread and the
   // allocation map only changes through device malloc/free, which clear this.
   static constexpr int kHitEntries = 4;
@@ -39,8 +40,11 @@ struct LaunchContext {
   }
 };
 
+struct SharedShadow;  // shared_check.h
+
 struct BlockContext {
   Dim3 ctaid;
+  SharedShadow* shadow = nullptr;      // set under KILN_VGPU_CHECK=race or init
   std::uint32_t bar_arrived[16] = {};  // bar.arrive counts not yet matched by a release
   std::vector<std::uint8_t> shared;
   std::uint64_t shared_bytes = 0;  // static + dynamic; accesses past it fault
@@ -87,6 +91,8 @@ struct ThreadState {
   LaunchContext* launch = nullptr;
   std::uint32_t tid[3] = {0, 0, 0};
   std::uint32_t linear = 0, lane = 0, warp = 0;
+  // The barrier and warp-synchronization epochs this thread has taken part in (racecheck).
+  std::uint32_t barrier_seen = 0, warp_seen = 0;
 };
 
 // ---- registers -------------------------------------------------------------------------------
@@ -135,6 +141,8 @@ std::string where(const ThreadState& t, const Instr* in);
 
 std::uint8_t* resolve_slow(ThreadState& t, const Instr& in, Space space, std::uint64_t addr,
                            unsigned size, Access access);
+void check_shared_access(ThreadState& t, const Instr& in, std::uint64_t offset, unsigned size,
+                         Access access);  // shared_check.h
 
 // Host pointer for `size` bytes at `addr` in `space`, after checking bounds, liveness and
 // alignment (size is a power of two: the element or whole-vector size).
@@ -147,8 +155,10 @@ inline std::uint8_t* resolve(ThreadState& t, const Instr& in, Space space, std::
       if (addr >= l.hit_lo[i] && addr + size <= l.hit_hi[i])
         return reinterpret_cast<std::uint8_t*>(addr);
   }
-  if (space == Space::shared && addr + size <= t.block->shared_bytes && (addr & (size - 1)) == 0)
+  if (space == Space::shared && addr + size <= t.block->shared_bytes && (addr & (size - 1)) == 0) {
+    if (t.block->shadow) check_shared_access(t, in, addr, size, access);
     return t.block->shared.data() + addr;
+  }
   if (space == Space::local && addr + size <= t.local_top && (addr & (size - 1)) == 0)
     return t.local.data() + addr;
   if (space == Space::param && access == Access::load && addr + size <= t.launch->param_bytes &&
