@@ -55,11 +55,15 @@ graph::Graph one_node_graph(OpId op, std::span<const Tensor> inputs, const OpAtt
 }
 
 // What makes two calls of one op share a kernel: the op, its attributes, and each input's dtype,
-// rank and whether it is a number. Sizes and strides are kernel arguments.
+// rank, which dims have size 1 (they decide broadcasting and whether a reduced value has the
+// shape of its input) and whether it is a number. Other sizes and strides are kernel arguments.
 std::string signature(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
   std::string key = fmt::format("{}({})", op, attrs_str(op, attrs));
-  for (const auto& t : inputs)
-    key += fmt::format("|{}:{}{}", dtype_name(t.dtype()), t.dim(), t.device().is_cpu() ? "n" : "");
+  for (const auto& t : inputs) {
+    std::string ones;
+    for (auto s : t.shape()) ones += s == 1 ? '1' : '.';
+    key += fmt::format("|{}:{}{}", dtype_name(t.dtype()), ones, t.device().is_cpu() ? "n" : "");
+  }
   return key;
 }
 
