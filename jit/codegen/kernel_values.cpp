@@ -66,6 +66,15 @@ std::vector<long long> domain_strides(const Tensor& t, int domain_rank,
   return strides;
 }
 
+void check_host_view(const graph::Graph& g, const std::set<int>& inside, int n,
+                     const std::string& kernel) {
+  for (int v : g.nodes[n].inputs)
+    KILN_CHECK(g.values[v].producer < 0 || !inside.count(g.values[v].producer),
+               "codegen: '{}': the view {} of a value computed in the same kernel is not "
+               "supported yet",
+               kernel, node_text(g, n));
+}
+
 void apply_host_views(const graph::Graph& g, const std::vector<int>& views,
                       std::vector<Tensor>& values, std::span<const std::int64_t> symbol_values) {
   for (int n : views) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,6 +27,11 @@ std::array<unsigned char, 8> number_argument(const Tensor& number);
 // broadcasts or does not reach.
 std::vector<long long> domain_strides(const Tensor& t, int domain_rank,
                                       const std::vector<int>& frame_dims);
+
+// Raises unless view node `n` of a kernel made of `inside` reads only values from outside it
+// (a view of a value the kernel computes would need index arithmetic in registers).
+void check_host_view(const graph::Graph& g, const std::set<int>& inside, int n,
+                     const std::string& kernel);
 
 // Runs the view nodes a kernel reads through (their inputs come from outside it) on the host,
 // with symbolic target sizes at this call's values.

@@ -57,11 +57,7 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   for (int n : group.nodes) {
     const graph::Node& node = g.nodes[n];
     if (op_class(node.op) != OpClass::view) continue;
-    for (int v : node.inputs)
-      KILN_CHECK(g.values[v].producer < 0 || !inside.count(g.values[v].producer),
-                 "codegen: '{}': the view {} of a value computed in the same kernel is not "
-                 "supported yet",
-                 group.name, node_text(g, n));
+    check_host_view(g, inside, n, group.name);
     k.host_views.push_back(n);
   }
   auto is_host_view_output = [&](int v) {

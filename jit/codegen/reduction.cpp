@@ -113,11 +113,7 @@ class ReductionRenderer {
       for (int v : node.outputs) note(v);
       OpClass c = op_class(node.op);
       if (c == OpClass::view) {
-        for (int v : node.inputs)
-          KILN_CHECK(g_.values[v].producer < 0 || !inside.count(g_.values[v].producer),
-                     "codegen: '{}': the view {} of a value computed in the same kernel is not "
-                     "supported yet",
-                     group_.name, node_text(g_, n));
+        check_host_view(g_, inside, n, group_.name);
         k_.host_views.push_back(n);
         host_view_outputs_.insert(node.output());
         continue;
