@@ -7,6 +7,7 @@
 
 #include "autograd/ops.h"
 #include "graph/fusion.h"
+#include "jit/codegen/launch_stats.h"
 #include "jit/codegen/reduction.h"
 #include "jit/compile.h"
 #include "support/device_compare.h"
@@ -195,6 +196,27 @@ BOOST_AUTO_TEST_CASE(rows_over_any_dims_and_strided_inputs) {
   check_fused(
       "every dim", [](auto& in) { return std::vector<Tensor>{sum(in[0] * 2.0)}; }, {x}, DType::f32,
       1);
+}
+
+BOOST_AUTO_TEST_CASE(rows_stay_on_chip_and_longer_rows_reread_their_tail) {
+  // LayerNorm's three passes read x from memory once while the row fits in registers.
+  Generated gen =
+      generate([](auto& in) { return std::vector<Tensor>{layer_norm(in[0], {300}, in[1], in[2])}; },
+               {randn({4, 300}), randn({300}), randn({300})});
+  BOOST_TEST(gen.kernel.items == 2, gen.kernel.source);  // 300 columns over 256 threads
+  BOOST_TEST(gen.kernel.source.find("_cache[it]") != std::string::npos, gen.kernel.source);
+  // One eager softmax kernel serves every row length: the first call sizes what stays on chip,
+  // and rows longer than that re-read the rest in each pass.
+  std::int64_t compiles = -1;
+  for (std::int64_t cols : {40, 5000, 7, 1000, 300}) {
+    BOOST_TEST_CONTEXT("cols " << cols) {
+      Tensor x = randn({3, cols}) * 4.0;
+      BOOST_TEST(relative_error(softmax(x.to(Device::cuda()), 1), softmax(x, 1)) <= 1e-5);
+      BOOST_TEST(relative_error(log_softmax(x.to(Device::cuda()), 1), log_softmax(x, 1)) <= 1e-5);
+      if (compiles >= 0) BOOST_TEST(codegen::launch_stats().compiles == compiles);
+      compiles = codegen::launch_stats().compiles;
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(results_are_bitwise_reproducible) {

@@ -344,8 +344,58 @@ class ReductionRenderer {
                                                           init, combine)))));
   }
 
+  // The persistent schedule: a value several passes load is read from memory once, into a
+  // per-thread register array of k_.items columns, and later passes reuse it. Columns past
+  // items * blockDim.x (a row longer than the traced one) are re-read in a tail loop.
+  Data keep_rows_on_chip(std::vector<Data>& passes) {
+    std::map<std::string, int> loads_of;
+    for (const auto& pass : passes)
+      for (const auto& load : pass.get("loads")->list_value())
+        ++loads_of[load.get("var")->string_value()];
+    Data caches = list();
+    std::set<std::string> cached, first_seen;
+    for (const auto& pass : passes)
+      for (const auto& load : pass.get("loads")->list_value()) {
+        const std::string& name = load.get("var")->string_value();
+        if (loads_of[name] < 2 || !cached.insert(name).second) continue;
+        Data c;
+        c.set("type", load.get("type")->string_value());
+        c.set("var", name);
+        caches.push_back(c);
+      }
+    if (cached.empty()) return caches;
+    std::int64_t cols = 1;
+    for (auto d : k_.reduce_dims) cols *= traced_size(group_.domain[d]);
+    k_.items = static_cast<int>(std::clamp<std::int64_t>(
+        (cols + reduction_block(cols) - 1) / reduction_block(cols), 1, kMaxRowItems));
+    for (auto& pass : passes) {
+      Data on_chip = list();
+      for (const auto& load : pass.get("loads")->list_value()) {
+        const std::string& name = load.get("var")->string_value();
+        Data l;
+        l.set("type", load.get("type")->string_value());
+        l.set("var", name);
+        std::string expr = load.get("expr")->string_value();
+        if (cached.count(name))
+          expr = first_seen.insert(name).second ? fmt::format("({}_cache[it] = {})", name, expr)
+                                                : name + "_cache[it]";
+        l.set("expr", expr);
+        on_chip.push_back(l);
+      }
+      Data persistent;
+      persistent.set("loads", on_chip);
+      pass.set("persistent", persistent);
+    }
+    for (auto& r : k_.reads)
+      if (r.frame_dims.size() == static_cast<std::size_t>(domain_rank_) &&
+          cached.count(var(r.value)))
+        r.on_chip = true;
+    return caches;
+  }
+
   ReductionKernel finish() {
     Data passes = list(), row_loads = list();
+    std::vector<Data> pass_data;
     std::set<int> row_loaded;
     // Reduced values that need no reduction of this kernel (numbers, reduced-shape inputs).
     auto reduced_statements_ready_at = [&](int pass, Data& out) {
@@ -385,7 +435,7 @@ class ReductionRenderer {
       pass.set("finals", finals);
       pass.set("reduced_statements", reduced);
       pass.set("stores", list());
-      passes.push_back(pass);
+      pass_data.push_back(pass);
     }
     // Outputs: full ones in a last pass over the row, reduced ones once per row.
     std::vector<int> full_outputs;
@@ -428,8 +478,10 @@ class ReductionRenderer {
       pass.set("finals", list());
       pass.set("reduced_statements", list());
       pass.set("stores", stores);
-      passes.push_back(pass);
+      pass_data.push_back(pass);
     }
+    Data caches = keep_rows_on_chip(pass_data);
+    for (auto& pass : pass_data) passes.push_back(pass);
 
     Data params = list(), nodes = list();
     for (auto& d : read_params_.list_value()) params.push_back(d);
@@ -455,6 +507,9 @@ class ReductionRenderer {
     d.set("params", params);
     d.set("row_loads", row_loads);
     d.set("passes", passes);
+    d.set("caches", caches);
+    d.set("items", std::to_string(k_.items));
+    d.set("column_body", std::string(template_text("reduction_column.cu.mustache")));
     d.set("reduced_stores", reduced_stores);
     k_.source = render_template("reduction.cu.mustache", d);
     return k_;
@@ -477,6 +532,15 @@ class ReductionRenderer {
 };
 
 }  // namespace
+
+unsigned reduction_block(long long cols) {
+  return cols <= 32     ? 32
+         : cols <= 64   ? 64
+         : cols <= 128  ? 128
+         : cols <= 2048 ? 256
+         : cols <= 4096 ? 512
+                        : 1024;
+}
 
 ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionGroup& group) {
   KILN_CHECK(
@@ -552,11 +616,13 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   params.push_back(&rows);
   params.push_back(&cols);
   if (rows == 0) return outs;
-  unsigned block = cols <= 32 ? 32 : cols <= 64 ? 64 : cols <= 128 ? 128 : 256;
+  unsigned block = reduction_block(cols);
+  bool on_chip = cols <= static_cast<long long>(kernel.items) * block;
   long long blocks = std::min<long long>(
       rows, static_cast<long long>(cuda::backend().properties(0).sm_count) * 16);
   std::int64_t read = 0, written = 0;
-  for (const auto& r : kernel.reads) read += tensor_bytes(values.at(r.value)) * r.passes;
+  for (const auto& r : kernel.reads)
+    read += tensor_bytes(values.at(r.value)) * (r.on_chip && on_chip ? 1 : r.passes);
   for (const auto& o : outs) written += tensor_bytes(o);
   launch_generated(kernel.name, kernel.source, {static_cast<unsigned>(blocks), 1, 1}, {block, 1, 1},
                    params.data(), read, written);

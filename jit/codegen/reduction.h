@@ -2,7 +2,8 @@
 // same rows with their elementwise prologues and epilogues, softmax and log_softmax, epilogues
 // that read a reduced value back over its row) rendered from templates/reduction.cu into one
 // kernel. A block reduces a row in passes, one per chain of dependent reductions (LayerNorm's
-// mean, then its variance), re-reading the row from memory in each (the looped schedule).
+// mean, then its variance). Values several passes read stay in registers while the row fits
+// (the persistent schedule); a longer row's tail is re-read from memory in each pass.
 #pragma once
 
 #include <span>
@@ -18,6 +19,7 @@ struct ReductionKernel {
     int value = -1;
     std::vector<int> frame_dims;  // the domain dims the value's shape aligns with
     int passes = 0;               // loops over the row that load it (for traffic counts)
+    bool on_chip = false;         // loaded once into registers while the row fits (items)
   };
   std::string name;
   std::string source;
@@ -28,7 +30,14 @@ struct ReductionKernel {
   std::vector<bool> write_full;  // per write: over the whole domain (else one per row)
   std::vector<std::int64_t> reduce_dims;
   int passes = 0;  // loops over each row
+  int items = 0;   // columns per thread kept in registers across passes; 0: none (looped)
 };
+
+// Columns per thread a persistent row keeps in registers at most: beyond items * 1024 columns
+// the rest of the row is re-read from memory in each pass.
+inline constexpr int kMaxRowItems = 8;
+// Threads per block for rows of `cols` columns.
+unsigned reduction_block(long long cols);
 
 // Renders `group`. kiln::Error naming the node when code generation does not cover it yet.
 ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionGroup& group);
