@@ -66,8 +66,8 @@ Tensor SavedTensor::unpack(Node& owner) const {
     KILN_CHECK_AS(AutogradError, tensor_.impl().storage->version() == version_,
                   "backward: a tensor of shape {} saved by {} was modified by an in-place "
                   "operation (version {} now, {} when saved)",
-                  shape_str(tensor_.impl().shape), owner.name(),
-                  tensor_.impl().storage->version(), version_);
+                  shape_str(tensor_.impl().shape), owner.name(), tensor_.impl().storage->version(),
+                  version_);
   if (!is_output_ || !grad_enabled() || !check_version_ || !is_floating(tensor_.dtype()))
     return tensor_;
   Tensor out = without_history(tensor_);
@@ -94,7 +94,9 @@ void OpNode::save_outputs(std::span<const Tensor> outputs) {
   }
 }
 
-std::string OpNode::name() const { return fmt::format("{}Backward", op_); }
+std::string OpNode::name() const {
+  return fmt::format("{}Backward", op_);
+}
 
 std::vector<Tensor> OpNode::backward(const std::vector<Tensor>& grad_outputs) {
   std::vector<Tensor> inputs, outputs;
@@ -106,7 +108,7 @@ std::vector<Tensor> OpNode::backward(const std::vector<Tensor>& grad_outputs) {
     if (!needs_grad(i)) continue;
     const Tensor& in = inputs[i];
     if (op_def(op_).grad == Grad::zero) {
-      grads[i] = empty(in.impl().shape, in.dtype(), in.device());  // zero-filled
+      grads[i] = zeros(in.impl().shape, in.dtype(), in.device());
       continue;
     }
     Tensor g = derivative(args, i);

@@ -19,8 +19,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
-  // Zero-filled memory for `nbytes` on `device`.
-  virtual std::shared_ptr<Storage> allocate(std::size_t nbytes, Device device) = 0;
+  // Memory for `nbytes` on `device`, zero-filled when asked (a device memset costs a write of
+  // every byte, so outputs a kernel writes in full do not ask).
+  virtual std::shared_ptr<Storage> allocate(std::size_t nbytes, Device device, bool zero_fill) = 0;
   // Runs a primitive op (not a view, not a transfer) on validated inputs of this device;
   // `outputs` is the inferred metadata of each output.
   virtual std::vector<Tensor> run(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs,

@@ -56,11 +56,11 @@ Tensor download(const Tensor& t) {
 
 }  // namespace
 
-std::shared_ptr<Storage> CudaBackend::allocate(std::size_t nbytes, Device device) {
+std::shared_ptr<Storage> CudaBackend::allocate(std::size_t nbytes, Device device, bool zero_fill) {
   check_device(device);
   cuda::CachingAllocator& allocator = cuda_allocator();
   cuda::DevicePtr ptr = allocator.allocate(std::max<std::size_t>(nbytes, 1));
-  allocator.backend().memset8(ptr, 0, nbytes);
+  if (zero_fill) allocator.backend().memset8(ptr, 0, nbytes);
   auto* data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr));
   return std::make_shared<Storage>(data, nbytes, device, [&allocator](void* p) {
     allocator.deallocate(static_cast<cuda::DevicePtr>(reinterpret_cast<std::uintptr_t>(p)));
@@ -80,14 +80,14 @@ void CudaBackend::copy_into(const Tensor& dst, const Tensor& src) {
     cuda::backend().copy_to_device(device_address(dst), host.raw_data(), nbytes);
     return;
   }
-  KILN_CHECK(src.device().is_cuda() && dst_plain && src.is_contiguous() &&
-                 src.dtype() == dst.dtype(),
-             "copy: writing a {} tensor of shape {} ({}) into a {} {} tensor ({}) needs a copy "
-             "kernel, which comes with the code generator; only contiguous copies of one dtype "
-             "work on CUDA devices in this build",
-             src.device().str(), shape_str(src.impl().shape),
-             src.is_contiguous() ? "contiguous" : "strided", dst.device().str(), dst.dtype(),
-             dst_plain ? "contiguous" : "strided");
+  KILN_CHECK(
+      src.device().is_cuda() && dst_plain && src.is_contiguous() && src.dtype() == dst.dtype(),
+      "copy: writing a {} tensor of shape {} ({}) into a {} {} tensor ({}) needs a copy "
+      "kernel, which comes with the code generator; only contiguous copies of one dtype "
+      "work on CUDA devices in this build",
+      src.device().str(), shape_str(src.impl().shape),
+      src.is_contiguous() ? "contiguous" : "strided", dst.device().str(), dst.dtype(),
+      dst_plain ? "contiguous" : "strided");
   cuda::backend().copy_device(device_address(dst), device_address(src), nbytes);
 }
 

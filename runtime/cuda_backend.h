@@ -15,7 +15,7 @@ cuda::CachingAllocator& cuda_allocator();
 class CudaBackend : public Backend {
  public:
   std::string_view name() const override { return "cuda"; }
-  std::shared_ptr<Storage> allocate(std::size_t nbytes, Device device) override;
+  std::shared_ptr<Storage> allocate(std::size_t nbytes, Device device, bool zero_fill) override;
   // Host <-> device copies of any layout and dtype (the host side converts); device to device
   // for contiguous tensors of one dtype.
   void copy_into(const Tensor& dst, const Tensor& src) override;

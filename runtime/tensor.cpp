@@ -38,7 +38,9 @@ SymShape Tensor::sym_shape() const {
   return out;
 }
 
-bool Tensor::is_contiguous() const { return kiln::is_contiguous(impl().shape, impl().strides); }
+bool Tensor::is_contiguous() const {
+  return kiln::is_contiguous(impl().shape, impl().strides);
+}
 
 void* Tensor::raw_data() const {
   check_not_traced(*this, "data access");
@@ -119,16 +121,26 @@ double Tensor::item() const {
   return to_vector<double>()[0];
 }
 
-Tensor empty(const Shape& shape, DType dtype, Device device) {
+namespace {
+Tensor allocate(const Shape& shape, DType dtype, Device device, bool zero_fill, const char* op) {
   for (auto d : shape)
-    KILN_CHECK_AS(ShapeError, d >= 0, "empty: negative size in shape {}", shape_str(shape));
+    KILN_CHECK_AS(ShapeError, d >= 0, "{}: negative size in shape {}", op, shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
   std::size_t nbytes = static_cast<std::size_t>(numel(shape)) * itemsize(dtype);
-  impl->storage = backend_for(device.type).allocate(nbytes, device);
+  impl->storage = backend_for(device.type).allocate(nbytes, device, zero_fill);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+}  // namespace
+
+Tensor empty(const Shape& shape, DType dtype, Device device) {
+  return allocate(shape, dtype, device, false, "empty");
+}
+
+Tensor zeros(const Shape& shape, DType dtype, Device device) {
+  return allocate(shape, dtype, device, true, "zeros");
 }
 
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, std::int64_t offset) {
@@ -152,8 +164,8 @@ std::string format_value(double v, DType dtype) {
 }
 
 void print_rec(std::string& out, const std::vector<double>& values, const Shape& shape,
-               std::size_t d, std::int64_t base, std::int64_t stride_elems, DType dtype,
-               int indent, bool summarize) {
+               std::size_t d, std::int64_t base, std::int64_t stride_elems, DType dtype, int indent,
+               bool summarize) {
   if (d == shape.size()) {
     out += format_value(values[base], dtype);
     return;
@@ -191,6 +203,8 @@ std::string Tensor::str() const {
   return out + ")";
 }
 
-std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  return os << t.str();
+}
 
 }  // namespace kiln

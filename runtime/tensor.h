@@ -176,8 +176,11 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
-// Allocates a zero-filled contiguous tensor on `device` (through the device's backend).
+// Allocates a contiguous tensor on `device` (through the device's backend). As torch.empty,
+// its contents are unspecified on CUDA (a kernel writes them next); host memory is zeroed.
 Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+// A zero-filled contiguous tensor on `device`.
+Tensor zeros(const Shape& shape, DType dtype, Device device);
 // A view of `base`'s storage with the given geometry (no autograd); for op implementations.
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, std::int64_t offset);
 

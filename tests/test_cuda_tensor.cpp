@@ -52,8 +52,12 @@ BOOST_AUTO_TEST_CASE(device_to_device_copy_and_printing) {
   BOOST_TEST(b.same(a));
   BOOST_TEST(a.str() == "tensor([1.0000, 2.0000, 3.0000], dtype=f32, device=cuda:0)");
   BOOST_TEST(tensor({5}).to(Device::cuda()).item() == 5.0);
-  Tensor z = empty({2, 2}, DType::f64, Device::cuda());
+  // A reused device block is zeroed only on request: empty() leaves it as a kernel would.
+  Tensor dirty = full({2, 2}, 7.0, DType::f64).to(Device::cuda());
+  dirty = Tensor();
+  Tensor z = zeros({2, 2}, DType::f64, Device::cuda());
   BOOST_TEST(z.to_vector<double>() == (std::vector<double>{0, 0, 0, 0}));
+  BOOST_TEST(empty({2, 2}, DType::f64, Device::cuda()).shape() == (Shape{2, 2}));
 }
 
 BOOST_AUTO_TEST_CASE(gradients_flow_through_device_copies) {

@@ -157,7 +157,7 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
 
   long long n = out.numel();
   if (n == 0) return out;
-  Tensor error = empty({2}, DType::i64, Device::cuda());  // zero-filled
+  Tensor error = zeros({2}, DType::i64, Device::cuda());
   std::vector<cuda::DevicePtr> pointers;
   for (const auto& t : inputs) pointers.push_back(reinterpret_cast<cuda::DevicePtr>(t.raw_data()));
   pointers.push_back(reinterpret_cast<cuda::DevicePtr>(out.raw_data()));

@@ -33,7 +33,9 @@ MatmulKernel render_matmul(DType a, DType b, DType out, int batch_rank) {
 
 Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
                   const TensorMeta& out_meta) {
-  Tensor out = empty(out_meta.shape, out_meta.dtype, Device::cuda());
+  // An empty sum (k == 0) is zeros; otherwise the kernel writes every element.
+  Tensor out = a.shape().back() == 0 ? zeros(out_meta.shape, out_meta.dtype, Device::cuda())
+                                     : empty(out_meta.shape, out_meta.dtype, Device::cuda());
   auto rank = static_cast<int>(out_meta.shape.size());
   int batch_rank = std::max(1, rank - 2);
   // Batch sizes and each operand's batch strides (0 where it broadcasts), right-aligned.
@@ -56,7 +58,7 @@ Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
   long long m = a.shape()[a.dim() - 2], k = a.shape().back(), n = b.shape().back();
   for (long long s : {last(a, 2), last(a, 1), last(b, 2), last(b, 1), m, n, k}) packed.push_back(s);
   if (out.numel() == 0) return out;
-  if (k == 0) return out;  // the allocation is zero-filled: an empty sum
+  if (k == 0) return out;
   auto pa = reinterpret_cast<cuda::DevicePtr>(a.raw_data());
   auto pb = reinterpret_cast<cuda::DevicePtr>(b.raw_data());
   auto po = reinterpret_cast<cuda::DevicePtr>(out.raw_data());

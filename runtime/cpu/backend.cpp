@@ -11,7 +11,8 @@ class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
 
-  std::shared_ptr<Storage> allocate(std::size_t nbytes, Device) override {
+  // Host memory is always zero-filled: CPU kernels may accumulate into a fresh output.
+  std::shared_ptr<Storage> allocate(std::size_t nbytes, Device, bool) override {
     return Storage::allocate_cpu(nbytes);
   }
 
@@ -22,23 +23,37 @@ class CpuBackend final : public Backend {
     const OpDef& def = op_def(op);
     switch (op) {
       case OpId::cast:
-      case OpId::copy: return {materialize_copy(in[0], out[0].dtype)};
-      case OpId::where: return {where(in[0], in[1], in[2], out[0])};
+      case OpId::copy:
+        return {materialize_copy(in[0], out[0].dtype)};
+      case OpId::where:
+        return {where(in[0], in[1], in[2], out[0])};
       case OpId::tril:
-      case OpId::triu: return {triangle(op, in[0], attrs.diagonal, out[0])};
+      case OpId::triu:
+        return {triangle(op, in[0], attrs.diagonal, out[0])};
       case OpId::max_dim:
-      case OpId::min_dim: return extreme_along(op, in[0], attrs.dim, out);
-      case OpId::cumsum: return {cumsum(in[0], attrs.dim, attrs.reverse, out[0])};
+      case OpId::min_dim:
+        return extreme_along(op, in[0], attrs.dim, out);
+      case OpId::cumsum:
+        return {cumsum(in[0], attrs.dim, attrs.reverse, out[0])};
       case OpId::softmax:
-      case OpId::log_softmax: return {softmax(op, in[0], attrs.dim, out[0])};
-      case OpId::matmul: return {matmul(in[0], in[1], out[0])};
-      case OpId::gather: return {gather(in[0], in[1], attrs.dim, out[0])};
-      case OpId::index_select: return {index_select(in[0], in[1], attrs.dim, out[0])};
-      case OpId::scatter_add: return {scatter_add(in[0], in[1], in[2], attrs.dim)};
-      case OpId::index_add: return {index_add(in[0], in[1], in[2], attrs.dim)};
-      case OpId::cat: return {cat(in, attrs.dim, out[0])};
-      case OpId::pad: return {pad(in[0], attrs, out[0])};
-      default: break;
+      case OpId::log_softmax:
+        return {softmax(op, in[0], attrs.dim, out[0])};
+      case OpId::matmul:
+        return {matmul(in[0], in[1], out[0])};
+      case OpId::gather:
+        return {gather(in[0], in[1], attrs.dim, out[0])};
+      case OpId::index_select:
+        return {index_select(in[0], in[1], attrs.dim, out[0])};
+      case OpId::scatter_add:
+        return {scatter_add(in[0], in[1], in[2], attrs.dim)};
+      case OpId::index_add:
+        return {index_add(in[0], in[1], in[2], attrs.dim)};
+      case OpId::cat:
+        return {cat(in, attrs.dim, out[0])};
+      case OpId::pad:
+        return {pad(in[0], attrs, out[0])};
+      default:
+        break;
     }
     if (def.op_class == OpClass::elementwise && def.arity == 1)
       return {unary(op, in[0], attrs, out[0])};

@@ -5,10 +5,13 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "runtime/cuda/virtual/collective.h"
 #include "runtime/cuda/virtual/fault.h"
+#include "runtime/cuda/virtual/profiler.h"
 #include "runtime/cuda/virtual/thread.h"
 
 namespace kiln::cuda::vgpu {
@@ -265,6 +268,9 @@ LaunchStats run_launch(const LaunchRequest& rq) {
   Checks checks = checks_from_env();
   l.check_race = checks.race;
   l.check_init = checks.init;
+  auto started = std::chrono::steady_clock::now();
+  std::optional<LaunchProfiler> profiler;
+  if (profiling()) l.profiler = &profiler.emplace(rq.block.x * rq.block.y * rq.block.z);
   // Kernel parameters, laid out as the PTX declares them.
   std::vector<std::uint8_t> params(std::max<std::uint64_t>(k.param_bytes, 1));
   if (!k.params.empty())
@@ -354,7 +360,19 @@ LaunchStats run_launch(const LaunchRequest& rq) {
           l.clock += threads[i].icount;
           threads[i].icount = 0;
         }
+        if (profiler) profiler->end_block();
       }
+  if (profiler) {
+    KernelProfile& p = profiler->result();
+    p.kernel = k.name;
+    p.grid = rq.grid;
+    p.block = rq.block;
+    p.thread_instructions = stats.thread_instructions;
+    p.interpret_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count();
+    record_profile(std::move(p));
+  }
   return stats;
 }
 

@@ -17,6 +17,8 @@ namespace kiln::cuda::vgpu {
 
 enum class Status : std::uint8_t { running, exited, barrier, warp_wait };
 
+class LaunchProfiler;  // profiler.h
+
 struct LaunchContext {
   const Program* program = nullptr;
   const Function* kernel = nullptr;
@@ -29,6 +31,7 @@ struct LaunchContext {
   const std::uint8_t* const_bank = nullptr;
   std::uint64_t const_bytes = 0;
   bool check_race = false, check_init = false;  // KILN_VGPU_CHECK (shared_check.h)
+  LaunchProfiler* profiler = nullptr;           // KILN_PROFILE (profiler.h)
   // Recently hit global allocations [lo, hi): the launch runs on one host thread and the
   // allocation map only changes through device malloc/free, which clear this.
   static constexpr int kHitEntries = 4;
@@ -40,7 +43,8 @@ struct LaunchContext {
   }
 };
 
-struct SharedShadow;  // shared_check.h
+struct SharedShadow;   // shared_check.h
+class LaunchProfiler;  // profiler.h
 
 struct BlockContext {
   Dim3 ctaid;
@@ -146,8 +150,13 @@ void check_shared_access(ThreadState& t, const Instr& in, std::uint64_t offset, 
 
 // Host pointer for `size` bytes at `addr` in `space`, after checking bounds, liveness and
 // alignment (size is a power of two: the element or whole-vector size).
+void profile_access(ThreadState& t, Space space, std::uint64_t addr, unsigned size,
+                    Access access);  // profiler.h
+
 inline std::uint8_t* resolve(ThreadState& t, const Instr& in, Space space, std::uint64_t addr,
                              unsigned size, Access access) {
+  if (t.launch->profiler) [[unlikely]]
+    profile_access(t, space, addr, size, access);
   if ((space == Space::global || (space == Space::generic && addr < kSharedWindow)) &&
       (addr & (size - 1)) == 0) {
     const LaunchContext& l = *t.launch;

@@ -1,0 +1,142 @@
+// The virtual GPU's profiler: global bytes, warp-level requests and 32-byte sectors, shared bank
+// conflicts and atomics of small kernels whose counts follow from their access pattern by hand.
+#include <boost/test/unit_test.hpp>
+
+#include "runtime/cuda/virtual/profiler.h"
+#include "support/vgpu_harness.h"
+
+using namespace kiln;
+using namespace kiln::test;
+namespace vgpu = kiln::cuda::vgpu;
+
+namespace {
+
+const char* kKernels = R"(
+extern "C" __global__ void copy(const float* in, float* out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  out[i] = in[i];
+}
+extern "C" __global__ void strided(const float* in, float* out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  out[i] = in[i * 32];
+}
+extern "C" __global__ void broadcast(const float* in, float* out) {
+  out[blockIdx.x * blockDim.x + threadIdx.x] = in[0];
+}
+extern "C" __global__ void vector4(const float4* in, float4* out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  out[i] = in[i];
+}
+extern "C" __global__ void banks(float* out, int stride) {
+  __shared__ float s[32 * 32];
+  int i = threadIdx.x * stride;
+  i = (i + i / 1024) % 1024;  // past the array: shift a bank rather than collide
+  s[i] = threadIdx.x;
+  __syncthreads();
+  out[threadIdx.x] = s[i];
+}
+extern "C" __global__ void count(int* counter) {
+  atomicAdd(counter, 1);
+}
+)";
+
+// Runs one launch with the profiler on and returns its profile.
+template <class... Args>
+vgpu::KernelProfile profile(Gpu& gpu, const std::string& ptx, const char* name, Dim3 grid,
+                            Dim3 block, Args... args) {
+  vgpu::set_profiling(true);
+  vgpu::clear_profiles();
+  gpu.run(ptx, name, grid, block, 0, args...);
+  vgpu::set_profiling(false);
+  BOOST_TEST_REQUIRE(vgpu::profiles().size() == 1u);
+  return vgpu::profiles()[0];
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(vgpu_profiler)
+
+BOOST_AUTO_TEST_CASE(a_coalesced_copy_moves_four_sectors_per_warp_request) {
+  Gpu gpu;
+  std::string ptx = compile(kKernels);
+  DevicePtr in = gpu.upload(std::vector<float>(1024 * 32, 1.0f)), out = gpu.zeros<float>(1024);
+  auto p = profile(gpu, ptx, "copy", Dim3{4}, Dim3{256}, in, out);
+  BOOST_TEST(p.kernel == "copy");
+  BOOST_TEST(p.load_bytes == 4096u);
+  BOOST_TEST(p.store_bytes == 4096u);
+  BOOST_TEST(p.load_requests == 32u);  // 1024 threads / 32 per warp
+  BOOST_TEST(p.store_requests == 32u);
+  BOOST_TEST(p.load_sectors == 128u);  // 32 lanes x 4 bytes = 128 bytes = 4 sectors
+  BOOST_TEST(p.store_sectors == 128u);
+  BOOST_TEST(p.dram_bytes() == 8192u);
+  BOOST_TEST(p.thread_instructions > 0u);
+  BOOST_TEST(p.bank_conflicts == 0u);
+  BOOST_TEST(p.atomics == 0u);
+
+  // A 128-byte stride puts every lane in its own sector.
+  auto s = profile(gpu, ptx, "strided", Dim3{4}, Dim3{256}, in, out);
+  BOOST_TEST(s.load_bytes == 4096u);
+  BOOST_TEST(s.load_sectors == 32u * 32u);
+  BOOST_TEST(s.store_sectors == 128u);
+
+  // Every lane reading one address is one sector per request.
+  auto b = profile(gpu, ptx, "broadcast", Dim3{4}, Dim3{256}, in, out);
+  BOOST_TEST(b.load_sectors == 32u);
+  BOOST_TEST(b.load_requests == 32u);
+  // ... and all of them the same sector: DRAM sends it once, L1 serves the rest.
+  BOOST_TEST(b.dram_load_sectors == 1u);
+  BOOST_TEST(s.dram_load_sectors == 32u * 32u);
+
+  // 16-byte loads: a warp's request covers 512 bytes, 16 sectors, in a quarter of the requests.
+  auto v = profile(gpu, ptx, "vector4", Dim3{1}, Dim3{256}, in, out);
+  BOOST_TEST(v.load_bytes == 4096u);
+  BOOST_TEST(v.load_requests == 8u);
+  BOOST_TEST(v.load_sectors == 128u);
+}
+
+BOOST_AUTO_TEST_CASE(shared_bank_conflicts_follow_the_stride) {
+  Gpu gpu;
+  std::string ptx = compile(kKernels);
+  DevicePtr out = gpu.zeros<float>(256);
+  // Stride 1: 32 lanes in 32 banks. Stride 2: two words per bank, one extra wavefront.
+  // Stride 32: all 32 lanes in bank 0, 31 extra wavefronts. 8 warps, one store and one load.
+  for (auto [stride, conflicts] : {std::pair{1, 0}, std::pair{2, 1}, std::pair{32, 31}}) {
+    BOOST_TEST_CONTEXT("stride " << stride) {
+      auto p = profile(gpu, ptx, "banks", Dim3{1}, Dim3{256}, out, stride);
+      BOOST_TEST(p.shared_requests == 16u);
+      BOOST_TEST(p.bank_conflicts == 16u * static_cast<unsigned>(conflicts));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(atomics_are_counted_per_thread) {
+  Gpu gpu;
+  std::string ptx = compile(kKernels);
+  DevicePtr counter = gpu.zeros<int>(1);
+  auto p = profile(gpu, ptx, "count", Dim3{3}, Dim3{64}, counter);
+  BOOST_TEST(p.atomics == 192u);
+  BOOST_TEST(gpu.download<int>(counter, 1)[0] == 192);
+}
+
+BOOST_AUTO_TEST_CASE(the_table_names_each_kernel_and_labels_the_model) {
+  Gpu gpu;
+  std::string ptx = compile(kKernels);
+  DevicePtr in = gpu.upload(std::vector<float>(1024 * 32, 1.0f)), out = gpu.zeros<float>(1024);
+  vgpu::set_profiling(true);
+  vgpu::clear_profiles();
+  gpu.run(ptx, "copy", Dim3{4}, Dim3{256}, 0, in, out);
+  gpu.run(ptx, "copy", Dim3{4}, Dim3{256}, 0, in, out);
+  gpu.run(ptx, "broadcast", Dim3{4}, Dim3{256}, 0, in, out);
+  vgpu::set_profiling(false);
+  std::string table = vgpu::profile_table(vgpu::profiles());
+  BOOST_TEST(table.find("copy") != std::string::npos, table);
+  BOOST_TEST(table.find("broadcast") != std::string::npos, table);
+  BOOST_TEST(table.find("modeled") != std::string::npos, table);
+  // Two copies: 2 x 8192 DRAM bytes; the modeled time pays one launch latency each (3 us) on
+  // top of 16384 B / 3.35 TB/s.
+  const auto& first = vgpu::profiles()[0];
+  BOOST_TEST(first.modeled_h100_us() >= 3.0);
+  BOOST_TEST(first.modeled_h100_us() < 3.1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
