@@ -114,13 +114,13 @@ class Partitioner {
     const Node& node = g_.nodes[n];
     WorkGroup w;
     w.nodes = {n};
-    OpClass c = op_class(node.op);
+    OpClass c = fusion_class(g_, node);
     w.fusible = is_fusible(c);
     if (c == OpClass::reduction || c == OpClass::normalization) {
       const Value& x = g_.values[node.inputs.at(0)];
       auto rank = static_cast<std::int64_t>(x.sizes.size());
-      bool one_dim =
-          c == OpClass::normalization || node.op == OpId::max_dim || node.op == OpId::min_dim;
+      bool one_dim = c == OpClass::normalization || node.op == OpId::max_dim ||
+                     node.op == OpId::min_dim || node.op == OpId::gather;
       w.domain = {
           x.sizes,
           normalize_dims(one_dim ? std::vector<std::int64_t>{node.attrs.dim} : node.attrs.dims,
@@ -208,7 +208,40 @@ class Partitioner {
       if (level_in(d, g_.values[v].sizes) == Level::none) return level_reason(v, d);
     }
     if (auto why = row_reason(members, inside, d)) return why;
+    if (auto why = alignment_reason(members, inside, d)) return why;
     return bound_reason(members, inside);
+  }
+
+  // A value of the rows' shape without keepdim, read by an op over the whole domain, is
+  // broadcast right-aligned: it lines up with the rows only when the rows are the trailing
+  // dims. Otherwise ([n, n] reduced over dim 1 gives [n], which broadcasts along dim 1) it is
+  // not one value per row, and the kernel would read it as one.
+  std::optional<std::string> alignment_reason(const std::vector<int>& members,
+                                              const std::set<int>& inside, const Domain& d) const {
+    if (!d.reduces) return std::nullopt;
+    auto rank = static_cast<std::int64_t>(d.sizes.size());
+    bool trailing_rows = true;
+    for (std::size_t i = 0; i < d.dims.size(); ++i)
+      trailing_rows = trailing_rows && d.dims[i] == static_cast<std::int64_t>(i);
+    if (trailing_rows) return std::nullopt;
+    for (int n : members) {
+      const Node& node = g_.nodes[n];
+      if (fusion_class(g_, node) != OpClass::elementwise ||
+          level_in(d, g_.values[node.output()].sizes) != Level::full)
+        continue;
+      for (int v : node.inputs) {
+        int p = g_.values[v].producer;
+        const auto& sizes = g_.values[v].sizes;
+        if (p >= 0 && inside.count(p) && static_cast<std::int64_t>(sizes.size()) < rank &&
+            level_in(d, sizes) == Level::reduced)
+          return fmt::format(
+              "%{} {} has the rows' shape without keepdim, but broadcast against {} it lines "
+              "up with dims [{}..{}], not the rows",
+              v, sizes_str(sizes), sizes_str(d.sizes),
+              rank - static_cast<std::int64_t>(sizes.size()), rank - 1);
+      }
+    }
+    return std::nullopt;
   }
 
   bool is_input_cast(int n) const {
@@ -267,7 +300,7 @@ class Partitioner {
       return std::nullopt;
     for (int n : members) {
       const Node& node = g_.nodes[n];
-      bool reads_full = op_class(node.op) == OpClass::reduction ||
+      bool reads_full = fusion_class(g_, node) == OpClass::reduction ||
                         op_class(node.op) == OpClass::normalization ||
                         level_in(d, g_.values[node.output()].sizes) == Level::full;
       if (!reads_full) continue;
@@ -477,7 +510,9 @@ class Partitioner {
 
   FusionKind kind_of(const WorkGroup& wg, const std::set<int>& inside) const {
     OpId first = g_.nodes[wg.nodes[0]].op;
-    switch (op_class(first)) {
+    // A row select alone runs as the gather kernel; fused, it is one of the group's reductions.
+    bool fused_select = wg.nodes.size() > 1 && is_row_select(g_, g_.nodes[wg.nodes[0]]);
+    switch (fused_select ? OpClass::reduction : op_class(first)) {
       case OpClass::matmul:
         return FusionKind::matmul;
       case OpClass::index:
@@ -494,7 +529,7 @@ class Partitioner {
     bool any_compute = false, normalizes = false;
     for (int n : wg.nodes) {
       const Node& node = g_.nodes[n];
-      OpClass c = op_class(node.op);
+      OpClass c = fusion_class(g_, node);
       any_compute = any_compute || c != OpClass::view;
       normalizes = normalizes || c == OpClass::normalization;
       // A full value computed from a reduced one of this kernel: the row is read back.
@@ -523,7 +558,7 @@ class Partitioner {
       int m = todo.back();
       todo.pop_back();
       if (!seen.insert(m).second) continue;
-      if (op_class(g_.nodes[m].op) == OpClass::reduction) return true;
+      if (fusion_class(g_, g_.nodes[m]) == OpClass::reduction) return true;
       for (int v : g_.nodes[m].inputs) {
         int p = g_.values[v].producer;
         if (p >= 0 && inside.count(p)) todo.push_back(p);
@@ -541,6 +576,23 @@ class Partitioner {
 };
 
 }  // namespace
+
+bool is_row_select(const Graph& graph, const Node& node) {
+  if (node.op != OpId::gather) return false;
+  const auto& x = graph.values[node.inputs[0]].sizes;
+  const auto& index = graph.values[node.inputs[1]].sizes;
+  if (x.size() != index.size() || x.empty()) return false;
+  auto dim = normalize_dims({node.attrs.dim}, static_cast<std::int64_t>(x.size()), "gather")[0];
+  for (std::size_t d = 0; d < x.size(); ++d) {
+    const SymExpr& want = static_cast<std::int64_t>(d) == dim ? SymExpr::constant(1) : x[d];
+    if (index[d].is_opaque() || !(index[d] == want)) return false;
+  }
+  return true;
+}
+
+OpClass fusion_class(const Graph& graph, const Node& node) {
+  return is_row_select(graph, node) ? OpClass::reduction : op_class(node.op);
+}
 
 ValueLevel value_level(const FusionGroup& group, const std::vector<SymExpr>& sizes) {
   Domain d{group.domain, group.reduce_dims, !group.reduce_dims.empty()};

@@ -5,7 +5,9 @@
 // The rules, in the order they are checked (each is tested in tests/test_fusion.cpp):
 //  1. Only elementwise, reduction, normalization and view nodes fuse; matmul is a library call
 //     (its epilogue is the cuBLASLt lowering's), index, scan and movement ops and device
-//     transfers are kernels of their own.
+//     transfers are kernels of their own. A gather that picks one element per row (its index
+//     shaped like the rows, keepdim: cross-entropy's pick of the target's log-probability) is a
+//     reduction over that dim, a row select, and fuses as one.
 //  2. A group iterates one domain: the shape of its largest values. Elementwise chains fuse when
 //     their values cover the same number of elements (views are index arithmetic); a computed
 //     value broadcast to a larger shape or sliced to a smaller one is a boundary, since fusing
@@ -91,6 +93,11 @@ Partition partition(const Graph& graph, const FusionLimits& limits = {});
 
 // Where a value of a group lives: over the whole domain, once per row, or neither (a cast of a
 // graph input broadcast into the kernel, recomputed wherever it is read).
+// Rule 1's row select: gather(x, dim, index) with index of x's shape but 1 at dim.
+bool is_row_select(const Graph& graph, const Node& node);
+// How the fuser treats the node: a row select is a reduction, anything else its op's class.
+OpClass fusion_class(const Graph& graph, const Node& node);
+
 enum class ValueLevel { full, reduced, broadcast };
 ValueLevel value_level(const FusionGroup& group, const std::vector<SymExpr>& sizes);
 

@@ -142,16 +142,66 @@ BOOST_AUTO_TEST_CASE(rms_norm_and_cross_entropy_forward) {
   auto rms = traced([](const Tensor& x, const Tensor& w) { return rms_norm(x, {8}, w, 1e-6); },
                     randn({3, 8}), randn({8}));
   BOOST_TEST(checked_partition(rms).launch_count() == 1);
-  // cross_entropy gathers the target's log-probability: an index op between two kernels.
+  // cross_entropy's gather picks one log-probability per row: a row select, fused into the
+  // log_softmax kernel; the mean over the batch folds other dims, so it is a second kernel.
   auto ce = traced([](const Tensor& x, const Tensor& t) { return cross_entropy(x, t); },
                    randn({4, 5}), from_vector(std::vector<std::int64_t>{0, 3, 1, 4}));
   auto p = checked_partition(ce);
   auto k = kinds(p);
+  BOOST_TEST(p.launch_count() == 2, p.str(ce));
   BOOST_TEST((std::count(k.begin(), k.end(), FusionKind::normalization) == 1));
-  BOOST_TEST((std::count(k.begin(), k.end(), FusionKind::index) == 1));
-  const auto* e = edge_into(ce, p, OpId::gather);
+  BOOST_TEST((std::count(k.begin(), k.end(), FusionKind::index) == 0));
+  for (const auto& g : p.groups)
+    if (g.kind == FusionKind::normalization) {
+      bool has_gather = false;
+      for (int n : g.nodes) has_gather = has_gather || ce.nodes[n].op == OpId::gather;
+      BOOST_TEST(has_gather, p.str(ce));
+    }
+  const auto* e = edge_into(ce, p, OpId::sum);
   BOOST_TEST_REQUIRE(e != nullptr);
-  BOOST_TEST(contains(e->reason, "gather is an indexing op"));
+  BOOST_TEST(contains(e->reason, "reductions over different rows"), e->reason);
+}
+
+BOOST_AUTO_TEST_CASE(a_value_shaped_like_the_rows_that_broadcasts_along_them_is_a_boundary) {
+  // [3, 3] normalized over dim 1: abs(y) + 1 has the rows' shape [3], but dividing the [3, 3]
+  // result by it broadcasts it along dim 1 (one value per column), not per row.
+  auto fn = [](const Tensor& x, const Tensor& y) { return log_softmax(x, 1) / (abs(y) + 1.0); };
+  Tensor x = randn({3, 3}), y = randn({3});
+  auto g = traced(fn, x, y);
+  auto p = checked_partition(g);
+  BOOST_TEST(p.launch_count() == 2, p.str(g));
+  const auto* e = edge_into(g, p, OpId::div);
+  BOOST_TEST_REQUIRE(e != nullptr, p.str(g));
+  BOOST_TEST(contains(e->reason, "has the rows' shape without keepdim"), e->reason);
+  // Over dim 0 the rows are the trailing dim: the same shape lines up, and it is one kernel.
+  auto rows_last = traced(
+      [](const Tensor& x, const Tensor& y) { return log_softmax(x, 0) / (abs(y) + 1.0); }, x, y);
+  BOOST_TEST(checked_partition(rows_last).launch_count() == 1,
+             checked_partition(rows_last).str(rows_last));
+  // And the result on the device is the CPU's.
+  auto f = jit::compile(fn);
+  Tensor got = f(x.to(Device::cuda()), y.to(Device::cuda()));
+  Tensor want = fn(x, y);
+  Tensor diff = abs(got.to(Device::cpu()) - want);
+  BOOST_TEST(amax(diff, {0, 1}, false).item() < 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(only_a_gather_of_one_element_per_row_is_a_row_select) {
+  // Two indices per row is a gather proper: an indexing kernel of its own.
+  auto two = traced([](const Tensor& x, const Tensor& i) { return gather(exp(x), 1, i) * 2.0; },
+                    randn({4, 5}),
+                    from_vector(std::vector<std::int64_t>{0, 1, 2, 3, 4, 0, 1, 2}).reshape({4, 2}));
+  auto p = checked_partition(two);
+  auto k = kinds(p);
+  BOOST_TEST((std::count(k.begin(), k.end(), FusionKind::index) == 1), p.str(two));
+  const auto* e = edge_into(two, p, OpId::gather);
+  BOOST_TEST_REQUIRE(e != nullptr);
+  BOOST_TEST(contains(e->reason, "gather is an indexing op"), e->reason);
+  // One per row joins the producer's rows.
+  auto one =
+      traced([](const Tensor& x, const Tensor& i) { return gather(exp(x), 1, i) * 2.0; },
+             randn({4, 5}), from_vector(std::vector<std::int64_t>{0, 1, 2, 3}).reshape({4, 1}));
+  BOOST_TEST(checked_partition(one).launch_count() == 1, checked_partition(one).str(one));
 }
 
 BOOST_AUTO_TEST_CASE(matmul_is_a_library_call_and_its_epilogue_a_kernel) {

@@ -109,6 +109,37 @@ BOOST_AUTO_TEST_CASE(one_set_of_kernels_serves_every_batch_size) {
   BOOST_TEST(f.core().stats().kernel_calls == 5);
 }
 
+BOOST_AUTO_TEST_CASE(cross_entropy_is_two_kernels_and_matches_the_cpu) {
+  // The target's log-probability is picked inside the log_softmax kernel (a row select); the
+  // mean over the batch is the second kernel. Ignored targets (-100) count in neither sum.
+  auto ce = [](const Tensor& x, const Tensor& t) { return cross_entropy(x, t); };
+  auto f = jit::compile(ce);
+  auto& stats = jit::codegen::launch_stats();
+  Tensor t = from_vector(std::vector<std::int64_t>{3, -100, 0, 299, 7, 150, -100, 1, 2});
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    BOOST_TEST_CONTEXT(dtype_name(dtype)) {
+      Tensor x = (randn({9, 300}) * 3.0).to(dtype);
+      Tensor want = ce(x, t);
+      f(x.to(Device::cuda()), t.to(Device::cuda()));
+      std::int64_t launches = stats.launches;
+      Tensor got = f(x.to(Device::cuda()), t.to(Device::cuda()));
+      BOOST_TEST(stats.launches - launches == 2);
+      double tol = dtype == DType::f64 ? 1e-12 : dtype == DType::f32 ? 1e-5 : 1e-2;
+      BOOST_TEST(relative_error(got, want) <= tol);
+    }
+  }
+  // A target outside the classes is an IndexError, as eagerly on the CPU.
+  Tensor x = randn({3, 5});
+  Tensor bad = from_vector(std::vector<std::int64_t>{1, 5, 0});
+  BOOST_CHECK_THROW(ce(x, bad), IndexError);
+  try {
+    f(x.to(Device::cuda()), bad.to(Device::cuda()));
+    BOOST_FAIL("no error for target 5 of 5 classes");
+  } catch (const IndexError& e) {
+    BOOST_TEST(contains(e.what(), "index 5 is out of range for dim 1 of size 5"), e.what());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_warm_call_compiles_nothing_and_launches_only_its_kernels) {
   auto& stats = jit::codegen::launch_stats();
   Tensor x = randn({6, 16}).to(Device::cuda()), w = randn({16}).to(Device::cuda()),

@@ -75,6 +75,24 @@ void check_host_view(const graph::Graph& g, const std::set<int>& inside, int n,
                kernel, node_text(g, n));
 }
 
+bool is_unit_reshape(const graph::Graph& g, int n) {
+  const graph::Node& node = g.nodes[n];
+  // A permute of [n, n] keeps the sizes and still moves elements: only reshape and detach.
+  if ((node.op != OpId::reshape && node.op != OpId::detach) || node.inputs.size() != 1)
+    return false;
+  auto squeezed = [](const std::vector<SymExpr>& sizes) {
+    std::vector<SymExpr> out;
+    for (const auto& s : sizes)
+      if (!(s.is_constant() && s.constant_value() == 1)) out.push_back(s);
+    return out;
+  };
+  auto a = squeezed(g.values[node.inputs[0]].sizes), b = squeezed(g.values[node.output()].sizes);
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].is_opaque() || !(a[i] == b[i])) return false;
+  return true;
+}
+
 void apply_host_views(const graph::Graph& g, const std::vector<int>& views,
                       std::vector<Tensor>& values, std::span<const std::int64_t> symbol_values) {
   for (int n : views) {

@@ -28,6 +28,8 @@ std::array<unsigned char, 8> number_argument(const Tensor& number);
 std::vector<long long> domain_strides(const Tensor& t, int domain_rank,
                                       const std::vector<int>& frame_dims);
 
+// Whether view node `n` only adds or removes size-1 dims: inside a kernel, the same values.
+bool is_unit_reshape(const graph::Graph& g, int n);
 // Raises unless view node `n` of a kernel made of `inside` reads only values from outside it
 // (a view of a value the kernel computes would need index arithmetic in registers).
 void check_host_view(const graph::Graph& g, const std::set<int>& inside, int n,

@@ -31,6 +31,8 @@ struct KernelNode {
   OpId op;
   OpAttrs attrs;
   std::vector<int> inputs, outputs;
+  bool select = false;  // a row select (graph::is_row_select): a reduction picking one column
+  bool reduces() const { return select || op_class(op) == OpClass::reduction; }
 };
 
 struct ValueInfo {
@@ -111,7 +113,11 @@ class ReductionRenderer {
       comments_.push_back(node_text(g_, n));
       for (int v : node.inputs) note(v);
       for (int v : node.outputs) note(v);
-      OpClass c = op_class(node.op);
+      OpClass c = graph::fusion_class(g_, node);
+      if (c == OpClass::view && is_unit_reshape(g_, n) && produced_in(inside, node.inputs[0])) {
+        nodes_.push_back({OpId::copy, {}, node.inputs, node.outputs});  // an alias in registers
+        continue;
+      }
       if (c == OpClass::view) {
         check_host_view(g_, inside, n, group_.name);
         k_.host_views.push_back(n);
@@ -125,7 +131,8 @@ class ReductionRenderer {
       KILN_CHECK(c == OpClass::elementwise || c == OpClass::reduction,
                  "codegen: '{}': {} cannot be part of a reduction kernel", group_.name,
                  node_text(g_, n));
-      nodes_.push_back({node.op, node.attrs, node.inputs, node.outputs});
+      nodes_.push_back(
+          {node.op, node.attrs, node.inputs, node.outputs, graph::is_row_select(g_, node)});
     }
   }
 
@@ -152,6 +159,9 @@ class ReductionRenderer {
   }
 
   bool produced_inside(int v) const { return producer_.count(v) != 0; }
+  bool produced_in(const std::set<int>& inside, int v) const {
+    return g_.values[v].producer >= 0 && inside.count(g_.values[v].producer);
+  }
 
   // The pass after which each value can be computed: reductions add one to their input's.
   void compute_passes() {
@@ -160,7 +170,7 @@ class ReductionRenderer {
     for (const auto& n : nodes_) {
       int ready = 0;
       for (int v : n.inputs) ready = std::max(ready, ready_.count(v) ? ready_[v] : 0);
-      if (op_class(n.op) == OpClass::reduction) ++ready;
+      if (n.reduces()) ++ready;
       for (int v : n.outputs) ready_[v] = ready;
       passes_ = std::max(passes_, ready);
     }
@@ -266,7 +276,7 @@ class ReductionRenderer {
                    std::set<int>& loaded) {
     for (int i : full_nodes) {
       const KernelNode& n = nodes_[i];
-      if (op_class(n.op) == OpClass::reduction) continue;
+      if (n.reduces()) continue;
       Data s;
       s.set("type", register_type(info_.at(n.outputs[0]).dtype));
       s.set("var", var(n.outputs[0]));
@@ -278,6 +288,7 @@ class ReductionRenderer {
 
   void add_reduction(const KernelNode& n, Data& accumulators, Data& updates, Data& finals,
                      Data& loads, std::set<int>& loaded) {
+    if (n.select) return add_select(n, accumulators, updates, finals, loads, loaded);
     int x = n.inputs[0];
     std::string in = read(x, true, domain_rank_, loads, loaded);
     bool arg = is_arg_reduction(n.op);
@@ -393,16 +404,49 @@ class ReductionRenderer {
     return caches;
   }
 
+  // A row select keeps the column its row's index names; the block then agrees on the one
+  // thread that holds it (the smallest index wins, and only that column ever sets one). An
+  // index outside the row sets the kernel's error flag, raised as an IndexError on the host.
+  void add_select(const KernelNode& n, Data& accumulators, Data& updates, Data& finals, Data& loads,
+                  std::set<int>& loaded) {
+    int x = n.inputs[0], index = n.inputs[1];
+    std::string in = read(x, true, domain_rank_, loads, loaded);
+    std::string at = fmt::format("(long long)({})",
+                                 read(index, false, info_.at(index).rank, row_loads_, row_loaded_));
+    DType out = info_.at(n.outputs[0]).dtype, a = compute_dtype(out);
+    std::string A = register_type(a), acc = fmt::format("acc{}", n.outputs[0]);
+    Data accumulator;
+    accumulator.set("type", A);
+    accumulator.set("var", acc);
+    accumulator.set("init", "(" + A + ")(0)");
+    accumulator.set("indexed", true);
+    accumulators.push_back(accumulator);
+    updates.push_back(Data("code", fmt::format("if (col == {}) {} = {}, {}_index = col;", at, acc,
+                                               convert_expr(info_.at(x).dtype, a, in), acc)));
+    finals.push_back(Data(
+        "code", fmt::format("if (threadIdx.x == 0 && ({0} < 0 || {0} >= cols)) {{ "
+                            "atomicExch((unsigned long long*)&error[1], (unsigned long long){0}); "
+                            "atomicExch((unsigned long long*)&error[0], 1ull); }}",
+                            at)));
+    finals.push_back(Data(
+        "code", fmt::format("kiln_block_arg_reduce({0}, {0}_index, ({1})(0), []({1} p, long long "
+                            "ip, {1} q, long long iq) {{ return ip < iq; }});",
+                            acc, A)));
+    finals.push_back(Data("code", fmt::format("const {} {} = {};", register_type(out),
+                                              var(n.outputs[0]), convert_expr(a, out, acc))));
+    k_.checks_index = true;
+  }
+
   ReductionKernel finish() {
-    Data passes = list(), row_loads = list();
+    Data passes = list();
+    Data& row_loads = row_loads_;
+    std::set<int>& row_loaded = row_loaded_;
     std::vector<Data> pass_data;
-    std::set<int> row_loaded;
     // Reduced values that need no reduction of this kernel (numbers, reduced-shape inputs).
     auto reduced_statements_ready_at = [&](int pass, Data& out) {
       for (const auto& n : nodes_) {
         int v = n.outputs[0];
-        if (info_.at(v).full || info_.at(v).broadcast || op_class(n.op) == OpClass::reduction ||
-            ready_.at(v) != pass)
+        if (info_.at(v).full || info_.at(v).broadcast || n.reduces() || ready_.at(v) != pass)
           continue;
         Data s;
         s.set("type", register_type(info_.at(v).dtype));
@@ -415,7 +459,7 @@ class ReductionRenderer {
     for (int p = 1; p <= passes_; ++p) {
       std::vector<int> reductions, inputs;
       for (std::size_t i = 0; i < nodes_.size(); ++i)
-        if (op_class(nodes_[i].op) == OpClass::reduction && ready_.at(nodes_[i].outputs[0]) == p) {
+        if (nodes_[i].reduces() && ready_.at(nodes_[i].outputs[0]) == p) {
           reductions.push_back(static_cast<int>(i));
           inputs.push_back(nodes_[i].inputs[0]);
         }
@@ -487,6 +531,7 @@ class ReductionRenderer {
     for (auto& d : read_params_.list_value()) params.push_back(d);
     for (auto& d : scalar_params_.list_value()) params.push_back(d);
     for (auto& d : write_params.list_value()) params.push_back(d);
+    if (k_.checks_index) params.push_back(Data("decl", "long long* __restrict__ error"));
     for (const auto& c : comments_) nodes.push_back(Data("text", c));
     std::vector<std::string> domain;
     for (const auto& s : group_.domain) domain.push_back(s.str());
@@ -528,6 +573,8 @@ class ReductionRenderer {
   std::map<int, int> ready_;     // value -> the pass after which it is known
   std::set<int> host_view_outputs_;
   Data read_params_ = list(), scalar_params_ = list();
+  Data row_loads_ = list();  // reads of reduced-shape values, once per row
+  std::set<int> row_loaded_;
   bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false;
 };
 
@@ -612,6 +659,10 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   for (std::size_t i = 0; i < first_write; ++i) params.push_back(&pointers[i]);
   for (auto& number : numbers) params.push_back(number.data());
   for (std::size_t i = first_write; i < pointers.size(); ++i) params.push_back(&pointers[i]);
+  // A row select's out-of-range index: [flag, index], set by the kernel.
+  Tensor error = kernel.checks_index ? zeros({2}, DType::i64, Device::cuda()) : Tensor();
+  auto error_ptr = kernel.checks_index ? reinterpret_cast<cuda::DevicePtr>(error.raw_data()) : 0;
+  if (kernel.checks_index) params.push_back(&error_ptr);
   params.push_back(packed.data());
   params.push_back(&rows);
   params.push_back(&cols);
@@ -626,6 +677,12 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   for (const auto& o : outs) written += tensor_bytes(o);
   launch_generated(kernel.name, kernel.source, {static_cast<unsigned>(blocks), 1, 1}, {block, 1, 1},
                    params.data(), read, written);
+  if (kernel.checks_index) {
+    Tensor flag = error.to(Device::cpu());
+    const auto* e = static_cast<const std::int64_t*>(flag.raw_data());
+    KILN_CHECK_AS(IndexError, e[0] == 0, "gather: index {} is out of range for dim {} of size {}",
+                  e[1], reduced.at(0), cols);
+  }
   return outs;
 }
 

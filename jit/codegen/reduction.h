@@ -31,6 +31,7 @@ struct ReductionKernel {
   std::vector<std::int64_t> reduce_dims;
   int passes = 0;  // loops over each row
   int items = 0;   // columns per thread kept in registers across passes; 0: none (looped)
+  bool checks_index = false;  // a row select: the kernel takes an error flag (IndexError)
 };
 
 // Columns per thread a persistent row keeps in registers at most: beyond items * 1024 columns
