@@ -20,7 +20,8 @@ std::string hex(std::uint64_t v) {
 
 MemoryMap::~MemoryMap() {
   for (auto& [base, a] : live_) std::free(reinterpret_cast<void*>(base));
-  for (auto& [base, a] : freed_) std::free(reinterpret_cast<void*>(base));
+  for (auto& [base, a] : freed_)  // reserved == 0: released from quarantine already
+    if (a.reserved) std::free(reinterpret_cast<void*>(base));
 }
 
 std::uint64_t MemoryMap::alloc(std::size_t bytes, std::string label, bool track_init) {
