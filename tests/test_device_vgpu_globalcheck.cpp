@@ -56,6 +56,13 @@ DevicePtr fresh(Gpu& gpu, std::size_t bytes) {
 
 }  // namespace
 
+// Messages name the first thread to fault, which depends on the schedule: pin the in-order one
+// (KILN_VGPU_SCHEDULE=random is exercised by test_device_vgpu_schedule).
+struct InOrderSchedule {
+  InOrderSchedule() { setenv("KILN_VGPU_SCHEDULE", "in_order", 1); }
+};
+BOOST_TEST_GLOBAL_FIXTURE(InOrderSchedule);
+
 BOOST_AUTO_TEST_SUITE(vgpu_globalcheck)
 
 BOOST_AUTO_TEST_CASE(reading_another_blocks_write_is_a_cross_block_raw_hazard) {

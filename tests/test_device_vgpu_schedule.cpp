@@ -162,9 +162,9 @@ BOOST_AUTO_TEST_CASE(a_bad_schedule_is_an_error) {
   } catch (const std::exception& e) {
     msg = e.what();
   }
-  BOOST_TEST(msg.find("KILN_VGPU_SCHEDULE: 'random' is not in_order or random:SEED") !=
-                 std::string::npos,
-             msg);
+  BOOST_TEST(
+      msg.find("KILN_VGPU_SCHEDULE: 'random' is not in_order or random:SEED") != std::string::npos,
+      msg);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

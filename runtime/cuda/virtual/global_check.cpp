@@ -58,11 +58,11 @@ bool ordered(const ThreadState& t, const GlobalCheckState& g, const GlobalAccess
   const GlobalCheckState& g = *l.global;
   bool same_block = other.block == g.current_serial;
   std::string why =
-      same_block
-          ? fmt::format("with no barrier between them (barriers passed: {} and {})",
-                        t.barrier_seen, other.epoch)
-          : std::string("and different blocks of one launch are unordered (only atomics, or a "
-                        "fence then a flag, may pass data between blocks)");
+      same_block ? fmt::format("with no barrier between them (barriers passed: {} and {})",
+                               t.barrier_seen, other.epoch)
+                 : std::string(
+                       "and different blocks of one launch are unordered (only atomics, or a "
+                       "fence then a flag, may pass data between blocks)");
   throw KernelFault(fmt::format(
       "racecheck: {} hazard on global memory at {} {}: this thread {} what block {} thread {} "
       "{} at {}, {}",
@@ -117,19 +117,19 @@ void check_global_access(ThreadState& t, const Instr& in, std::uint64_t addr, un
                location(t, addr, base));
   }
   const GlobalCheckState& g = *l.global;
-  GlobalAccess me{g.current_serial, in.line,  t.barrier_seen,          b.fences,
-                  static_cast<std::uint16_t>(t.linear), 0,
+  GlobalAccess me{g.current_serial,
+                  in.line,
+                  t.barrier_seen,
+                  b.fences,
+                  static_cast<std::uint16_t>(t.linear),
+                  0,
                   access == Access::load ? kLoad : kStore};
-  auto mine = [&](const GlobalAccess& e) {
-    return e.block == me.block && e.thread == me.thread;
-  };
+  auto mine = [&](const GlobalAccess& e) { return e.block == me.block && e.thread == me.thread; };
   for (std::uint64_t gi = off >> 2, last = (off + size - 1) >> 2; gi <= last; ++gi) {
     std::uint64_t lo = std::max(off, gi * 4), hi = std::min(off + size, gi * 4 + 4);
     me.mask = static_cast<std::uint8_t>(((1u << (hi - lo)) - 1) << (lo - gi * 4));
     GlobalGranule& gr = s->race[gi];
-    auto conflicts = [&](const GlobalAccess& e) {
-      return (e.mask & me.mask) && !ordered(t, g, e);
-    };
+    auto conflicts = [&](const GlobalAccess& e) { return (e.mask & me.mask) && !ordered(t, g, e); };
     if (me.kind == kLoad) {
       if (conflicts(gr.writer)) hazard(t, in, addr, base, "RAW", gr.writer);
       if (mine(gr.reader)) {

@@ -66,8 +66,8 @@ struct AllocShadow {
 
 // Per-launch state of the global checks, owned by run_launch.
 struct GlobalCheckState {
-  std::uint32_t first_serial = 0;    // serial of the launch's block 0
-  std::uint32_t current_serial = 0;  // serial of the running block
+  std::uint32_t first_serial = 0;           // serial of the launch's block 0
+  std::uint32_t current_serial = 0;         // serial of the running block
   std::vector<std::uint32_t> block_fences;  // per linear block: fences executed (final once run)
 };
 

@@ -311,9 +311,10 @@ Schedule schedule_from_env() {
       return s;
     }
   }
-  throw Error(fmt::format("KILN_VGPU_SCHEDULE: '{}' is not in_order or random:SEED (a decimal "
-                          "number)",
-                          text));
+  throw Error(
+      fmt::format("KILN_VGPU_SCHEDULE: '{}' is not in_order or random:SEED (a decimal "
+                  "number)",
+                  text));
 }
 
 LaunchStats run_launch(const LaunchRequest& rq) {

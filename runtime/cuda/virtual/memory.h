@@ -16,9 +16,9 @@ struct AllocShadow;  // global_check.h: init bitmap and race records
 
 struct Allocation {
   std::uint64_t base = 0;
-  std::uint64_t size = 0;      // bytes the user asked for; accesses past it fault
-  std::uint64_t reserved = 0;  // bytes actually held (>= size, 256-aligned)
-  std::string label;           // "" for alloc(); the variable name for module globals
+  std::uint64_t size = 0;               // bytes the user asked for; accesses past it fault
+  std::uint64_t reserved = 0;           // bytes actually held (>= size, 256-aligned)
+  std::string label;                    // "" for alloc(); the variable name for module globals
   std::shared_ptr<AllocShadow> shadow;  // never null for a live allocation
 };
 
@@ -59,7 +59,7 @@ class MemoryMap {
   std::deque<std::uint64_t> quarantine_;
   std::size_t quarantine_bytes_ = 0;
   std::size_t live_bytes_ = 0;
-  std::size_t tracked_ = 0;         // allocations whose init bitmap is kept
+  std::size_t tracked_ = 0;  // allocations whose init bitmap is kept
   std::uint32_t next_serial_ = 1;
   void release_oldest();
 };

@@ -49,8 +49,8 @@ struct SharedShadow;  // shared_check.h
 
 struct BlockContext {
   Dim3 ctaid;
-  SharedShadow* shadow = nullptr;      // set under KILN_VGPU_CHECK=race or init
-  std::uint32_t linear = 0;            // linear block index in the grid
+  SharedShadow* shadow = nullptr;  // set under KILN_VGPU_CHECK=race or init
+  std::uint32_t linear = 0;        // linear block index in the grid
   // Fences, and fences + global atomics + flag accesses, executed so far (global racecheck).
   std::uint32_t fences = 0, sync_ops = 0;
   std::uint32_t bar_arrived[16] = {};  // bar.arrive counts not yet matched by a release
@@ -89,7 +89,7 @@ struct ThreadState {
 
   std::vector<std::uint64_t> regs;
   std::vector<Frame> frames;
-  std::vector<std::uint8_t> local;  // local-space stack (addresses are offsets into it)
+  std::vector<std::uint8_t> local;       // local-space stack (addresses are offsets into it)
   std::vector<std::uint8_t> local_init;  // initcheck: 1 per local byte written in its frame
   std::uint64_t local_top = 0;
   std::vector<std::uint8_t> params;  // param-space call stack, at kParamStackBase
