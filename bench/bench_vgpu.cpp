@@ -1,9 +1,11 @@
-// Throughput of the virtual GPU: thread-instructions per second on an elementwise kernel and on
-// a shared-memory block reduction, both compiled by NVRTC. Prints one line per kernel.
+// Throughput of the virtual GPU and the cost of its checks: an elementwise kernel and a
+// shared-memory block reduction, both compiled by NVRTC, each timed plain, under racecheck,
+// initcheck, both, and the random schedule. Prints one table row per kernel.
 #include <dlfcn.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -103,6 +105,26 @@ Device load_device() {
   return d;
 }
 
+// One row per workload: CPU seconds of one launch under each checking / scheduling mode and the
+// ratio to the plain interpreter. Modes are set through the environment, read at each launch
+// (and, for initcheck, at each allocation: buffers are made afresh per mode).
+struct Mode {
+  const char* name;
+  const char* check;
+  const char* schedule;
+};
+constexpr Mode kModes[] = {{"plain", "none", "in_order"},
+                           {"race", "race", "in_order"},
+                           {"init", "init", "in_order"},
+                           {"race+init", "race,init", "in_order"},
+                           {"random:1", "none", "random:1"}};
+
+double thread_cpu_seconds() {  // meaningful even when the cores are shared
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 }  // namespace
 
 int main() {
@@ -112,43 +134,60 @@ int main() {
   auto module = gpu->load_module(ptx);
   const int n = 1 << 22;
   std::vector<float> host(n, 1.0f);
-  DevicePtr x = gpu->alloc(n * sizeof(float)), y = gpu->alloc(n * sizeof(float));
-  gpu->copy_to_device(x, host.data(), n * sizeof(float));
-  auto measure = [&](const char* name, Dim3 grid, void** params, const char* what) {
-    auto fn = gpu->get_function(module, name);
-    gpu->launch(fn, Dim3{1}, Dim3{256}, 0, nullptr, params);  // warm-up
-    std::uint64_t before = device.instructions(*gpu);
-    auto cpu = [] {  // this thread's CPU time: meaningful even when the cores are shared
-      timespec ts;
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-      return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-    };
-    double c0 = cpu();
-    auto t0 = std::chrono::steady_clock::now();
-    gpu->launch(fn, grid, Dim3{256}, 0, nullptr, params);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double c = cpu() - c0;
-    double instr = static_cast<double>(device.instructions(*gpu) - before);
-    std::printf(
-        "%-36s %10.0f thread-instructions: %6.1f M/s wall (%.2f s), %6.1f M/s per CPU "
-        "second (%.2f s CPU)\n",
-        what, instr, instr / s / 1e6, s, instr / c / 1e6, c);
+  struct Workload {
+    const char* kernel;
+    const char* what;
   };
-  float a = 2.0f, b = 1.0f;
-  int count = n;
-  void* p1[] = {&x, &y, &a, &b, &count};
-  measure("axpb", Dim3{static_cast<unsigned>(n / 256)}, p1, "elementwise y = a*x + b (4M)");
-  void* p2[] = {&x, &y, &count};
-  measure("block_sum", Dim3{static_cast<unsigned>(n / 256)}, p2,
-          "shared-memory block reduction (4M)");
-  std::vector<float> out(2);
-  gpu->copy_to_host(out.data(), y, 2 * sizeof(float));
-  if (out[0] != 256.0f || out[1] != 256.0f) {
-    std::fprintf(stderr, "bench_vgpu: wrong reduction result %f\n", out[0]);
-    return 1;
+  const Workload workloads[] = {{"axpb", "elementwise y = a*x + b (4M)"},
+                                {"block_sum", "shared-memory block reduction (4M)"}};
+  std::printf("%-36s %18s", "workload (CPU s, ratio to plain)", "thread-instr");
+  for (const Mode& m : kModes) std::printf(" %16s", m.name);
+  std::printf("\n");
+  for (const Workload& w : workloads) {
+    auto fn = gpu->get_function(module, w.kernel);
+    double plain = 0, instr = 0;
+    std::printf("%-36s", w.what);
+    for (const Mode& m : kModes) {
+      setenv("KILN_VGPU_CHECK", m.check, 1);
+      setenv("KILN_VGPU_SCHEDULE", m.schedule, 1);
+      DevicePtr x = gpu->alloc(n * sizeof(float)), y = gpu->alloc(n * sizeof(float));
+      gpu->copy_to_device(x, host.data(), n * sizeof(float));
+      float a = 2.0f, b = 1.0f;
+      int count = n;
+      void* p1[] = {&x, &y, &a, &b, &count};
+      void* p2[] = {&x, &y, &count};
+      void** params = w.kernel[0] == 'a' ? p1 : p2;
+      gpu->launch(fn, Dim3{1}, Dim3{256}, 0, nullptr, params);  // warm-up
+      std::uint64_t before = device.instructions(*gpu);
+      // The best of three: the cores may be shared. The first run also pays for the checks'
+      // shadow memory of the fresh buffers.
+      double c = 1e30;
+      for (int rep = 0; rep < 3; ++rep) {
+        double c0 = thread_cpu_seconds();
+        gpu->launch(fn, Dim3{static_cast<unsigned>(n / 256)}, Dim3{256}, 0, nullptr, params);
+        c = std::min(c, thread_cpu_seconds() - c0);
+      }
+      if (m.name == kModes[0].name) {
+        plain = c;
+        instr = static_cast<double>(device.instructions(*gpu) - before) / 3;
+        std::printf(" %18.0f %8.2fs (1.00x)", instr, c);
+      } else {
+        std::printf(" %8.2fs (%.2fx)", c, c / plain);
+      }
+      std::fflush(stdout);
+      if (w.kernel[0] == 'b') {
+        std::vector<float> out(2);
+        gpu->copy_to_host(out.data(), y, 2 * sizeof(float));
+        if (out[0] != 256.0f || out[1] != 256.0f) {
+          std::fprintf(stderr, "\nbench_vgpu: wrong reduction result %f\n", out[0]);
+          return 1;
+        }
+      }
+      gpu->free(x);
+      gpu->free(y);
+    }
+    std::printf("  %.1f M thread-instr/s plain\n", instr / plain / 1e6);
   }
-  gpu->free(x);
-  gpu->free(y);
   gpu->unload_module(module);
   return 0;
 }

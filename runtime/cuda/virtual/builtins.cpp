@@ -141,7 +141,7 @@ void call_builtin(ThreadState& t, const Instr& in, const Function& callee, const
   }
   if (name == "malloc") {
     auto size = arg<std::uint64_t>(t, in, cs, 0);
-    std::uint64_t p = t.launch->memory->alloc(size, "device malloc");
+    std::uint64_t p = t.launch->memory->alloc(size, "device malloc", t.launch->check_init);
     t.launch->clear_hits();
     set_ret(t, cs, &p, 8);
     return;

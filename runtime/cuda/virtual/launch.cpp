@@ -1,30 +1,47 @@
 // The block scheduler (see launch.h).
 #include "runtime/cuda/virtual/launch.h"
-#include "runtime/cuda/virtual/shared_check.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <numeric>
 #include <optional>
+#include <string>
+#include <string_view>
 
 #include "runtime/cuda/virtual/collective.h"
 #include "runtime/cuda/virtual/fault.h"
+#include "runtime/cuda/virtual/global_check.h"
 #include "runtime/cuda/virtual/profiler.h"
+#include "runtime/cuda/virtual/shared_check.h"
 #include "runtime/cuda/virtual/thread.h"
 
 namespace kiln::cuda::vgpu {
 namespace {
 
-// The interpreter's inner loop: one thread until it exits or parks.
-void run_thread(ThreadState& t) {
+// The interpreter's inner loop: one thread until it exits or parks (or, with Sliced, has run
+// `budget` instructions: the random schedule preempts it there).
+template <bool Sliced>
+void run_thread(ThreadState& t, std::uint64_t budget = 0) {
   // pc and code live in registers; only control instructions (kFlagMayStop) read or move them,
   // so they are synced around those calls alone.
   std::uint64_t count = 0;  // folded into t.icount when the thread stops
   const Instr* code = t.code;
   std::uint32_t pc = t.pc;
   for (;;) {
+    if constexpr (Sliced) {
+      if (count == budget) {
+        t.pc = pc;
+        t.code = code;
+        t.icount += count;
+        return;
+      }
+    }
     const Instr& in = code[pc++];
     ++count;
     if (in.guard != kNoGuard && ((t.r[in.guard] != 0) == in.guard_neg)) continue;
@@ -58,17 +75,32 @@ std::string block_str(const BlockContext& b, const LaunchContext& l) {
                      b.ctaid.z);
 }
 
+// splitmix64: a small seeded generator, the same on every platform.
+struct Rng {
+  std::uint64_t state;
+  std::uint64_t operator()() {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  std::uint64_t below(std::uint64_t n) { return (*this)() % n; }
+};
+
 class BlockRunner {
  public:
-  BlockRunner(LaunchContext& l, std::vector<ThreadState>& threads, std::uint32_t n)
-      : l_(l), threads_(threads), n_(n) {}
+  BlockRunner(LaunchContext& l, std::vector<ThreadState>& threads, std::uint32_t n, Rng* rng)
+      : l_(l), threads_(threads), n_(n), rng_(rng) {}
 
   void run(BlockContext& b) {
     b_ = &b;
     runnable_.clear();
     for (std::uint32_t i = 0; i < n_; ++i) runnable_.push_back(&threads_[i]);
     for (;;) {
-      for (ThreadState* t : runnable_) run_thread(*t);
+      if (rng_)
+        run_shuffled();
+      else
+        for (ThreadState* t : runnable_) run_thread<false>(*t);
       runnable_.clear();
       std::uint32_t exited = 0;
       for (std::uint32_t i = 0; i < n_; ++i) exited += threads_[i].status == Status::exited;
@@ -85,6 +117,20 @@ class BlockRunner {
   std::uint32_t n_;
   BlockContext* b_ = nullptr;
   std::vector<ThreadState*> runnable_;
+  Rng* rng_;  // random schedule, else null
+
+  // A random runnable thread runs a random slice of 1..32 instructions, until every one has
+  // exited or parked at a collective: any interleaving between collectives may come up.
+  void run_shuffled() {
+    while (!runnable_.empty()) {
+      std::size_t i = rng_->below(runnable_.size());
+      ThreadState& t = *runnable_[i];
+      run_thread<true>(t, 1 + rng_->below(32));
+      if (t.status == Status::running) continue;
+      runnable_[i] = runnable_.back();
+      runnable_.pop_back();
+    }
+  }
 
   void release_barriers(std::uint32_t exited) {
     std::uint32_t waiting[16] = {};
@@ -254,6 +300,26 @@ class BlockRunner {
 
 }  // namespace
 
+Schedule schedule_from_env() {
+  Schedule s;
+  const char* v = std::getenv("KILN_VGPU_SCHEDULE");
+  if (!v || !*v) return s;
+  std::string_view text(v);
+  if (text == "in_order") return s;
+  if (text.starts_with("random:") && text.size() > 7) {
+    char* end = nullptr;
+    s.seed = std::strtoull(v + 7, &end, 10);
+    if (end && *end == 0) {
+      s.random = true;
+      return s;
+    }
+  }
+  throw Error(
+      fmt::format("KILN_VGPU_SCHEDULE: '{}' is not in_order or random:SEED (a decimal "
+                  "number)",
+                  text));
+}
+
 LaunchStats run_launch(const LaunchRequest& rq) {
   const Function& k = *rq.kernel;
   LaunchContext l;
@@ -271,6 +337,20 @@ LaunchStats run_launch(const LaunchRequest& rq) {
   auto started = std::chrono::steady_clock::now();
   std::optional<LaunchProfiler> profiler;
   if (profiling()) l.profiler = &profiler.emplace(rq.block.x * rq.block.y * rq.block.z);
+  std::uint64_t grid_blocks = std::uint64_t{rq.grid.x} * rq.grid.y * rq.grid.z;
+  GlobalCheckState global;
+  if (checks.any()) {
+    if (checks.race) {
+      global.first_serial = rq.memory->reserve_blocks(grid_blocks);
+      global.block_fences.assign(grid_blocks, 0);
+    }
+    l.global = &global;
+  }
+  // Stores of a launch without initcheck are not tracked: nothing can be called uninitialized.
+  if (!checks.init) rq.memory->forget_init();
+  Schedule schedule = schedule_from_env();
+  Rng seeded{schedule.seed ^ std::hash<std::string>{}(k.name)};
+  Rng* rng = schedule.random ? &seeded : nullptr;
   // Kernel parameters, laid out as the PTX declares them.
   std::vector<std::uint8_t> params(std::max<std::uint64_t>(k.param_bytes, 1));
   if (!k.params.empty())
@@ -292,7 +372,7 @@ LaunchStats run_launch(const LaunchRequest& rq) {
   BlockContext b;
   b.shared_bytes = dyn_base + rq.dynamic_shared;
   b.shared.assign(std::max<std::uint64_t>(b.shared_bytes, 1), 0);
-  BlockRunner runner(l, threads, n);
+  BlockRunner runner(l, threads, n, rng);
   SharedShadow shadow;
   LaunchStats stats;
   std::uint32_t nwarps = (n + 31) / 32;
@@ -326,42 +406,53 @@ LaunchStats run_launch(const LaunchRequest& rq) {
     f[kSlotDynSmemBase] = dyn_base;
     f[kSlotSink] = 0;
   }
-  std::uint64_t block_index = 0;
-  for (unsigned bz = 0; bz < rq.grid.z; ++bz)
-    for (unsigned by = 0; by < rq.grid.y; ++by)
-      for (unsigned bx = 0; bx < rq.grid.x; ++bx, ++block_index) {
-        b.ctaid = Dim3{bx, by, bz};
-        std::memset(b.bar_arrived, 0, sizeof(b.bar_arrived));
-        // Shared memory is uninitialized on hardware; zero it so runs are reproducible.
-        std::memset(b.shared.data(), 0, b.shared.size());
-        if (checks.any()) {
-          shadow.reset(b.shared_bytes, nwarps);
-          b.shadow = &shadow;
-        }
-        std::uint64_t sm = block_index % static_cast<std::uint64_t>(rq.sm_count);
-        for (std::uint32_t i = 0; i < n; ++i) {
-          ThreadState& t = threads[i];
-          t.status = Status::running;
-          t.wait = nullptr;
-          t.carry = false;
-          t.clock_reads = 0;
-          t.frames.clear();
-          t.local_top = 0;
-          t.param_top = 0;
-          t.barrier_seen = t.warp_seen = 0;
-          std::uint64_t* f = t.fixed;
-          f[kSlotCtaidX] = bx, f[kSlotCtaidY] = by, f[kSlotCtaidZ] = bz;
-          f[kSlotSmId] = sm;
-          enter_frame(t, k, 0, nullptr, kParamStackBase);
-        }
-        runner.run(b);
-        for (std::uint32_t i = 0; i < n; ++i) {
-          stats.thread_instructions += threads[i].icount;
-          l.clock += threads[i].icount;
-          threads[i].icount = 0;
-        }
-        if (profiler) profiler->end_block();
-      }
+  // Blocks run one after another, in linear order or (random schedule) a seeded shuffle.
+  std::vector<std::uint32_t> order;
+  if (rng) {
+    order.resize(grid_blocks);
+    std::iota(order.begin(), order.end(), 0u);
+    for (std::uint64_t i = grid_blocks; i > 1; --i) std::swap(order[i - 1], order[rng->below(i)]);
+  }
+  for (std::uint64_t i = 0; i < grid_blocks; ++i) {
+    auto linear = static_cast<std::uint32_t>(rng ? order[i] : i);
+    unsigned bx = linear % rq.grid.x, by = linear / rq.grid.x % rq.grid.y,
+             bz = linear / (rq.grid.x * rq.grid.y);
+    b.ctaid = Dim3{bx, by, bz};
+    b.linear = linear;
+    b.fences = b.sync_ops = 0;
+    global.current_serial = global.first_serial + linear;
+    std::memset(b.bar_arrived, 0, sizeof(b.bar_arrived));
+    // Shared memory is uninitialized on hardware; zero it so runs are reproducible.
+    std::memset(b.shared.data(), 0, b.shared.size());
+    if (checks.any()) {
+      shadow.reset(b.shared_bytes, nwarps);
+      b.shadow = &shadow;
+    }
+    std::uint64_t sm = linear % static_cast<std::uint64_t>(rq.sm_count);
+    for (std::uint32_t j = 0; j < n; ++j) {
+      ThreadState& t = threads[j];
+      t.status = Status::running;
+      t.wait = nullptr;
+      t.carry = false;
+      t.clock_reads = 0;
+      t.frames.clear();
+      t.local_top = 0;
+      t.param_top = 0;
+      t.barrier_seen = t.warp_seen = 0;
+      std::uint64_t* f = t.fixed;
+      f[kSlotCtaidX] = bx, f[kSlotCtaidY] = by, f[kSlotCtaidZ] = bz;
+      f[kSlotSmId] = sm;
+      enter_frame(t, k, 0, nullptr, kParamStackBase);
+    }
+    runner.run(b);
+    if (checks.race) global.block_fences[linear] = b.fences;
+    for (std::uint32_t j = 0; j < n; ++j) {
+      stats.thread_instructions += threads[j].icount;
+      l.clock += threads[j].icount;
+      threads[j].icount = 0;
+    }
+    if (profiler) profiler->end_block();
+  }
   if (profiler) {
     KernelProfile& p = profiler->result();
     p.kernel = k.name;

@@ -1,6 +1,8 @@
 // Runs one kernel launch on the host: every block in turn, every thread of a block until it
 // exits or parks at a collective, then releases barriers and warp collectives whose
 // participants have all arrived, and reports a deadlock (who waits where) when none can.
+// KILN_VGPU_SCHEDULE=random:SEED shuffles the block order and interleaves the threads of a
+// block in seeded random slices between collectives, so order-dependent bugs show.
 #pragma once
 
 #include <cstdint>
@@ -26,5 +28,13 @@ struct LaunchStats {
 };
 
 LaunchStats run_launch(const LaunchRequest& request);
+
+// KILN_VGPU_SCHEDULE: in_order (default: thread after thread, deterministic and fastest) or
+// random:SEED.
+struct Schedule {
+  bool random = false;
+  std::uint64_t seed = 0;
+};
+Schedule schedule_from_env();
 
 }  // namespace kiln::cuda::vgpu

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "runtime/cuda/virtual/global_check.h"
 #include "runtime/error.h"
 
 namespace kiln::cuda::vgpu {
@@ -19,10 +20,11 @@ std::string hex(std::uint64_t v) {
 
 MemoryMap::~MemoryMap() {
   for (auto& [base, a] : live_) std::free(reinterpret_cast<void*>(base));
-  for (auto& [base, a] : freed_) std::free(reinterpret_cast<void*>(base));
+  for (auto& [base, a] : freed_)  // reserved == 0: released from quarantine already
+    if (a.reserved) std::free(reinterpret_cast<void*>(base));
 }
 
-std::uint64_t MemoryMap::alloc(std::size_t bytes, std::string label) {
+std::uint64_t MemoryMap::alloc(std::size_t bytes, std::string label, bool track_init) {
   std::size_t reserved = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, reserved);
   KILN_CHECK(p != nullptr, "virtual GPU: out of memory allocating {} bytes ({} bytes live)", bytes,
@@ -31,7 +33,12 @@ std::uint64_t MemoryMap::alloc(std::size_t bytes, std::string label) {
   // A fresh block may cover addresses remembered as freed: forget those records.
   for (auto it = freed_.lower_bound(base); it != freed_.end() && it->first < base + reserved;)
     it = freed_.erase(it);
-  live_[base] = Allocation{base, bytes, reserved, std::move(label)};
+  auto shadow = std::make_shared<AllocShadow>();
+  if (track_init) {
+    shadow->init.assign((bytes + 63) / 64, 0);
+    ++tracked_;
+  }
+  live_[base] = Allocation{base, bytes, reserved, std::move(label), std::move(shadow)};
   live_bytes_ += bytes;
   return base;
 }
@@ -49,12 +56,15 @@ void MemoryMap::free(std::uint64_t ptr) {
     throw Error(
         fmt::format("virtual GPU: free of device pointer {} which was never allocated", hex(ptr)));
   }
-  Allocation a = it->second;
+  Allocation a = std::move(it->second);
   live_.erase(it);
+  if (!a.shadow->init.empty()) --tracked_;
+  a.shadow.reset();
   live_bytes_ -= a.size;
   quarantine_bytes_ += a.reserved;
   quarantine_.push_back(a.base);
-  freed_[a.base] = a;
+  std::uint64_t base = a.base;
+  freed_[base] = std::move(a);
   while (quarantine_bytes_ > kQuarantineLimit && !quarantine_.empty()) release_oldest();
 }
 
@@ -128,6 +138,33 @@ void MemoryMap::check_range(std::uint64_t addr, std::uint64_t size, const char* 
   if (find(addr, size)) return;
   throw Error(fmt::format("virtual GPU: {} of {} bytes at {}: {}", what, size, hex(addr),
                           explain(addr, size)));
+}
+
+}  // namespace kiln::cuda::vgpu
+
+namespace kiln::cuda::vgpu {
+
+void MemoryMap::mark_initialized(std::uint64_t addr, std::uint64_t size) {
+  if (!tracked_ || !size) return;
+  const Allocation* a = find(addr, size);
+  if (a && !a->shadow->init.empty()) a->shadow->mark_init(addr - a->base, size);
+}
+
+void MemoryMap::forget_init() {
+  if (!tracked_) return;
+  for (auto& [base, a] : live_) std::vector<std::uint64_t>().swap(a.shadow->init);
+  tracked_ = 0;
+}
+
+std::uint32_t MemoryMap::reserve_blocks(std::uint64_t count) {
+  if (count >= 0xffffffffull - next_serial_) {
+    for (auto& [base, a] : live_) a.shadow->race.reset(), a.shadow->granules = 0;
+    next_serial_ = 1;
+    KILN_CHECK(count < 0xfffffff0ull, "virtual GPU: a launch of {} blocks is too large", count);
+  }
+  std::uint32_t first = next_serial_;
+  next_serial_ += static_cast<std::uint32_t>(count);
+  return first;
 }
 
 }  // namespace kiln::cuda::vgpu

@@ -78,6 +78,12 @@ void trap_op(ThreadState& t, const Instr& in) {
 }
 void nop(ThreadState&, const Instr&) {}
 
+// membar.gl / fence at gpu or system scope: counted for global racecheck's fence-and-flag rule.
+void fence_op(ThreadState& t, const Instr&) {
+  ++t.block->fences;
+  ++t.block->sync_ops;
+}
+
 void bar_op(ThreadState& t, const Instr& in) {
   std::uint32_t id = get<std::uint32_t>(t, in.s[0]);
   if (id >= 16) fault(t, in, fmt::format("barrier id {} is out of range 0..15", id));
@@ -188,8 +194,13 @@ void add_control_decoders(DecoderTable& table) {
     for (std::size_t i = 0; i < info.mods.size(); ++i) info.used[i] = true;
     in.fn = nop;
   };
-  table["membar"] = ignore_all;
-  table["fence"] = ignore_all;
+  auto fence = [](DecodeCtx&, OpcodeParts& info, Instr& in) {
+    bool cta = info.has("cta");
+    for (std::size_t i = 0; i < info.mods.size(); ++i) info.used[i] = true;
+    in.fn = cta ? nop : fence_op;  // a block-scope fence orders nothing across blocks
+  };
+  table["membar"] = fence;
+  table["fence"] = fence;
   table["pmevent"] = ignore_all;
   table["griddepcontrol"] = ignore_all;
   table["nanosleep"] = ignore_all;

@@ -168,6 +168,12 @@ Handler st_handler(DecodeCtx& c, Type t) {
   c.fail(fmt::format("type .{} not supported", type_name(t)));
 }
 
+// ld/st that communicate between threads by design (global racecheck treats them as atomics).
+bool is_flag_access(const OpcodeParts& info) {
+  return info.has("volatile") || info.has("relaxed") || info.has("acquire") ||
+         info.has("release") || info.has("mmio");
+}
+
 // The symbol's space wins over a missing qualifier; a qualifier on a generic register keeps it.
 void decode_address(DecodeCtx& c, const ast::Operand& o, Instr& in, Space declared) {
   Space sym = c.mem(o, in);
@@ -178,6 +184,7 @@ void decode_address(DecodeCtx& c, const ast::Operand& o, Instr& in, Space declar
 
 void add_memory_decoders(DecoderTable& table) {
   auto ld = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
+    if (is_flag_access(info)) in.flags |= kFlagSyncAccess;
     info.take("nc");
     info.take("unified");
     in.type = info.type();
@@ -197,6 +204,7 @@ void add_memory_decoders(DecoderTable& table) {
   table["ld"] = ld;
   table["ldu"] = ld;
   table["st"] = [](DecodeCtx& c, OpcodeParts& info, Instr& in) {
+    if (is_flag_access(info)) in.flags |= kFlagSyncAccess;
     in.type = info.type();
     in.vec = static_cast<std::uint8_t>(take_vec(info));
     in.fn = st_handler(c, in.type);

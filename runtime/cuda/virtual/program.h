@@ -109,8 +109,9 @@ enum InstrFlag : std::uint16_t {
   kFlagNegB = 16,
   kFlagNegC = 32,
   kFlagApprox = 64,
-  kFlagHasPair = 128,  // second destination (setp's q, shfl's predicate)
-  kFlagRelu = 256,     // fma.relu / min.relu / max.relu on 16-bit floats
+  kFlagHasPair = 128,     // second destination (setp's q, shfl's predicate)
+  kFlagRelu = 256,        // fma.relu / min.relu / max.relu on 16-bit floats
+  kFlagSyncAccess = 512,  // ld/st .volatile/.relaxed/.acquire/.release: a flag, not a race
 };
 
 struct Function;

@@ -7,9 +7,10 @@
 // joined: since Volta a warp's threads are not in lockstep. Atomics are never hazards.
 // initcheck reports a read of a byte no thread of the block has written.
 //
-// Not modelled: races in global memory, between blocks, and between threads of one block on
-// global memory; fences with flag protocols on shared memory (reported as hazards);
-// mbarrier/cp.async/TMA; uninitialized global and local memory and registers.
+// Global and local memory have their own checks (global_check.h); KILN_VGPU_SCHEDULE=random
+// (launch.h) interleaves threads so an unordered pair may come up in either order.
+// Not modelled: fences with flag protocols on shared memory (reported as hazards);
+// mbarrier/cp.async.bulk/TMA; registers read before written (frames start zeroed).
 #pragma once
 
 #include <cstdint>

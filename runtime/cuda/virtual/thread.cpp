@@ -92,7 +92,9 @@ std::uint8_t* resolve_slow(ThreadState& t, const Instr& in, Space space, std::ui
       LaunchContext& l = *t.launch;
       l.hit_lo[l.hit_next] = a->base;
       l.hit_hi[l.hit_next] = a->base + a->size;
+      l.hit_shadow[l.hit_next] = a->shadow.get();
       l.hit_next = (l.hit_next + 1) % LaunchContext::kHitEntries;
+      if (l.global) check_global_access(t, in, addr, size, access, a->base, a->shadow.get());
       return reinterpret_cast<std::uint8_t*>(addr);
     }
     case Space::shared:
@@ -105,6 +107,7 @@ std::uint8_t* resolve_slow(ThreadState& t, const Instr& in, Space space, std::ui
       if (off + size > t.local_top || off + size < off)
         window_fault(t, in, space, addr, off, size, access, t.local_top,
                      "this thread's local memory");
+      if (t.launch->check_init) check_local_access(t, in, off, size, access);
       return t.local.data() + off;
     case Space::param:
       if (off < kParamStackBase) {
@@ -150,6 +153,10 @@ void enter_frame(ThreadState& t, const Function& fn, std::uint32_t return_pc, co
   f.local_base = (t.local_top + align - 1) / align * align;
   t.local_top = f.local_base + fn.local_bytes;
   if (t.local.size() < t.local_top) t.local.resize(std::max<std::uint64_t>(t.local_top, 256));
+  if (t.launch->check_init && fn.local_bytes) {  // a fresh frame's locals are uninitialized
+    if (t.local_init.size() < t.local.size()) t.local_init.resize(t.local.size());
+    std::memset(t.local_init.data() + f.local_base, 0, fn.local_bytes);
+  }
   f.param_base = param_base;
   std::uint64_t ptop = param_base - kParamStackBase + fn.param_frame_bytes;
   t.param_top = std::max(t.param_top, ptop);

@@ -17,7 +17,9 @@ namespace kiln::cuda::vgpu {
 
 enum class Status : std::uint8_t { running, exited, barrier, warp_wait };
 
-class LaunchProfiler;  // profiler.h
+class LaunchProfiler;     // profiler.h
+struct AllocShadow;       // global_check.h
+struct GlobalCheckState;  // global_check.h
 
 struct LaunchContext {
   const Program* program = nullptr;
@@ -32,11 +34,13 @@ struct LaunchContext {
   std::uint64_t const_bytes = 0;
   bool check_race = false, check_init = false;  // KILN_VGPU_CHECK (shared_check.h)
   LaunchProfiler* profiler = nullptr;           // KILN_PROFILE (profiler.h)
+  GlobalCheckState* global = nullptr;           // set under either check (global_check.h)
   // Recently hit global allocations [lo, hi): the launch runs on one host thread and the
   // allocation map only changes through device malloc/free, which clear this.
   static constexpr int kHitEntries = 4;
   std::uint64_t hit_lo[kHitEntries] = {1, 1, 1, 1};
   std::uint64_t hit_hi[kHitEntries] = {0, 0, 0, 0};
+  AllocShadow* hit_shadow[kHitEntries] = {};
   unsigned hit_next = 0;
   void clear_hits() {
     for (int i = 0; i < kHitEntries; ++i) hit_lo[i] = 1, hit_hi[i] = 0;
@@ -48,7 +52,10 @@ class LaunchProfiler;  // profiler.h
 
 struct BlockContext {
   Dim3 ctaid;
-  SharedShadow* shadow = nullptr;      // set under KILN_VGPU_CHECK=race or init
+  SharedShadow* shadow = nullptr;  // set under KILN_VGPU_CHECK=race or init
+  std::uint32_t linear = 0;        // linear block index in the grid
+  // Fences, and fences + global atomics + flag accesses, executed so far (global racecheck).
+  std::uint32_t fences = 0, sync_ops = 0;
   std::uint32_t bar_arrived[16] = {};  // bar.arrive counts not yet matched by a release
   std::vector<std::uint8_t> shared;
   std::uint64_t shared_bytes = 0;  // static + dynamic; accesses past it fault
@@ -85,7 +92,8 @@ struct ThreadState {
 
   std::vector<std::uint64_t> regs;
   std::vector<Frame> frames;
-  std::vector<std::uint8_t> local;  // local-space stack (addresses are offsets into it)
+  std::vector<std::uint8_t> local;       // local-space stack (addresses are offsets into it)
+  std::vector<std::uint8_t> local_init;  // initcheck: 1 per local byte written in its frame
   std::uint64_t local_top = 0;
   std::vector<std::uint8_t> params;  // param-space call stack, at kParamStackBase
   std::uint64_t param_top = 0;
@@ -147,6 +155,10 @@ std::uint8_t* resolve_slow(ThreadState& t, const Instr& in, Space space, std::ui
                            unsigned size, Access access);
 void check_shared_access(ThreadState& t, const Instr& in, std::uint64_t offset, unsigned size,
                          Access access);  // shared_check.h
+void check_global_access(ThreadState& t, const Instr& in, std::uint64_t addr, unsigned size,
+                         Access access, std::uint64_t base, AllocShadow* s);  // global_check.h
+void check_local_access(ThreadState& t, const Instr& in, std::uint64_t offset, unsigned size,
+                        Access access);  // global_check.h
 
 // Host pointer for `size` bytes at `addr` in `space`, after checking bounds, liveness and
 // alignment (size is a power of two: the element or whole-vector size).
@@ -161,15 +173,19 @@ inline std::uint8_t* resolve(ThreadState& t, const Instr& in, Space space, std::
       (addr & (size - 1)) == 0) {
     const LaunchContext& l = *t.launch;
     for (int i = 0; i < LaunchContext::kHitEntries; ++i)
-      if (addr >= l.hit_lo[i] && addr + size <= l.hit_hi[i])
+      if (addr >= l.hit_lo[i] && addr + size <= l.hit_hi[i]) {
+        if (l.global) check_global_access(t, in, addr, size, access, l.hit_lo[i], l.hit_shadow[i]);
         return reinterpret_cast<std::uint8_t*>(addr);
+      }
   }
   if (space == Space::shared && addr + size <= t.block->shared_bytes && (addr & (size - 1)) == 0) {
     if (t.block->shadow) check_shared_access(t, in, addr, size, access);
     return t.block->shared.data() + addr;
   }
-  if (space == Space::local && addr + size <= t.local_top && (addr & (size - 1)) == 0)
+  if (space == Space::local && addr + size <= t.local_top && (addr & (size - 1)) == 0) {
+    if (t.launch->check_init) check_local_access(t, in, addr, size, access);
     return t.local.data() + addr;
+  }
   if (space == Space::param && access == Access::load && addr + size <= t.launch->param_bytes &&
       (addr & (size - 1)) == 0)
     return const_cast<std::uint8_t*>(t.launch->params) + addr;

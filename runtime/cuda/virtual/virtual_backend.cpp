@@ -17,6 +17,7 @@
 #include "runtime/cuda/virtual/launch.h"
 #include "runtime/cuda/virtual/memory.h"
 #include "runtime/cuda/virtual/program.h"
+#include "runtime/cuda/virtual/shared_check.h"
 
 namespace kiln::cuda {
 namespace {
@@ -74,7 +75,13 @@ class VirtualBackend final : public Backend {
 
   DevicePtr alloc(std::size_t bytes) override {
     std::lock_guard lock(mu_);
-    return mem_.alloc(bytes);
+    // initcheck needs to know now: the bytes of a fresh allocation start uninitialized.
+    bool track = false;
+    try {
+      track = vgpu::checks_from_env().init;
+    } catch (const Error&) {  // a bad KILN_VGPU_CHECK is reported by the next launch
+    }
+    return mem_.alloc(bytes, {}, track);
   }
   void free(DevicePtr ptr) override {
     std::lock_guard lock(mu_);
@@ -88,6 +95,7 @@ class VirtualBackend final : public Backend {
                bytes);
     mem_.check_range(dst, bytes, "copy_to_device destination");
     std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
+    mem_.mark_initialized(dst, bytes);
   }
   void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, Stream s) override {
     std::lock_guard lock(mu_);
@@ -105,6 +113,7 @@ class VirtualBackend final : public Backend {
     mem_.check_range(src, bytes, "copy_device source");
     mem_.check_range(dst, bytes, "copy_device destination");
     std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+    mem_.mark_initialized(dst, bytes);
   }
   void memset8(DevicePtr dst, std::uint8_t value, std::size_t bytes, Stream s) override {
     std::lock_guard lock(mu_);
@@ -112,6 +121,7 @@ class VirtualBackend final : public Backend {
     if (!bytes) return;
     mem_.check_range(dst, bytes, "memset8 destination");
     std::memset(reinterpret_cast<void*>(dst), value, bytes);
+    mem_.mark_initialized(dst, bytes);
   }
 
   Module load_module(std::string_view image) override {
