@@ -1,6 +1,6 @@
 // Throughput of the virtual GPU and the cost of its checks: an elementwise kernel and a
 // shared-memory block reduction, both compiled by NVRTC, each timed plain, under racecheck,
-// initcheck, both, and the random schedule. Prints one table row per kernel.
+// initcheck, both, the random schedule and the profiler. Prints one table row per kernel.
 #include <dlfcn.h>
 
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/virtual/profiler.h"
 
 namespace {
 
@@ -112,12 +113,11 @@ struct Mode {
   const char* name;
   const char* check;
   const char* schedule;
+  bool profile = false;  // the profiler (KILN_PROFILE): its overhead is the last column
 };
-constexpr Mode kModes[] = {{"plain", "none", "in_order"},
-                           {"race", "race", "in_order"},
-                           {"init", "init", "in_order"},
-                           {"race+init", "race,init", "in_order"},
-                           {"random:1", "none", "random:1"}};
+constexpr Mode kModes[] = {{"plain", "none", "in_order"},    {"race", "race", "in_order"},
+                           {"init", "init", "in_order"},     {"race+init", "race,init", "in_order"},
+                           {"random:1", "none", "random:1"}, {"profile", "none", "in_order", true}};
 
 double thread_cpu_seconds() {  // meaningful even when the cores are shared
   timespec ts;
@@ -150,6 +150,7 @@ int main() {
     for (const Mode& m : kModes) {
       setenv("KILN_VGPU_CHECK", m.check, 1);
       setenv("KILN_VGPU_SCHEDULE", m.schedule, 1);
+      kiln::cuda::vgpu::set_profiling(m.profile);
       DevicePtr x = gpu->alloc(n * sizeof(float)), y = gpu->alloc(n * sizeof(float));
       gpu->copy_to_device(x, host.data(), n * sizeof(float));
       float a = 2.0f, b = 1.0f;
