@@ -415,8 +415,11 @@ std::string CompiledFunctionCore::explain() const {
     out += "  graph:\n" + indent(e.graph.str(), 4);
     out += "  fusion plan:\n" + indent(e.fusion.str(e.graph), 4);
     if (e.plan)
-      out += fmt::format("  launches ({} generated kernels):\n{}", e.plan->kernel_count(),
-                         indent(e.plan->str(), 2));
+      out += fmt::format(
+          "  launches ({} generated kernels; intermediates at the traced sizes: {} bytes at "
+          "peak, {} if none were reused):\n{}",
+          e.plan->kernel_count(), e.plan->peak_bytes(), e.plan->total_bytes(),
+          indent(e.plan->str(), 2));
   }
   return out;
 }
@@ -444,6 +447,12 @@ const graph::Graph& CompiledFunctionCore::graph(int entry) const {
 const graph::Partition& CompiledFunctionCore::fusion(int entry) const {
   std::lock_guard lock(mutex_);
   return entries_.at(entry)->fusion;
+}
+
+const KernelPlan* CompiledFunctionCore::plan(int entry) const {
+  std::lock_guard lock(mutex_);
+  const auto& p = entries_.at(entry)->plan;
+  return p ? &*p : nullptr;
 }
 
 const GuardSet& CompiledFunctionCore::guards(int entry) const {

@@ -33,9 +33,8 @@ class InvokeRef {
  public:
   template <typename F>
   InvokeRef(F& f)  // NOLINT: implicit on purpose, like function_ref
-      : object_(&f), call_([](void* o, std::span<const CallArg> a) {
-          return (*static_cast<F*>(o))(a);
-        }) {}
+      : object_(&f),
+        call_([](void* o, std::span<const CallArg> a) { return (*static_cast<F*>(o))(a); }) {}
   std::vector<Tensor> operator()(std::span<const CallArg> args) const {
     return call_(object_, args);
   }
@@ -47,9 +46,9 @@ class InvokeRef {
 
 struct CompiledStats {
   std::int64_t calls = 0;
-  std::int64_t hits = 0;         // calls served by an existing entry
-  std::int64_t compiles = 0;     // traces that produced an entry
-  std::int64_t eager_calls = 0;  // calls past the recompile limit
+  std::int64_t hits = 0;           // calls served by an existing entry
+  std::int64_t compiles = 0;       // traces that produced an entry
+  std::int64_t eager_calls = 0;    // calls past the recompile limit
   std::int64_t verifications = 0;  // re-traces made for KILN_JIT_VERIFY
   std::int64_t kernel_calls = 0;   // calls run by generated kernels (the rest: reference)
 };
@@ -67,6 +66,8 @@ class CompiledFunctionCore {
   std::size_t num_entries() const;
   const graph::Graph& graph(int entry) const;
   const graph::Partition& fusion(int entry) const;
+  // The entry's launches (graphs on CUDA tensors), or null.
+  const KernelPlan* plan(int entry) const;
   const GuardSet& guards(int entry) const;
   std::vector<std::string> recompile_reasons() const;
   CompiledStats stats() const;
@@ -75,9 +76,9 @@ class CompiledFunctionCore {
  private:
   struct Entry {
     GuardSet guards;
-    graph::Graph graph;   // optimized: what runs
-    graph::Graph traced;  // as recorded: what a verification re-trace is compared with
-    graph::Partition fusion;  // the kernels `graph` becomes
+    graph::Graph graph;              // optimized: what runs
+    graph::Graph traced;             // as recorded: what a verification re-trace is compared with
+    graph::Partition fusion;         // the kernels `graph` becomes
     std::optional<KernelPlan> plan;  // for graphs on CUDA tensors
     std::vector<std::vector<int>> arg_symbols;
     std::int64_t hits = 0;

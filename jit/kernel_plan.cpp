@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "jit/accuracy_check.h"
 #include "jit/reference_executor.h"
 #include "runtime/dispatch.h"
@@ -48,6 +50,34 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
       step.note = fmt::format("eager {}: {}", group.name, e.what());
     }
     steps_.push_back(std::move(step));
+  }
+  plan_releases(g, partition);
+}
+
+void KernelPlan::plan_releases(const graph::Graph& g, const graph::Partition& partition) {
+  std::vector<int> last_reader(g.values.size(), -1);
+  for (std::size_t i = 0; i < steps_.size(); ++i)
+    for (int v : partition.groups[steps_[i].group].inputs) last_reader[v] = static_cast<int>(i);
+  std::vector<bool> returned(g.values.size(), false);
+  for (int v : g.outputs) returned[v] = true;
+  auto bytes = [&](int v) {
+    const auto& meta = g.values[v].meta;
+    return numel(meta.shape) * static_cast<std::int64_t>(itemsize(meta.dtype));
+  };
+  // Bytes a step allocates: what its kernel writes, or its eager nodes' results (views share).
+  std::int64_t live = 0;
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    Step& step = steps_[i];
+    const graph::FusionGroup& group = partition.groups[step.group];
+    if (step.kind != Step::Kind::host)
+      for (int v : group.outputs) live += bytes(v), total_bytes_ += bytes(v);
+    peak_bytes_ = std::max(peak_bytes_, live);
+    for (int v : group.inputs)
+      if (last_reader[v] == static_cast<int>(i) && !returned[v]) {
+        step.releases.push_back(v);
+        int p = g.values[v].producer;
+        if (p >= 0 && op_class(g.nodes[p].op) != OpClass::view) live -= bytes(v);
+      }
   }
 }
 
@@ -98,6 +128,7 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
                             fmt::format("kernel {} (group {})", name, step.group),
                             step.pointwise ? step.pointwise->source : step.reduction->source);
       }
+      for (int v : step.releases) values[v] = Tensor();
       continue;
     }
     std::vector<Tensor> operands;
@@ -111,6 +142,7 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
     if (check && step.kind == Step::Kind::eager)
       check_step_accuracy(g, step.nodes, values, symbol_values,
                           fmt::format("eager group {} ({})", step.group, step.note), "");
+    for (int v : step.releases) values[v] = Tensor();
   }
   std::vector<Tensor> outputs;
   for (int v : g.outputs) outputs.push_back(values.at(v));

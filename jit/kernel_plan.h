@@ -27,6 +27,10 @@ class KernelPlan {
                           std::span<const std::int64_t> symbol_values) const;
 
   int kernel_count() const;
+  // Intermediate bytes alive at once at the traced sizes, with each released after its last
+  // reader (peak) and, for comparison, were none released (total).
+  std::int64_t peak_bytes() const { return peak_bytes_; }
+  std::int64_t total_bytes() const { return total_bytes_; }
   // One line per step: "kernel k_add_relu (pointwise, 3 nodes)", "eager: matmul (why)", ...
   std::string str() const;
 
@@ -39,8 +43,14 @@ class KernelPlan {
     std::optional<codegen::PointwiseKernel> pointwise;
     std::optional<codegen::ReductionKernel> reduction;
     std::string note;  // what it is, or why code generation does not cover it
+    // Values no later step reads: dropped after this one, so that the caching allocator hands
+    // their blocks to later kernels.
+    std::vector<int> releases;
   };
+  void plan_releases(const graph::Graph& graph, const graph::Partition& partition);
+
   std::vector<Step> steps_;
+  std::int64_t peak_bytes_ = 0, total_bytes_ = 0;
 };
 
 }  // namespace kiln::jit
