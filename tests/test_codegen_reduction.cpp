@@ -219,6 +219,30 @@ BOOST_AUTO_TEST_CASE(rows_stay_on_chip_and_longer_rows_reread_their_tail) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_full_reduction_splits_over_blocks_in_two_deterministic_stages) {
+  // 2^18 elements over every dim: one row, split so that each block folds a chunk and the last
+  // to finish combines the chunks in order.
+  BOOST_TEST(codegen::split_count(1, 1 << 18, 256, 132) == 128);
+  BOOST_TEST(codegen::split_count(1, 1000, 256, 132) == 1);       // too little work to split
+  BOOST_TEST(codegen::split_count(500, 1 << 18, 256, 132) == 1);  // rows fill the device
+  Tensor x = randn({512, 512});
+  Tensor xd = x.to(Device::cuda());
+  auto f = jit::compile([](const Tensor& a) {
+    return std::vector<Tensor>{sum(a * 0.5, {0, 1}), amax(a, {0, 1}), sum(a, {0, 1}) / 7.0};
+  });
+  auto got = f(xd);
+  // Reference in f64 on the CPU.
+  Tensor xd64 = x.to(DType::f64);
+  BOOST_TEST(relative_error(got[0], sum(xd64 * 0.5, {0, 1})) <= 1e-5);
+  BOOST_TEST(relative_error(got[1], amax(x, {0, 1})) == 0.0);
+  BOOST_TEST(relative_error(got[2], sum(xd64, {0, 1}) / 7.0) <= 1e-5);
+  auto again = f(xd);
+  for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(bitwise_equal(got[i], again[i]));
+  // An integer sum is exact whatever the split.
+  Tensor n = randint(-1000, 1000, {300000}, DType::i64);
+  BOOST_TEST(sum(n.to(Device::cuda()), {0}).item() == sum(n, {0}).item());
+}
+
 BOOST_AUTO_TEST_CASE(results_are_bitwise_reproducible) {
   Tensor x = randn({3, 1000}).to(Device::cuda());
   Tensor first = sum(x, {1}), second = sum(x, {1});

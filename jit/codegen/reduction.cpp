@@ -287,7 +287,8 @@ class ReductionRenderer {
   }
 
   void add_reduction(const KernelNode& n, Data& accumulators, Data& updates, Data& finals,
-                     Data& loads, std::set<int>& loaded) {
+                     Data& results, Data& loads, std::set<int>& loaded) {
+    if (n.select || is_arg_reduction(n.op)) splittable_ = false;
     if (n.select) return add_select(n, accumulators, updates, finals, loads, loaded);
     int x = n.inputs[0];
     std::string in = read(x, true, domain_rank_, loads, loaded);
@@ -349,10 +350,15 @@ class ReductionRenderer {
                              : fmt::format("{0} = ({1})({0}, {2});", acc, combine, value);
     updates.push_back(Data("code", update));
     finals.push_back(
-        Data("code", fmt::format("const {} {} = {};", register_type(out), var(n.outputs[0]),
-                                 convert_expr(a, out,
-                                              fmt::format("kiln_block_reduce({}, {}, {})", acc,
-                                                          init, combine)))));
+        Data("code", fmt::format("{0} = kiln_block_reduce({0}, {1}, {2});", acc, init, combine)));
+    Data partial;
+    partial.set("type", A);
+    partial.set("acc", acc);
+    partial.set("combine", combine);
+    partial.set("slot", std::to_string(split_partials_.list_value().size()));
+    split_partials_.push_back(partial);
+    results.push_back(Data("code", fmt::format("const {} {} = {};", register_type(out),
+                                               var(n.outputs[0]), convert_expr(a, out, acc))));
   }
 
   // The persistent schedule: a value several passes load is read from memory once, into a
@@ -464,11 +470,11 @@ class ReductionRenderer {
           inputs.push_back(nodes_[i].inputs[0]);
         }
       Data pass, accumulators = list(), loads = list(), statements = list(), updates = list(),
-                 finals = list(), reduced = list();
+                 finals = list(), results = list(), reduced = list();
       std::set<int> loaded;
       column_pass(full_closure(inputs), loads, statements, loaded);
       for (int i : reductions)
-        add_reduction(nodes_[i], accumulators, updates, finals, loads, loaded);
+        add_reduction(nodes_[i], accumulators, updates, finals, results, loads, loaded);
       reduced_statements_ready_at(p, reduced);
       pass.set("comment", fmt::format("pass {} of {}: {} reduction(s) over each row", p, passes_,
                                       reductions.size()));
@@ -477,6 +483,7 @@ class ReductionRenderer {
       pass.set("statements", statements);
       pass.set("updates", updates);
       pass.set("finals", finals);
+      pass.set("results", results);
       pass.set("reduced_statements", reduced);
       pass.set("stores", list());
       pass_data.push_back(pass);
@@ -520,11 +527,21 @@ class ReductionRenderer {
       pass.set("statements", statements);
       pass.set("updates", list());
       pass.set("finals", list());
+      pass.set("results", list());
       pass.set("reduced_statements", list());
       pass.set("stores", stores);
       pass_data.push_back(pass);
     }
     Data caches = keep_rows_on_chip(pass_data);
+    // Two stages (split_reduction below) for one pass of plain reductions and no full output.
+    k_.splittable = splittable_ && passes_ == 1 && full_outputs.empty();
+    if (k_.splittable) {
+      Data split;
+      split.set("partials", split_partials_);
+      split.set("count", std::to_string(split_partials_.list_value().size()));
+      pass_data.at(0).set("split", split);
+      k_.partial_slots = static_cast<int>(split_partials_.list_value().size());
+    }
     for (auto& pass : pass_data) passes.push_back(pass);
 
     Data params = list(), nodes = list();
@@ -532,6 +549,10 @@ class ReductionRenderer {
     for (auto& d : scalar_params_.list_value()) params.push_back(d);
     for (auto& d : write_params.list_value()) params.push_back(d);
     if (k_.checks_index) params.push_back(Data("decl", "long long* __restrict__ error"));
+    if (k_.splittable) {
+      params.push_back(Data("decl", "unsigned long long* __restrict__ partials"));
+      params.push_back(Data("decl", "unsigned int* __restrict__ arrivals"));
+    }
     for (const auto& c : comments_) nodes.push_back(Data("text", c));
     std::vector<std::string> domain;
     for (const auto& s : group_.domain) domain.push_back(s.str());
@@ -573,12 +594,21 @@ class ReductionRenderer {
   std::map<int, int> ready_;     // value -> the pass after which it is known
   std::set<int> host_view_outputs_;
   Data read_params_ = list(), scalar_params_ = list();
-  Data row_loads_ = list();  // reads of reduced-shape values, once per row
+  Data row_loads_ = list();       // reads of reduced-shape values, once per row
+  Data split_partials_ = list();  // per reduction: what a split row's blocks exchange
+  bool splittable_ = true;
   std::set<int> row_loaded_;
   bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false;
 };
 
 }  // namespace
+
+long long split_count(long long rows, long long cols, unsigned block, long long sm_count) {
+  if (rows >= sm_count) return 1;                                  // enough rows to fill the device
+  long long by_work = cols / (static_cast<long long>(block) * 8);  // >= 8 columns per thread
+  long long by_device = sm_count * 4 / std::max(1LL, rows);
+  return std::max(1LL, std::min(by_work, by_device));
+}
 
 unsigned reduction_block(long long cols) {
   return cols <= 32     ? 32
@@ -663,14 +693,29 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   Tensor error = kernel.checks_index ? zeros({2}, DType::i64, Device::cuda()) : Tensor();
   auto error_ptr = kernel.checks_index ? reinterpret_cast<cuda::DevicePtr>(error.raw_data()) : 0;
   if (kernel.checks_index) params.push_back(&error_ptr);
+  // Few long rows (a full reduction is one) split over blocks: each folds a chunk of columns,
+  // the last to arrive combines the chunks' partials in order.
+  unsigned block = reduction_block(cols);
+  long long sms = cuda::backend().properties(0).sm_count;
+  long long splits = kernel.splittable ? split_count(rows, cols, block, sms) : 1;
+  Tensor partials, arrivals;
+  cuda::DevicePtr partials_ptr = 0, arrivals_ptr = 0;
+  if (kernel.splittable) {
+    partials =
+        empty({std::max(1LL, rows * splits * kernel.partial_slots)}, DType::i64, Device::cuda());
+    arrivals = zeros({std::max(1LL, rows)}, DType::i32, Device::cuda());
+    partials_ptr = reinterpret_cast<cuda::DevicePtr>(partials.raw_data());
+    arrivals_ptr = reinterpret_cast<cuda::DevicePtr>(arrivals.raw_data());
+    params.push_back(&partials_ptr);
+    params.push_back(&arrivals_ptr);
+  }
   params.push_back(packed.data());
   params.push_back(&rows);
   params.push_back(&cols);
+  params.push_back(&splits);
   if (rows == 0) return outs;
-  unsigned block = reduction_block(cols);
   bool on_chip = cols <= static_cast<long long>(kernel.items) * block;
-  long long blocks = std::min<long long>(
-      rows, static_cast<long long>(cuda::backend().properties(0).sm_count) * 16);
+  long long blocks = std::min<long long>(rows * splits, sms * 16);
   std::int64_t read = 0, written = 0;
   for (const auto& r : kernel.reads)
     read += tensor_bytes(values.at(r.value)) * (r.on_chip && on_chip ? 1 : r.passes);

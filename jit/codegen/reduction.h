@@ -32,6 +32,10 @@ struct ReductionKernel {
   int passes = 0;  // loops over each row
   int items = 0;   // columns per thread kept in registers across passes; 0: none (looped)
   bool checks_index = false;  // a row select: the kernel takes an error flag (IndexError)
+  // One pass of plain reductions: a row may be split over blocks (two deterministic stages),
+  // which exchange `partial_slots` 8-byte partials per chunk.
+  bool splittable = false;
+  int partial_slots = 0;
 };
 
 // Columns per thread a persistent row keeps in registers at most: beyond items * 1024 columns
@@ -39,6 +43,9 @@ struct ReductionKernel {
 inline constexpr int kMaxRowItems = 8;
 // Threads per block for rows of `cols` columns.
 unsigned reduction_block(long long cols);
+// Blocks each row is split over: 1 when there are rows enough for every SM, else enough that
+// each thread still folds 8 columns or more, up to 4 blocks per SM.
+long long split_count(long long rows, long long cols, unsigned block, long long sm_count);
 
 // Renders `group`. kiln::Error naming the node when code generation does not cover it yet.
 ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionGroup& group);
