@@ -14,8 +14,8 @@
 namespace kiln::cache {
 
 struct KernelRequest {
-  std::string_view name;    // the entry point
-  std::string_view source;  // CUDA C++
+  std::string name;    // the entry point
+  std::string source;  // CUDA C++ (a copy: a miss costs a disk read or a compile anyway)
   nvrtc::Target target;
   nvrtc::ProgramOptions options;
   int codegen_version = 0;

@@ -59,6 +59,12 @@ cache::KernelRequest request(const std::string& name, const std::string& source,
   return cache::KernelRequest{name, source, target, {}, jit::codegen::kCodegenVersion};
 }
 
+// Sources that live as long as the test program, for requests.
+const std::string& kept_source(int i) {
+  static std::map<int, std::string> sources;
+  return sources.emplace(i, source_of(i)).first->second;
+}
+
 cache::EntryMeta fake_meta(const std::string& key) {
   cache::EntryMeta m;
   m.key = key;
@@ -219,12 +225,12 @@ BOOST_AUTO_TEST_CASE(a_stored_entry_loads_and_counts_its_hits) {
   test::TempDir dir;
   cache::DiskCache disk(dir.path());
   BOOST_TEST(!disk.open().has_value());
-  BOOST_TEST((fs::status(dir.path()).permissions() & fs::perms::group_write) == fs::perms::none);
+  BOOST_TEST(((fs::status(dir.path()).permissions() & fs::perms::group_write) == fs::perms::none));
   std::string key(32, 'b');
-  BOOST_TEST(disk.load(key).status == cache::DiskCache::Status::miss);
+  BOOST_TEST((disk.load(key).status == cache::DiskCache::Status::miss));
   disk.store(fake_meta(key), "source", "binary bytes");
   auto l = disk.load(key);
-  BOOST_TEST(l.status == cache::DiskCache::Status::hit);
+  BOOST_TEST((l.status == cache::DiskCache::Status::hit));
   BOOST_TEST(l.binary == "binary bytes");
   disk.load(key);
   auto entries = disk.list();
@@ -241,7 +247,7 @@ BOOST_AUTO_TEST_CASE(a_stored_entry_loads_and_counts_its_hits) {
 BOOST_AUTO_TEST_CASE(cold_then_disk_hit_then_memory_hit_in_one_process) {
   test::TempDir dir;
   CacheEnv env(dir.path());
-  auto r = request("k_t1", source_of(1));
+  auto r = request("k_t1", kept_source(1));
   auto first = cache::fetch_or_compile(r);
   BOOST_TEST(first.compiled.has_value());
   BOOST_TEST((entry_names(dir.path()) == std::set<std::string>{first.key}));
@@ -259,7 +265,7 @@ BOOST_AUTO_TEST_CASE(cold_then_disk_hit_then_memory_hit_in_one_process) {
 BOOST_AUTO_TEST_CASE(truncated_bit_flipped_and_empty_entries_heal_with_one_warning) {
   test::TempDir dir;
   CacheEnv env(dir.path());
-  auto r = request("k_t2", source_of(2));
+  auto r = request("k_t2", kept_source(2));
   std::string key = cache::fetch_or_compile(r).key;
   fs::path entry = dir.path() / "kernels" / key;
   std::string ptx = read(entry / "kernel.ptx");
@@ -309,7 +315,7 @@ BOOST_AUTO_TEST_CASE(an_unusable_directory_degrades_to_memory_with_one_warning) 
     BOOST_TEST(contains(err, "cached in memory only"), err);
     // Kernels still compile.
     cache::KernelImage k;
-    test::capture_output(2, [&] { k = cache::fetch_or_compile(request("k_t3", source_of(3))); });
+    test::capture_output(2, [&] { k = cache::fetch_or_compile(request("k_t3", kept_source(3))); });
     BOOST_TEST(k.compiled.has_value());
   }
   {
@@ -535,7 +541,13 @@ BOOST_AUTO_TEST_CASE(every_subcommand_has_help_and_bad_arguments_fail_clearly) {
   BOOST_TEST(none.status != 0);
   Run bogus = run(tool("bogus"));
   BOOST_TEST(bogus.status != 0);
-  BOOST_TEST(contains(bogus.output, "bogus"), bogus.output);
+  BOOST_TEST(contains(bogus.output, "unknown command 'bogus'"), bogus.output);
+  Run bogus_cache = run(tool("cache lsit"));
+  BOOST_TEST(bogus_cache.status != 0);
+  BOOST_TEST(contains(bogus_cache.output, "unknown cache command 'lsit'"), bogus_cache.output);
+  Run bad_option = run(tool("cache list --colour"));
+  BOOST_TEST(bad_option.status != 0);
+  BOOST_TEST(contains(bad_option.output, "--colour"), bad_option.output);
   Run doctor = run(tool("doctor"));
   BOOST_TEST(doctor.status == 0, doctor.output);
   for (const char* field : {"toolkit", "nvrtc", "NVRTC", "driver", "backend", "cache size",

@@ -1,10 +1,14 @@
 // The `kiln` command-line tool: inspect and maintain the kernel cache (list, show, stats,
 // verify, prune, clear) and check the environment (doctor). Argument parsing only, on CLI11;
 // cache/cache_report.h and cache/disk_cache.h do the work.
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cache/cache_report.h"
 #include "cache/disk_cache.h"
@@ -73,6 +77,19 @@ int main(int argc, char** argv) {
 
   CLI::App* doctor = app.add_subcommand(
       "doctor", "toolkit, NVRTC, driver and GPUs, backend, cache directory and health");
+
+  // CLI11 reports a misspelt subcommand as a missing one; name it instead.
+  auto check_command = [&](int i, const std::vector<std::string>& known, const char* where) {
+    if (argc <= i || argv[i][0] == '-') return true;
+    if (std::find(known.begin(), known.end(), argv[i]) != known.end()) return true;
+    std::fprintf(stderr, "kiln: unknown %s '%s' (one of: %s); see --help\n", where, argv[i],
+                 fmt::format("{}", fmt::join(known, ", ")).c_str());
+    return false;
+  };
+  if (!check_command(1, {"cache", "doctor"}, "command")) return 2;
+  if (argc > 1 && std::string(argv[1]) == "cache" &&
+      !check_command(2, {"list", "show", "stats", "verify", "prune", "clear"}, "cache command"))
+    return 2;
 
   try {
     app.parse(argc, argv);
