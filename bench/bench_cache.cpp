@@ -45,7 +45,9 @@ std::string source_of(int i) {
          std::to_string(i) +
          "(const float* x, const float* b, float* y, int n, int cols) {\n"
          "  int t = blockIdx.x * blockDim.x + threadIdx.x;\n  if (t >= n) return;\n"
-         "  float v = x[t] + b[t % cols] * " + std::to_string(i) + ".0f;\n"
+         "  float v = x[t] + b[t % cols] * " +
+         std::to_string(i) +
+         ".0f;\n"
          "  y[t] = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));\n}\n";
 }
 
@@ -65,7 +67,8 @@ int mlp_child() {
   jit::CompileOptions options;
   options.name = "mlp";
   options.modules = {&fc1, &fc2};
-  auto model = jit::compile([&](const Tensor& x) { return softmax(fc2(gelu(fc1(x))), -1); }, options);
+  auto model =
+      jit::compile([&](const Tensor& x) { return softmax(fc2(gelu(fc1(x))), -1); }, options);
   Tensor y = model(randn({32, 2}).to(Device::cuda())).to(Device::cpu());
   std::printf("%.3f %lld\n", ms(start, Clock::now()),
               static_cast<long long>(jit::codegen::launch_stats().compiles.load()));
@@ -73,8 +76,8 @@ int mlp_child() {
 }
 
 struct ChildRun {
-  double total_ms = 0;   // fork to exit, as the parent sees it
-  double first_ms = 0;   // the child's own main() to first result
+  double total_ms = 0;  // fork to exit, as the parent sees it
+  double first_ms = 0;  // the child's own main() to first result
   long long compiles = 0;
 };
 
@@ -154,7 +157,8 @@ int main(int argc, char** argv) {
     warm_total.push_back(w.total_ms);
     warm_compiles = w.compiles;
   }
-  std::printf("\ncompiled MLP forward (2 -> 64 -> 4, gelu, softmax), one process per run, 3 runs\n");
+  std::printf(
+      "\ncompiled MLP forward (2 -> 64 -> 4, gelu, softmax), one process per run, 3 runs\n");
   std::printf("  %-12s %22s %22s %16s\n", "disk cache", "main() to result, ms", "process wall, ms",
               "NVRTC compiles");
   std::printf("  %-12s %22.1f %22.1f %16lld\n", "cold", median(cold_first), median(cold_total),

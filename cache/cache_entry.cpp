@@ -62,8 +62,8 @@ EntryMeta meta_from_json(std::string_view text) {
     try {
       it->get_to(into);
     } catch (const json::exception&) {
-      throw Error(fmt::format("cache metadata field '{}' has the wrong type ({})", field,
-                              it->type_name()));
+      throw Error(
+          fmt::format("cache metadata field '{}' has the wrong type ({})", field, it->type_name()));
     }
   };
   get("format", m.format);

@@ -14,26 +14,27 @@ struct EntryMeta {
   static constexpr int kFormat = 1;  // of meta.json and the entry's files
   int format = kFormat;
   std::string key;
-  std::string kernel;               // the entry point
-  std::string graph;                // the traced graph it came from, when the source says
-  std::vector<std::string> nodes;   // the graph nodes it fuses ("%3 = add(%1, %2)"), or its description
-  std::string arch;                 // "compute_90" (PTX) or "sm_90a" (cubin)
+  std::string kernel;  // the entry point
+  std::string graph;   // the traced graph it came from, when the source says
+  std::vector<std::string>
+      nodes;         // the graph nodes it fuses ("%3 = add(%1, %2)"), or its description
+  std::string arch;  // "compute_90" (PTX) or "sm_90a" (cubin)
   bool cubin = false;
   std::vector<std::string> options;
-  std::string nvrtc_version;        // human-readable: "NVRTC 13.0 (build 13.0.88 ...)"
-  std::string nvrtc_id;             // what the key hashed: nvrtc::version_id()
+  std::string nvrtc_version;  // human-readable: "NVRTC 13.0 (build 13.0.88 ...)"
+  std::string nvrtc_id;       // what the key hashed: nvrtc::version_id()
   int codegen_version = 0;
   double compile_ms = 0;
-  int registers = -1;               // -1: not reported (PTX targets never run ptxas)
+  int registers = -1;  // -1: not reported (PTX targets never run ptxas)
   long spill_bytes = -1;
   long shared_bytes = -1;
-  std::int64_t created = 0;         // Unix seconds
-  std::int64_t last_used = 0;       // Unix seconds; the entry's hits file keeps it current
-  std::int64_t hits = 0;            // disk hits; likewise
+  std::int64_t created = 0;    // Unix seconds
+  std::int64_t last_used = 0;  // Unix seconds; the entry's hits file keeps it current
+  std::int64_t hits = 0;       // disk hits; likewise
   std::int64_t binary_bytes = 0;
   std::int64_t source_bytes = 0;
-  std::string checksum;             // XXH3-128 of the binary
-  std::string source_checksum;      // XXH3-128 of the source
+  std::string checksum;         // XXH3-128 of the binary
+  std::string source_checksum;  // XXH3-128 of the source
 
   // The binary's file name in the entry: "kernel.ptx" or "kernel.cubin".
   std::string binary_file() const { return cubin ? "kernel.cubin" : "kernel.ptx"; }

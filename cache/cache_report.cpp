@@ -19,7 +19,9 @@
 namespace kiln::cache {
 namespace {
 
-std::string count_or_na(long v) { return v < 0 ? "-" : std::to_string(v); }
+std::string count_or_na(long v) {
+  return v < 0 ? "-" : std::to_string(v);
+}
 
 std::string ops_summary(const EntryMeta& m) {
   auto ops = m.ops();
@@ -42,7 +44,7 @@ std::string ago(std::int64_t unix_seconds) {
 
 nlohmann::json entry_json(const EntryInfo& e) {
   nlohmann::json j = e.problem.empty() ? nlohmann::json::parse(to_json(e.meta, -1))
-                                        : nlohmann::json{{"key", e.key}};
+                                       : nlohmann::json{{"key", e.key}};
   j["bytes"] = e.bytes;
   j["problem"] = e.problem;
   return j;
@@ -63,7 +65,7 @@ std::string human_bytes(std::int64_t bytes) {
 }
 
 const std::vector<std::string>& list_sort_fields() {
-  static const std::vector<std::string> fields = {"key",  "kernel",     "size", "registers",
+  static const std::vector<std::string> fields = {"key",    "kernel",     "size", "registers",
                                                   "spills", "compile-ms", "hits", "last-used"};
   return fields;
 }
@@ -71,7 +73,8 @@ const std::vector<std::string>& list_sort_fields() {
 std::string format_list(std::vector<EntryInfo> entries, std::string_view sort, bool json) {
   const auto& fields = list_sort_fields();
   KILN_CHECK(std::find(fields.begin(), fields.end(), sort) != fields.end(),
-             "kiln cache list: unknown sort field '{}' (one of: {})", sort, fmt::join(fields, ", "));
+             "kiln cache list: unknown sort field '{}' (one of: {})", sort,
+             fmt::join(fields, ", "));
   // Names ascend; quantities descend (the biggest, slowest, most used, most recent first).
   auto value = [&](const EntryInfo& e) -> double {
     if (sort == "size") return static_cast<double>(e.bytes);
@@ -83,7 +86,8 @@ std::string format_list(std::vector<EntryInfo> entries, std::string_view sort, b
   };
   std::stable_sort(entries.begin(), entries.end(), [&](const EntryInfo& a, const EntryInfo& b) {
     if (sort == "key") return a.key < b.key;
-    if (sort == "kernel") return a.meta.kernel != b.meta.kernel ? a.meta.kernel < b.meta.kernel : a.key < b.key;
+    if (sort == "kernel")
+      return a.meta.kernel != b.meta.kernel ? a.meta.kernel < b.meta.kernel : a.key < b.key;
     double va = value(a), vb = value(b);
     return va != vb ? va > vb : a.key < b.key;
   });
@@ -98,8 +102,8 @@ std::string format_list(std::vector<EntryInfo> entries, std::string_view sort, b
   for (const auto& e : entries) {
     const EntryMeta& m = e.meta;
     if (!e.problem.empty()) {
-      rows.push_back({e.key.substr(0, 12), "(corrupt: " + e.problem + ")", "", "", human_bytes(e.bytes),
-                      "", "", "", "", "", ""});
+      rows.push_back({e.key.substr(0, 12), "(corrupt: " + e.problem + ")", "", "",
+                      human_bytes(e.bytes), "", "", "", "", "", ""});
       continue;
     }
     rows.push_back({e.key.substr(0, 12), m.kernel, ops_summary(m), m.arch, human_bytes(e.bytes),
@@ -116,7 +120,8 @@ std::string format_list(std::vector<EntryInfo> entries, std::string_view sort, b
     for (std::size_t c = 0; c < r.size(); ++c) {
       // Numbers right-aligned, text left-aligned.
       bool numeric = c >= 4 && c <= 9;
-      line += numeric ? fmt::format("{:>{}}", r[c], width[c]) : fmt::format("{:<{}}", r[c], width[c]);
+      line +=
+          numeric ? fmt::format("{:>{}}", r[c], width[c]) : fmt::format("{:<{}}", r[c], width[c]);
       if (c + 1 < r.size()) line += "  ";
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
@@ -138,8 +143,10 @@ std::string format_show(const DiskCache& cache, std::string_view prefix, std::st
   EntryInfo info;
   for (auto& e : cache.list())
     if (e.key == key) info = std::move(e);
-  KILN_CHECK(info.problem.empty(), "kernel cache entry {} is corrupt: {} (`kiln cache verify --fix` "
-             "removes it)", key, info.problem);
+  KILN_CHECK(info.problem.empty(),
+             "kernel cache entry {} is corrupt: {} (`kiln cache verify --fix` "
+             "removes it)",
+             key, info.problem);
   if (what == "meta") return to_json(info.meta) + "\n";
   const EntryMeta& m = info.meta;
   std::string out;
@@ -154,7 +161,8 @@ std::string format_show(const DiskCache& cache, std::string_view prefix, std::st
   out += fmt::format("codegen      version {}\n", m.codegen_version);
   out += fmt::format("compile      {:.1f} ms\n", m.compile_ms);
   out += fmt::format("resources    registers {}, spills {} bytes, shared memory {} bytes\n",
-                     count_or_na(m.registers), count_or_na(m.spill_bytes), count_or_na(m.shared_bytes));
+                     count_or_na(m.registers), count_or_na(m.spill_bytes),
+                     count_or_na(m.shared_bytes));
   out += fmt::format("size         {} (binary {}, source {})\n", human_bytes(info.bytes),
                      human_bytes(m.binary_bytes), human_bytes(m.source_bytes));
   out += fmt::format("created      {}\n", format_time(m.created));
@@ -182,15 +190,17 @@ std::string format_stats(const DiskCache& cache) {
   }
   std::string out;
   out += fmt::format("directory     {}\n", cache.dir().string());
-  out += fmt::format("entries       {}{}\n", entries.size(),
-                     corrupt ? fmt::format(" ({} unreadable: run `kiln cache verify`)", corrupt) : "");
+  out +=
+      fmt::format("entries       {}{}\n", entries.size(),
+                  corrupt ? fmt::format(" ({} unreadable: run `kiln cache verify`)", corrupt) : "");
   out += fmt::format("size          {} of {} ({:.1f}%)\n", human_bytes(bytes),
                      human_bytes(cache.max_bytes()),
                      cache.max_bytes() > 0 ? 100.0 * bytes / cache.max_bytes() : 0.0);
   out += fmt::format("disk hits     {}\n", hits);
   out += fmt::format("compile time  {:.1f} s saved per process that hits every entry\n",
                      compile_ms / 1000);
-  for (const auto& [arch, n] : by_arch) out += fmt::format("arch          {}: {} entries\n", arch, n);
+  for (const auto& [arch, n] : by_arch)
+    out += fmt::format("arch          {}: {} entries\n", arch, n);
   return out;
 }
 
@@ -243,11 +253,13 @@ std::string doctor_report() {
   }
   try {
     DiskSettings s = settings_from_env();
-    out += fmt::format("cache         {}{}\n", s.dir.string(), s.enabled ? "" : " (disabled: KILN_CACHE=0)");
+    out += fmt::format("cache         {}{}\n", s.dir.string(),
+                       s.enabled ? "" : " (disabled: KILN_CACHE=0)");
     DiskCache cache(s.dir, s.max_bytes);
     if (auto problem = cache.open()) {
-      out += fmt::format("cache health  unusable: the directory {}; kernels are cached in memory only\n",
-                         *problem);
+      out += fmt::format(
+          "cache health  unusable: the directory {}; kernels are cached in memory only\n",
+          *problem);
     } else {
       auto entries = cache.list();
       std::int64_t bytes = 0;
@@ -255,10 +267,11 @@ std::string doctor_report() {
       VerifyReport r = cache.verify(false);
       out += fmt::format("cache size    {} in {} entries (cap {})\n", human_bytes(bytes),
                          entries.size(), human_bytes(s.max_bytes));
-      out += fmt::format("cache health  {}\n",
-                         r.bad.empty() ? std::string("ok (every checksum verified)")
-                                       : fmt::format("{} bad entries (`kiln cache verify --fix` removes them)",
-                                                     r.bad.size()));
+      out += fmt::format(
+          "cache health  {}\n",
+          r.bad.empty() ? std::string("ok (every checksum verified)")
+                        : fmt::format("{} bad entries (`kiln cache verify --fix` removes them)",
+                                      r.bad.size()));
     }
   } catch (const Error& e) {
     out += fmt::format("cache         {}\n", e.what());

@@ -51,8 +51,9 @@ FileRead read_file(const fs::path& path) {
     return out;
   }
   out.exists = true;
-  struct stat st{};
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) out.data.reserve(static_cast<std::size_t>(st.st_size));
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_size > 0)
+    out.data.reserve(static_cast<std::size_t>(st.st_size));
   char buf[1 << 16];
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
@@ -60,8 +61,8 @@ FileRead read_file(const fs::path& path) {
     if (n < 0) {
       int err = errno;
       ::close(fd);
-      throw Error(fmt::format("kernel cache: cannot read '{}': {}", path.string(),
-                              std::strerror(err)));
+      throw Error(
+          fmt::format("kernel cache: cannot read '{}': {}", path.string(), std::strerror(err)));
     }
     if (n == 0) break;
     out.data.append(buf, static_cast<std::size_t>(n));
@@ -80,8 +81,8 @@ void write_file(const fs::path& path, std::string_view data) {
     if (n < 0) {
       int err = errno;
       ::close(fd);
-      throw Error(fmt::format("kernel cache: cannot write '{}': {}", path.string(),
-                              std::strerror(err)));
+      throw Error(
+          fmt::format("kernel cache: cannot write '{}': {}", path.string(), std::strerror(err)));
     }
     done += static_cast<std::size_t>(n);
   }
@@ -91,7 +92,9 @@ void write_file(const fs::path& path, std::string_view data) {
              std::strerror(errno));
 }
 
-bool is_temporary(const std::string& name) { return !name.empty() && name[0] == '.'; }
+bool is_temporary(const std::string& name) {
+  return !name.empty() && name[0] == '.';
+}
 
 std::string unique_suffix() {
   static std::atomic<unsigned> counter{0};
@@ -124,7 +127,7 @@ Usage usage_of(const fs::path& entry, const std::string& key) {
   Usage u{key};
   std::error_code ec;
   for (const auto& f : fs::directory_iterator(entry, ec)) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(f.path().c_str(), &st) != 0) continue;
     u.bytes += st.st_size;
     std::string name = f.path().filename().string();
@@ -193,16 +196,19 @@ std::optional<std::string> DiskCache::open() {
     if (ec) return fmt::format("cannot be created: {}", ec.message());
     ::chmod(dir_.c_str(), 0700);
   }
-  struct stat st{};
-  if (::stat(dir_.c_str(), &st) != 0) return fmt::format("cannot be read: {}", std::strerror(errno));
+  struct stat st {};
+  if (::stat(dir_.c_str(), &st) != 0)
+    return fmt::format("cannot be read: {}", std::strerror(errno));
   if (!S_ISDIR(st.st_mode)) return "is not a directory";
   // Another user's directory, or one others may write, could hand this process binaries it
   // would load and run.
   if (st.st_uid != ::geteuid())
     return fmt::format("is owned by uid {}, not by this user (uid {})", st.st_uid, ::geteuid());
   if (st.st_mode & (S_IWGRP | S_IWOTH))
-    return fmt::format("is writable by its group or others (mode {:04o}); it must be 0700 or "
-                       "0755-like", st.st_mode & 07777);
+    return fmt::format(
+        "is writable by its group or others (mode {:04o}); it must be 0700 or "
+        "0755-like",
+        st.st_mode & 07777);
   for (const char* sub : {"kernels", "locks"}) {
     fs::path p = dir_ / sub;
     if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST)
@@ -275,16 +281,17 @@ void DiskCache::store(EntryMeta meta, std::string_view source, std::string_view 
   meta.hits = 0;
   fs::path kernels = dir_ / "kernels";
   fs::path tmp = kernels / fmt::format(".tmp.{}.{}", meta.key, unique_suffix());
-  KILN_CHECK(::mkdir(tmp.c_str(), 0700) == 0, "kernel cache: cannot create '{}': {}",
-             tmp.string(), std::strerror(errno));
+  KILN_CHECK(::mkdir(tmp.c_str(), 0700) == 0, "kernel cache: cannot create '{}': {}", tmp.string(),
+             std::strerror(errno));
   fs::path entry = entry_dir(meta.key);
   try {
     write_file(tmp / "kernel.cu", source);
     write_file(tmp / meta.binary_file(), binary);
     write_file(tmp / "meta.json", to_json(meta) + "\n");
     if (::rename(tmp.c_str(), entry.c_str()) != 0) {
-      KILN_CHECK(errno == ENOTEMPTY || errno == EEXIST, "kernel cache: cannot rename '{}' to '{}': {}",
-                 tmp.string(), entry.string(), std::strerror(errno));
+      KILN_CHECK(errno == ENOTEMPTY || errno == EEXIST,
+                 "kernel cache: cannot rename '{}' to '{}': {}", tmp.string(), entry.string(),
+                 std::strerror(errno));
       // An entry is there (a corrupt one being healed): move it aside, then put ours in place.
       remove_entry_dir(entry, meta.key);
       if (::rename(tmp.c_str(), entry.c_str()) != 0) {
@@ -323,7 +330,7 @@ std::vector<EntryInfo> DiskCache::list() const {
       info.problem = e.what();
       info.meta.key = name;
     }
-    struct stat st{};
+    struct stat st {};
     if (::stat((d.path() / "hits").c_str(), &st) == 0) {
       info.meta.hits = st.st_size;
       info.meta.last_used = st.st_mtim.tv_sec;
@@ -345,9 +352,11 @@ std::string DiskCache::resolve(std::string_view prefix) const {
   KILN_CHECK(!matches.empty(), "kernel cache: no entry's key starts with '{}' in {}", prefix,
              dir_.string());
   std::sort(matches.begin(), matches.end());
-  KILN_CHECK(matches.size() == 1, "kernel cache: key prefix '{}' is ambiguous: {} entries match ({}{})",
-             prefix, matches.size(), fmt::join(matches.begin(), matches.begin() + std::min<std::size_t>(matches.size(), 4), ", "),
-             matches.size() > 4 ? ", ..." : "");
+  KILN_CHECK(
+      matches.size() == 1, "kernel cache: key prefix '{}' is ambiguous: {} entries match ({}{})",
+      prefix, matches.size(),
+      fmt::join(matches.begin(), matches.begin() + std::min<std::size_t>(matches.size(), 4), ", "),
+      matches.size() > 4 ? ", ..." : "");
   return matches[0];
 }
 
@@ -372,7 +381,7 @@ VerifyReport DiskCache::verify(bool fix) const {
   for (const auto& d : fs::directory_iterator(dir_ / "kernels", ec)) {
     std::string name = d.path().filename().string();
     if (is_temporary(name)) {
-      struct stat st{};
+      struct stat st {};
       if (::stat(d.path().c_str(), &st) == 0 && now - st.st_mtim.tv_sec > kStaleTemporarySeconds) {
         report.stale_temporaries.push_back(name);
         if (fix) {
@@ -392,8 +401,10 @@ VerifyReport DiskCache::verify(bool fix) const {
         problem = l.problem;
       } else if (l.status == Status::hit) {
         FileRead src = read_file(d.path() / "kernel.cu");
-        if (!src.exists) problem = "kernel.cu is missing";
-        else if (checksum(src.data) != l.meta.source_checksum) problem = "kernel.cu fails its checksum";
+        if (!src.exists)
+          problem = "kernel.cu is missing";
+        else if (checksum(src.data) != l.meta.source_checksum)
+          problem = "kernel.cu fails its checksum";
       }
     }
     if (problem.empty()) continue;
@@ -412,7 +423,7 @@ PruneReport DiskCache::prune(std::int64_t max_bytes, std::string_view keep) cons
   for (const auto& d : fs::directory_iterator(dir_ / "kernels", ec)) {
     std::string name = d.path().filename().string();
     if (is_temporary(name)) {
-      struct stat st{};
+      struct stat st {};
       if (::stat(d.path().c_str(), &st) == 0 && now - st.st_mtim.tv_sec > kStaleTemporarySeconds)
         fs::remove_all(d.path(), ec);
       continue;
@@ -482,7 +493,9 @@ ProcessCache& process_cache() {
   return *p;
 }
 
-void warn(const std::string& text) { std::fprintf(stderr, "kiln: warning: %s\n", text.c_str()); }
+void warn(const std::string& text) {
+  std::fprintf(stderr, "kiln: warning: %s\n", text.c_str());
+}
 
 }  // namespace
 

@@ -13,7 +13,9 @@
 namespace kiln::cache {
 namespace {
 
-std::string hex(XXH128_hash_t h) { return fmt::format("{:016x}{:016x}", h.high64, h.low64); }
+std::string hex(XXH128_hash_t h) {
+  return fmt::format("{:016x}{:016x}", h.high64, h.low64);
+}
 
 // Each field length-prefixed, so ("ab", "c") and ("a", "bc") hash differently.
 void add_field(XXH3_state_t* state, std::string_view field) {
@@ -51,7 +53,9 @@ std::string kernel_key(const KeyInputs& in) {
   return key;
 }
 
-std::string checksum(std::string_view data) { return hex(XXH3_128bits(data.data(), data.size())); }
+std::string checksum(std::string_view data) {
+  return hex(XXH3_128bits(data.data(), data.size()));
+}
 
 bool is_key(std::string_view text) {
   if (text.size() != 32) return false;

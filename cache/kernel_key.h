@@ -5,18 +5,18 @@
 #pragma once
 
 #include <span>
-#include <vector>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kiln::cache {
 
 struct KeyInputs {
-  std::string_view source;                 // the full CUDA C++ source
-  std::span<const std::string> options;    // as passed to NVRTC (nvrtc::program_options)
-  std::string_view arch;                   // "compute_90", "sm_90a": PTX vs cubin and the arch
-  std::string_view nvrtc_version;          // nvrtc::version_id()
-  int codegen_version = 0;                 // jit::codegen::kCodegenVersion
+  std::string_view source;               // the full CUDA C++ source
+  std::span<const std::string> options;  // as passed to NVRTC (nvrtc::program_options)
+  std::string_view arch;                 // "compute_90", "sm_90a": PTX vs cubin and the arch
+  std::string_view nvrtc_version;        // nvrtc::version_id()
+  int codegen_version = 0;               // jit::codegen::kCodegenVersion
 };
 
 // 32 lowercase hex digits.

@@ -13,10 +13,13 @@
 namespace kiln::cache {
 namespace {
 
-bool logging() { return jit::log_enabled(jit::LogTopic::cache); }
+bool logging() {
+  return jit::log_enabled(jit::LogTopic::cache);
+}
 
 double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 // Looks `key` up; a corrupt entry is reported once and removed, so the caller recompiles it.
@@ -33,12 +36,13 @@ std::optional<KernelImage> try_disk(DiskCache& disk, const KernelRequest& r, con
   if (loaded.status == DiskCache::Status::hit) {
     ++disk_stats().hits;
     if (logging())
-      jit::log_line(fmt::format("kiln: cache hit {} {} (disk, {:.2f} ms)", key, r.name,
-                                ms_since(start)));
+      jit::log_line(
+          fmt::format("kiln: cache hit {} {} (disk, {:.2f} ms)", key, r.name, ms_since(start)));
     return KernelImage{key, std::move(loaded.binary), std::nullopt};
   }
   if (loaded.status == DiskCache::Status::corrupt) {
-    std::fprintf(stderr, "kiln: warning: kernel cache entry %s (%s) is corrupt: %s; recompiling it\n",
+    std::fprintf(stderr,
+                 "kiln: warning: kernel cache entry %s (%s) is corrupt: %s; recompiling it\n",
                  key.c_str(), disk.entry_dir(key).c_str(), loaded.problem.c_str());
     disk.remove(key);
     ++disk_stats().healed;
@@ -98,8 +102,8 @@ KernelImage fetch_or_compile(const KernelRequest& r) {
     lock.emplace(disk->lock(key));
     if (auto hit = try_disk(*disk, r, key, /*count_miss=*/true)) return std::move(*hit);
   }
-  KernelImage out{key, {}, nvrtc::compile_program(r.source, std::string(r.name) + ".cu", r.target,
-                                                  r.options)};
+  KernelImage out{
+      key, {}, nvrtc::compile_program(r.source, std::string(r.name) + ".cu", r.target, r.options)};
   out.image = std::string(out.compiled->image());
   bool stored = false;
   if (disk) {

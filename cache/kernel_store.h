@@ -23,7 +23,7 @@ struct KernelRequest {
 
 struct KernelImage {
   std::string key;
-  std::string image;                       // what Backend::load_module takes: PTX or cubin
+  std::string image;                              // what Backend::load_module takes: PTX or cubin
   std::optional<nvrtc::CompiledModule> compiled;  // set when NVRTC ran for this request
 };
 

@@ -10,9 +10,13 @@
 namespace kiln::cache {
 
 CompileProgress::CompileProgress(int total)
-    : total_(total), drawing_(total >= 2 && ::isatty(2)), start_(std::chrono::steady_clock::now()) {}
+    : total_(total),
+      drawing_(total >= 2 && ::isatty(2)),
+      start_(std::chrono::steady_clock::now()) {}
 
-CompileProgress::~CompileProgress() { finish(); }
+CompileProgress::~CompileProgress() {
+  finish();
+}
 
 std::string CompileProgress::line(int done, int total, double seconds, std::string_view kernel,
                                   int width) {
@@ -22,8 +26,7 @@ std::string CompileProgress::line(int done, int total, double seconds, std::stri
 }
 
 void CompileProgress::draw(std::string_view kernel) {
-  double s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::string text = "kiln: compiling " + line(done_, total_, s, kernel);
   if (text.size() > 100) text.resize(100);
   // \r and clear-to-end-of-line: redrawn in place.
@@ -38,8 +41,7 @@ void CompileProgress::start(std::string_view kernel) {
 
 void CompileProgress::finish() {
   if (!drawing_) return;
-  double s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::fprintf(stderr, "\r\033[Kkiln: compiled %d kernels in %.1f s\n", total_, s);
   std::fflush(stderr);
   drawing_ = false;

@@ -22,8 +22,10 @@
 #include "cache/disk_cache.h"
 #include "cache/kernel_key.h"
 #include "cache/kernel_store.h"
+#include "cache/progress.h"
 #include "jit/codegen/codegen_version.h"
 #include "jit/codegen/launch_stats.h"
+#include "jit/log.h"
 #include "support/capture_output.h"
 #include "support/temp_dir.h"
 
@@ -34,12 +36,17 @@ namespace {
 
 // Points the process-wide cache at `dir` (or the environment as given) for one test.
 struct CacheEnv {
-  explicit CacheEnv(const fs::path& dir, const char* enabled = nullptr, const char* max_mb = nullptr) {
+  explicit CacheEnv(const fs::path& dir, const char* enabled = nullptr,
+                    const char* max_mb = nullptr) {
     setenv("KILN_CACHE_DIR", dir.c_str(), 1);
-    if (enabled) setenv("KILN_CACHE", enabled, 1);
-    else unsetenv("KILN_CACHE");
-    if (max_mb) setenv("KILN_CACHE_MAX_MB", max_mb, 1);
-    else unsetenv("KILN_CACHE_MAX_MB");
+    if (enabled)
+      setenv("KILN_CACHE", enabled, 1);
+    else
+      unsetenv("KILN_CACHE");
+    if (max_mb)
+      setenv("KILN_CACHE_MAX_MB", max_mb, 1);
+    else
+      unsetenv("KILN_CACHE_MAX_MB");
     cache::reset_process_disk_cache();
   }
   ~CacheEnv() {
@@ -112,12 +119,20 @@ std::map<std::string, long> counters(const std::string& output) {
   return out;
 }
 
-std::string worker(const std::string& args) { return std::string(KILN_CACHE_WORKER) + " " + args; }
-std::string tool(const std::string& args) { return std::string(KILN_TOOL) + " " + args; }
+std::string worker(const std::string& args) {
+  return std::string(KILN_CACHE_WORKER) + " " + args;
+}
+std::string tool(const std::string& args) {
+  return std::string(KILN_TOOL) + " " + args;
+}
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
-int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+int lines(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
 
 }  // namespace
 
@@ -189,6 +204,37 @@ BOOST_AUTO_TEST_CASE(a_generated_source_names_the_nodes_it_fuses) {
   g.kernel = "k_gemm";
   cache::describe_from_source("#include <x>\n// k_gemm: a tiled GEMM\n", g);
   BOOST_TEST((g.nodes == std::vector<std::string>{"a tiled GEMM"}));
+}
+
+BOOST_AUTO_TEST_CASE(
+    the_progress_bar_shows_kernels_done_of_the_total_and_is_silent_off_a_terminal) {
+  BOOST_TEST(cache::CompileProgress::line(3, 8, 2.14, "k_add", 8) ==
+             "[###     ] 3/8 kernels, 2.1 s  k_add");
+  BOOST_TEST(cache::CompileProgress::line(8, 8, 10, "", 4) == "[####] 8/8 kernels, 10.0 s  ");
+  std::string err = test::capture_output(2, [] {
+    cache::CompileProgress progress(5);  // stderr is a file here
+    BOOST_TEST(!progress.drawing());
+    progress.start("k_a");
+    progress.finish();
+  });
+  BOOST_TEST(err.empty(), err);
+}
+
+BOOST_AUTO_TEST_CASE(kiln_log_cache_reports_misses_and_hits_with_keys) {
+  test::TempDir dir;
+  CacheEnv env(dir.path());
+  setenv("KILN_LOG", "cache", 1);
+  jit::reload_log_settings();
+  auto r = request("k_t5", kept_source(5));
+  std::string key = cache::key_of(r);
+  std::string err = test::capture_output(2, [&] {
+    cache::fetch_or_compile(r);
+    cache::fetch_or_compile(r);
+  });
+  unsetenv("KILN_LOG");
+  jit::reload_log_settings();
+  BOOST_TEST(contains(err, "kiln: cache miss " + key + " k_t5 (compiled in"), err);
+  BOOST_TEST(contains(err, "kiln: cache hit " + key + " k_t5 (disk,"), err);
 }
 
 BOOST_AUTO_TEST_CASE(malformed_settings_are_errors_naming_the_variable) {
@@ -335,8 +381,9 @@ BOOST_AUTO_TEST_CASE(an_unusable_directory_degrades_to_memory_with_one_warning) 
     fs::permissions(dir / "readonly", fs::perms::owner_read | fs::perms::owner_exec);
     CacheEnv env(dir / "readonly");
     if (geteuid() == 0) {
-      BOOST_TEST_MESSAGE("running as root, which writes through mode 0500: the read-only "
-                         "directory variant is skipped (the regular-file parent covers it)");
+      BOOST_TEST_MESSAGE(
+          "running as root, which writes through mode 0500: the read-only "
+          "directory variant is skipped (the regular-file parent covers it)");
     } else {
       std::string err = test::capture_output(2, [] { BOOST_TEST(!cache::process_disk_cache()); });
       BOOST_TEST(contains(err, "is not writable"), err);
@@ -550,8 +597,8 @@ BOOST_AUTO_TEST_CASE(every_subcommand_has_help_and_bad_arguments_fail_clearly) {
   BOOST_TEST(contains(bad_option.output, "--colour"), bad_option.output);
   Run doctor = run(tool("doctor"));
   BOOST_TEST(doctor.status == 0, doctor.output);
-  for (const char* field : {"toolkit", "nvrtc", "NVRTC", "driver", "backend", "cache size",
-                            "cache health  ok"})
+  for (const char* field :
+       {"toolkit", "nvrtc", "NVRTC", "driver", "backend", "cache size", "cache health  ok"})
     BOOST_TEST(contains(doctor.output, field), doctor.output);
 }
 

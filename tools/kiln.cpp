@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <CLI/CLI.hpp>
 
 #include "cache/cache_report.h"
 #include "cache/disk_cache.h"
@@ -34,9 +34,10 @@ cache::DiskCache open_cache(bool need_write) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kiln: inspect the generated-kernel cache and check the CUDA environment.\n"
-               "The cache directory is KILN_CACHE_DIR (default $XDG_CACHE_HOME/kiln or "
-               "~/.cache/kiln)."};
+  CLI::App app{
+      "kiln: inspect the generated-kernel cache and check the CUDA environment.\n"
+      "The cache directory is KILN_CACHE_DIR (default $XDG_CACHE_HOME/kiln or "
+      "~/.cache/kiln)."};
   app.name("kiln");
   app.require_subcommand(1);
 
@@ -46,7 +47,8 @@ int main(int argc, char** argv) {
   std::string sort = "key";
   bool json = false;
   CLI::App* list = cache_cmd->add_subcommand("list", "a table of every cached kernel");
-  list->add_option("--sort", sort, "order: key, kernel, size, registers, spills, compile-ms, hits, last-used")
+  list->add_option("--sort", sort,
+                   "order: key, kernel, size, registers, spills, compile-ms, hits, last-used")
       ->check(CLI::IsMember(cache::list_sort_fields()));
   list->add_flag("--json", json, "print JSON instead of a table");
 
@@ -67,8 +69,8 @@ int main(int argc, char** argv) {
   verify->add_flag("--fix", fix, "remove bad entries and stale temporaries");
 
   long long max_mb = -1;
-  CLI::App* prune = cache_cmd->add_subcommand(
-      "prune", "evict least-recently-used entries until the cache fits");
+  CLI::App* prune =
+      cache_cmd->add_subcommand("prune", "evict least-recently-used entries until the cache fits");
   prune->add_option("--max-mb", max_mb, "the size to fit in, in MiB")
       ->required()
       ->check(CLI::NonNegativeNumber);

@@ -29,9 +29,8 @@ std::unordered_map<std::string, cuda::Function>& memory() {
 }
 
 cache::KernelRequest request(const std::string& name, const std::string& source) {
-  return cache::KernelRequest{name, source,
-                              nvrtc::Target::for_device(cuda::backend().properties(0)), {},
-                              kCodegenVersion};
+  return cache::KernelRequest{
+      name, source, nvrtc::Target::for_device(cuda::backend().properties(0)), {}, kCodegenVersion};
 }
 
 // Loads `image` and remembers the function; the memory mutex is held.

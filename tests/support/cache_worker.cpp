@@ -20,13 +20,16 @@ using namespace kiln;
 
 namespace {
 
-std::string kernel_name(int i) { return "k_worker_" + std::to_string(i); }
+std::string kernel_name(int i) {
+  return "k_worker_" + std::to_string(i);
+}
 
 std::string kernel_source(int i) {
   return "// " + kernel_name(i) + ": y = x * " + std::to_string(i) +
          " + 1, a test kernel\nextern \"C\" __global__ void " + kernel_name(i) +
          "(float* x, int n) {\n  int t = blockIdx.x * blockDim.x + threadIdx.x;\n"
-         "  if (t < n) x[t] = x[t] * " + std::to_string(i) + ".0f + 1.0f;\n}\n";
+         "  if (t < n) x[t] = x[t] * " +
+         std::to_string(i) + ".0f + 1.0f;\n}\n";
 }
 
 void check_launch(int i) {
