@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "jit/accuracy_check.h"
+#include "jit/codegen/kernel_cache.h"
 #include "jit/reference_executor.h"
 #include "runtime/dispatch.h"
 
@@ -52,6 +53,14 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
     steps_.push_back(std::move(step));
   }
   plan_releases(g, partition);
+  // Compile (or load from the disk cache) every kernel now rather than at each first launch:
+  // one progress bar for the lot, and the first call's launches run back to back.
+  std::vector<codegen::KernelSource> kernels;
+  for (const auto& s : steps_) {
+    if (s.pointwise) kernels.push_back({s.pointwise->name, s.pointwise->source});
+    if (s.reduction) kernels.push_back({s.reduction->name, s.reduction->source});
+  }
+  if (!kernels.empty()) codegen::prepare_kernels(kernels);
 }
 
 void KernelPlan::plan_releases(const graph::Graph& g, const graph::Partition& partition) {

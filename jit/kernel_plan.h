@@ -18,7 +18,8 @@ namespace kiln::jit {
 
 class KernelPlan {
  public:
-  // Renders every group it can (compiling happens at the first launch of each kernel).
+  // Renders every group it can and makes its kernels ready (from memory, the disk cache, or
+  // NVRTC).
   KernelPlan(const graph::Graph& graph, const graph::Partition& partition);
 
   // Runs the graph on this call's arguments; outputs as the graph returns them. No autograd:

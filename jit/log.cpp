@@ -26,10 +26,11 @@ int parse(const char* spec) {
     else if (topic == "graph") mask |= static_cast<int>(LogTopic::graph);
     else if (topic == "fusion") mask |= static_cast<int>(LogTopic::fusion);
     else if (topic == "kernels") mask |= static_cast<int>(LogTopic::kernels);
-    else if (topic == "all") mask |= 31;
+    else if (topic == "cache") mask |= static_cast<int>(LogTopic::cache);
+    else if (topic == "all") mask |= 63;
     else if (!topic.empty())
       std::fprintf(stderr, "kiln: KILN_LOG topic '%s' is unknown (known: recompiles, guards, "
-                   "graph, fusion, kernels, all)\n", topic.c_str());
+                   "graph, fusion, kernels, cache, all)\n", topic.c_str());
     start = end + 1;
   }
   return mask;

@@ -1,11 +1,12 @@
-// KILN_LOG=recompiles,guards,graph,fusion,kernels (comma list, or "all"): what jit::compile reports on stderr.
+// KILN_LOG=recompiles,guards,graph,fusion,kernels,cache (comma list, or "all"): what jit::compile
+// and the kernel cache report on stderr.
 #pragma once
 
 #include <string_view>
 
 namespace kiln::jit {
 
-enum class LogTopic { recompiles = 1, guards = 2, graph = 4, fusion = 8, kernels = 16 };
+enum class LogTopic { recompiles = 1, guards = 2, graph = 4, fusion = 8, kernels = 16, cache = 32 };
 
 bool log_enabled(LogTopic topic);
 void log_line(std::string_view text);

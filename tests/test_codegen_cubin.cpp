@@ -129,7 +129,7 @@ BOOST_AUTO_TEST_CASE(every_generated_kernel_builds_for_sm80_and_sm90_without_spi
   std::vector<Build> builds;
   for (const auto& [source, name] : sources)
     for (auto target : {nvrtc::Target::sass(8, 0), nvrtc::Target::sass(9, 0)})
-      builds.push_back({name, source, target});
+      builds.push_back(Build{name, source, target, -1, -1, -1, {}});
   std::atomic<std::size_t> next{0};
   auto work = [&] {
     for (std::size_t i = next++; i < builds.size(); i = next++) {

@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/ops.h"
+#include "cache/disk_cache.h"
 #include "jit/accuracy_check.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
@@ -291,6 +292,9 @@ BOOST_AUTO_TEST_CASE(kiln_check_accuracy_passes_correct_kernels_and_names_a_wron
 }
 
 BOOST_AUTO_TEST_CASE(kiln_log_kernels_reports_each_compile) {
+  // Without the disk cache: a kernel an earlier run stored there would not be compiled again.
+  setenv("KILN_CACHE", "0", 1);
+  cache::reset_process_disk_cache();
   setenv("KILN_LOG", "kernels", 1);
   jit::reload_log_settings();
   std::string err = kiln::test::capture_output(2, [] {
@@ -299,6 +303,8 @@ BOOST_AUTO_TEST_CASE(kiln_log_kernels_reports_each_compile) {
   });
   unsetenv("KILN_LOG");
   jit::reload_log_settings();
+  unsetenv("KILN_CACHE");
+  cache::reset_process_disk_cache();
   BOOST_TEST(contains(err, "kiln: kernel k_"), err);
   BOOST_TEST(contains(err, "bytes of source, compiled in"), err);
 }

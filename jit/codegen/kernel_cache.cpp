@@ -1,4 +1,4 @@
-// The in-process kernel cache (see kernel_cache.h).
+// The in-process kernel cache (see kernel_cache.h); cache/ is the disk behind it.
 #include "jit/codegen/kernel_cache.h"
 
 #include <algorithm>
@@ -7,41 +7,88 @@
 
 #include <fmt/format.h>
 
+#include "cache/kernel_store.h"
+#include "cache/progress.h"
+#include "jit/codegen/codegen_version.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/log.h"
 #include "jit/nvrtc/nvrtc.h"
 
 namespace kiln::jit::codegen {
+namespace {
 
-cuda::Function compiled_function(const std::string& name, const std::string& source) {
+std::mutex& memory_mutex() {
   static std::mutex mutex;
+  return mutex;
+}
+
+// Loaded functions by source: a memory hit costs one hash of the source.
+std::unordered_map<std::string, cuda::Function>& memory() {
   static std::unordered_map<std::string, cuda::Function> functions;
-  std::lock_guard lock(mutex);
-  auto it = functions.find(source);
-  if (it != functions.end()) {
-    ++launch_stats().cache_hits;
-    return it->second;
-  }
+  return functions;
+}
+
+cache::KernelRequest request(const std::string& name, const std::string& source) {
+  return cache::KernelRequest{
+      name, source, nvrtc::Target::for_device(cuda::backend().properties(0)), {}, kCodegenVersion};
+}
+
+// Loads `image` and remembers the function; the memory mutex is held.
+cuda::Function remember(const std::string& name, const std::string& source,
+                        const cache::KernelImage& image) {
   cuda::Backend& be = cuda::backend();
-  auto module =
-      nvrtc::compile_program(source, name + ".cu", nvrtc::Target::for_device(be.properties(0)));
-  cuda::Function fn = be.get_function(be.load_module(module.image()), name);
-  ++launch_stats().compiles;
-  launch_stats().compile_us += static_cast<std::int64_t>(module.compile_ms * 1000);
-  if (log_enabled(LogTopic::kernels)) {
-    const nvrtc::KernelResources* r = module.kernel(name);
-    auto count = [](long v) { return v < 0 ? std::string("n/a") : std::to_string(v); };
-    log_line(fmt::format(
-        "kiln: kernel {}: {} bytes of source, compiled in {:.1f} ms for {}; registers {}, spills "
-        "{}, shared memory {} bytes{}",
-        name, source.size(), module.compile_ms, module.target.arch(), count(r ? r->registers : -1),
-        count(r ? r->spill_store_bytes : -1), count(r ? r->shared_bytes : -1),
-        module.target.cubin ? "" : " (a PTX target: ptxas reports resources for cubins)"));
+  cuda::Function fn = be.get_function(be.load_module(image.image), name);
+  if (image.compiled) {
+    const nvrtc::CompiledModule& module = *image.compiled;
+    ++launch_stats().compiles;
+    launch_stats().compile_us += static_cast<std::int64_t>(module.compile_ms * 1000);
+    if (log_enabled(LogTopic::kernels)) {
+      const nvrtc::KernelResources* r = module.kernel(name);
+      auto count = [](long v) { return v < 0 ? std::string("n/a") : std::to_string(v); };
+      log_line(fmt::format(
+          "kiln: kernel {}: {} bytes of source, compiled in {:.1f} ms for {}; registers {}, "
+          "spills {}, shared memory {} bytes{}",
+          name, source.size(), module.compile_ms, module.target.arch(),
+          count(r ? r->registers : -1), count(r ? r->spill_store_bytes : -1),
+          count(r ? r->shared_bytes : -1),
+          module.target.cubin ? "" : " (a PTX target: ptxas reports resources for cubins)"));
+    }
   }
-  functions.emplace(source, fn);
+  memory().emplace(source, fn);
   return fn;
 }
 
+}  // namespace
+
+cuda::Function compiled_function(const std::string& name, const std::string& source) {
+  std::lock_guard lock(memory_mutex());
+  auto it = memory().find(source);
+  if (it != memory().end()) {
+    ++launch_stats().cache_hits;
+    return it->second;
+  }
+  return remember(name, source, cache::fetch_or_compile(request(name, source)));
+}
+
+void prepare_kernels(const std::vector<KernelSource>& kernels) {
+  std::lock_guard lock(memory_mutex());
+  // Memory and disk first: only what neither holds counts towards the progress bar.
+  std::vector<const KernelSource*> to_compile;
+  for (const auto& k : kernels) {
+    if (memory().count(k.source)) continue;
+    if (auto image = cache::fetch_from_disk(request(k.name, k.source)))
+      remember(k.name, k.source, *image);
+    else if (std::none_of(to_compile.begin(), to_compile.end(),
+                          [&](const KernelSource* s) { return s->source == k.source; }))
+      to_compile.push_back(&k);
+  }
+  cache::CompileProgress progress(static_cast<int>(to_compile.size()));
+  for (const KernelSource* k : to_compile) {
+    progress.start(k->name);
+    remember(k->name, k->source, cache::fetch_or_compile(request(k->name, k->source)));
+  }
+  progress.finish();
+}
 void launch_generated(const std::string& name, const std::string& source, cuda::Dim3 grid,
                       cuda::Dim3 block, void** params, std::int64_t bytes_read,
                       std::int64_t bytes_written) {

@@ -1,18 +1,28 @@
-// Where generated kernels are compiled (once per process: source -> loaded CUDA function; the
-// cache/ directory builds the keyed, on-disk cache over this) and launched (counted in
+// Where generated kernels are compiled (once per process: source -> loaded CUDA function, with
+// cache/'s keyed disk cache behind the memory one) and launched (counted in
 // launch_stats()).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/cuda/backend.h"
 #include "runtime/tensor.h"
 
 namespace kiln::jit::codegen {
 
-// The entry point `name` of `source`, compiled by NVRTC for the current device on first use.
+// The entry point `name` of `source` for the current device: from memory, else from the disk
+// cache (cache/), else compiled by NVRTC and stored there.
 cuda::Function compiled_function(const std::string& name, const std::string& source);
+
+struct KernelSource {
+  std::string name;
+  std::string source;
+};
+// Makes every kernel of a plan ready before its first launch: loads what the disk cache has,
+// then compiles the rest, drawing a progress bar on a terminal when there are several.
+void prepare_kernels(const std::vector<KernelSource>& kernels);
 
 // Compiles if needed and launches the kernel, counting the launch and the global bytes its
 // plan reads and writes.

@@ -145,22 +145,50 @@ const std::vector<int>& supported_archs() {
   return archs;
 }
 
+std::vector<std::string> program_options(const Target& target, const ProgramOptions& options) {
+  std::vector<std::string> out;
+  out.push_back(target.arch_option());
+  if (options.toolkit_include) {
+    out.push_back("-I" + toolkit_include_dir());
+    // CUDA 13 moved libcu++ (cuda/std/...), which cooperative_groups needs, under include/cccl.
+    static const bool has_cccl = std::filesystem::exists(toolkit_include_dir() + "/cccl/cuda/std");
+    if (has_cccl) out.push_back("-I" + toolkit_include_dir() + "/cccl");
+  }
+  if (target.cubin && options.ptxas_verbose) out.push_back("--ptxas-options=-v");
+  if (options.line_info) out.push_back("-lineinfo");
+  for (const auto& f : options.flags) out.push_back(f);
+  return out;
+}
+
+const std::string& version_id() {
+  static const std::string id = [] {
+    int major = 0, minor = 0;
+    check(nvrtcVersion(&major, &minor), "nvrtcVersion", "");
+    // The library file itself tells patch releases apart without compiling anything (version()
+    // compiles a kernel to read the build): its resolved path, size and modification time.
+    std::string file = "?";
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) && info.dli_fname) {
+      std::error_code ec;
+      auto path = std::filesystem::canonical(info.dli_fname, ec);
+      if (!ec) {
+        auto size = std::filesystem::file_size(path, ec);
+        auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+        file = fmt::format("{}:{}:{}", path.string(), ec ? 0 : size, ec ? 0 : mtime);
+      }
+    }
+    return fmt::format("{}.{}:{}", major, minor, file);
+  }();
+  return id;
+}
+
 CompiledModule compile_program(std::string_view source, std::string_view name, const Target& target,
                                const ProgramOptions& options) {
   auto start = std::chrono::steady_clock::now();
   CompiledModule out;
   out.name = std::string(name);
   out.target = target;
-  out.options.push_back(target.arch_option());
-  if (options.toolkit_include) {
-    out.options.push_back("-I" + toolkit_include_dir());
-    // CUDA 13 moved libcu++ (cuda/std/...), which cooperative_groups needs, under include/cccl.
-    static const bool has_cccl = std::filesystem::exists(toolkit_include_dir() + "/cccl/cuda/std");
-    if (has_cccl) out.options.push_back("-I" + toolkit_include_dir() + "/cccl");
-  }
-  if (target.cubin && options.ptxas_verbose) out.options.push_back("--ptxas-options=-v");
-  if (options.line_info) out.options.push_back("-lineinfo");
-  for (const auto& f : options.flags) out.options.push_back(f);
+  out.options = program_options(target, options);
 
   Program program;
   std::string src(source), file(name);

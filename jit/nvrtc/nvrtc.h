@@ -87,6 +87,10 @@ class CompileError : public Error {
   std::string excerpt_;
 };
 
+// Exactly the options compile_program passes to NVRTC for `target` and `options` (kernel cache
+// keys are computed from them).
+std::vector<std::string> program_options(const Target& target, const ProgramOptions& options = {});
+
 // Compiles `source` (its file name in messages is `name`). Thread-safe: each call owns its own
 // nvrtcProgram, and NVRTC compiles distinct programs concurrently.
 CompiledModule compile_program(std::string_view source, std::string_view name, const Target& target,
@@ -99,6 +103,9 @@ struct Version {
   std::string to_string() const;  // "NVRTC 13.0 (build 13.0.88 CL-36424714)"
 };
 const Version& version();
+// Identifies the NVRTC library in use without compiling anything (version() compiles an empty
+// kernel once): "13.0:<resolved library path>:<size>:<mtime>". Part of every kernel cache key.
+const std::string& version_id();
 // Compute capabilities (e.g. 75, 80, 90) this NVRTC can target, ascending.
 const std::vector<int>& supported_archs();
 

@@ -1,0 +1,605 @@
+// The kernel cache on disk (cache/): keys, metadata, the store's atomic writes, healing of
+// corrupt entries, unusable directories, eviction, version and arch isolation, processes that
+// share a directory (a helper, kiln_cache_worker, run several at once), and the kiln tool.
+// Every test uses its own KILN_CACHE_DIR under /tmp, never ~/.cache/kiln.
+#include <boost/test/unit_test.hpp>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cache/cache_entry.h"
+#include "cache/disk_cache.h"
+#include "cache/kernel_key.h"
+#include "cache/kernel_store.h"
+#include "cache/progress.h"
+#include "jit/codegen/codegen_version.h"
+#include "jit/codegen/launch_stats.h"
+#include "jit/log.h"
+#include "support/capture_output.h"
+#include "support/temp_dir.h"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Points the process-wide cache at `dir` (or the environment as given) for one test.
+struct CacheEnv {
+  explicit CacheEnv(const fs::path& dir, const char* enabled = nullptr,
+                    const char* max_mb = nullptr) {
+    setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+    if (enabled)
+      setenv("KILN_CACHE", enabled, 1);
+    else
+      unsetenv("KILN_CACHE");
+    if (max_mb)
+      setenv("KILN_CACHE_MAX_MB", max_mb, 1);
+    else
+      unsetenv("KILN_CACHE_MAX_MB");
+    cache::reset_process_disk_cache();
+  }
+  ~CacheEnv() {
+    unsetenv("KILN_CACHE");
+    unsetenv("KILN_CACHE_MAX_MB");
+    cache::reset_process_disk_cache();
+  }
+};
+
+std::string source_of(int i) {
+  return "// k_t" + std::to_string(i) + ": a test kernel\nextern \"C\" __global__ void k_t" +
+         std::to_string(i) + "(float* x) { x[threadIdx.x] += " + std::to_string(i) + ".0f; }\n";
+}
+
+cache::KernelRequest request(const std::string& name, const std::string& source,
+                             nvrtc::Target target = nvrtc::Target::ptx(9, 0)) {
+  return cache::KernelRequest{name, source, target, {}, jit::codegen::kCodegenVersion};
+}
+
+// Sources that live as long as the test program, for requests.
+const std::string& kept_source(int i) {
+  static std::map<int, std::string> sources;
+  return sources.emplace(i, source_of(i)).first->second;
+}
+
+cache::EntryMeta fake_meta(const std::string& key) {
+  cache::EntryMeta m;
+  m.key = key;
+  m.kernel = "k_fake";
+  m.arch = "compute_90";
+  return m;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write(const fs::path& p, const std::string& data) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << data;
+}
+
+std::set<std::string> entry_names(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& d : fs::directory_iterator(dir / "kernels")) out.insert(d.path().filename());
+  return out;
+}
+
+struct Run {
+  int status = -1;
+  std::string output;
+};
+
+// Runs a shell command, capturing stdout and stderr together.
+Run run(const std::string& command) {
+  Run r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
+  int status = pclose(p);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::map<std::string, long> counters(const std::string& output) {
+  std::map<std::string, long> out;
+  std::regex re("(\\w+)=(\\d+)");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
+    out[(*it)[1]] = std::stol((*it)[2]);
+  return out;
+}
+
+std::string worker(const std::string& args) {
+  return std::string(KILN_CACHE_WORKER) + " " + args;
+}
+std::string tool(const std::string& args) {
+  return std::string(KILN_TOOL) + " " + args;
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+int lines(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cache_keys)
+
+BOOST_AUTO_TEST_CASE(a_key_covers_source_options_arch_nvrtc_and_codegen_versions) {
+  std::vector<std::string> options = {"-arch=compute_90", "-I/usr/include"};
+  cache::KeyInputs base{"src", options, "compute_90", "13.0:lib", 1};
+  std::string key = cache::kernel_key(base);
+  BOOST_TEST(cache::is_key(key));
+  BOOST_TEST(cache::kernel_key(base) == key);
+  auto differs = [&](cache::KeyInputs changed) { return cache::kernel_key(changed) != key; };
+  BOOST_TEST(differs({"src ", options, "compute_90", "13.0:lib", 1}));
+  std::vector<std::string> fast = {"-arch=compute_90", "-I/usr/include", "--use_fast_math"};
+  BOOST_TEST(differs({"src", fast, "compute_90", "13.0:lib", 1}));
+  BOOST_TEST(differs({"src", options, "sm_90a", "13.0:lib", 1}));
+  BOOST_TEST(differs({"src", options, "compute_90", "13.1:lib", 1}));
+  BOOST_TEST(differs({"src", options, "compute_90", "13.0:lib", 2}));
+  // Normalized: surrounding whitespace and empty options do not matter; order does.
+  std::vector<std::string> spaced = {" -arch=compute_90", "", "-I/usr/include "};
+  BOOST_TEST(!differs({"src", spaced, "compute_90", "13.0:lib", 1}));
+  std::vector<std::string> swapped = {"-I/usr/include", "-arch=compute_90"};
+  BOOST_TEST(differs({"src", swapped, "compute_90", "13.0:lib", 1}));
+}
+
+BOOST_AUTO_TEST_CASE(the_key_of_a_request_changes_with_its_target) {
+  std::string src = source_of(1);
+  auto ptx90 = cache::key_of(request("k_t1", src, nvrtc::Target::ptx(9, 0)));
+  BOOST_TEST(ptx90 != cache::key_of(request("k_t1", src, nvrtc::Target::ptx(8, 0))));
+  BOOST_TEST(ptx90 != cache::key_of(request("k_t1", src, nvrtc::Target::sass(9, 0))));
+  BOOST_TEST(cache::key_of(request("k_t1", src, nvrtc::Target::sass(9, 0))) !=
+             cache::key_of(request("k_t1", src, nvrtc::Target::sass(9, 0, true))));
+  auto r = request("k_t1", src);
+  r.codegen_version += 1;
+  BOOST_TEST(ptx90 != cache::key_of(r));
+}
+
+BOOST_AUTO_TEST_CASE(metadata_round_trips_and_bad_metadata_names_the_field) {
+  cache::EntryMeta m = fake_meta(std::string(32, 'a'));
+  m.nodes = {"%2 = mul(%0, %1)", "%3 = relu(%2)"};
+  m.registers = 12;
+  m.compile_ms = 3.5;
+  cache::EntryMeta back = cache::meta_from_json(cache::to_json(m));
+  BOOST_TEST(back.key == m.key);
+  BOOST_TEST(back.nodes == m.nodes);
+  BOOST_TEST(back.registers == 12);
+  BOOST_TEST(back.compile_ms == 3.5);
+  BOOST_TEST((back.ops() == std::vector<std::string>{"mul", "relu"}));
+  try {
+    cache::meta_from_json("{\"format\": 1}");
+    BOOST_FAIL("no error");
+  } catch (const Error& e) {
+    BOOST_TEST(contains(e.what(), "has no 'key'"), e.what());
+  }
+  BOOST_CHECK_THROW(cache::meta_from_json("{\"format\": 1, "), Error);
+  BOOST_CHECK_THROW(cache::meta_from_json(""), Error);
+}
+
+BOOST_AUTO_TEST_CASE(a_generated_source_names_the_nodes_it_fuses) {
+  cache::EntryMeta m;
+  m.kernel = "k_mul_relu";
+  cache::describe_from_source(
+      "// k_mul_relu: pointwise\n// Fused from graph 'f':\n//   %2 = mul(%0, %1)\n//   %3 = "
+      "relu(%2)\n// The domain's sizes\n",
+      m);
+  BOOST_TEST(m.graph == "f");
+  BOOST_TEST((m.nodes == std::vector<std::string>{"%2 = mul(%0, %1)", "%3 = relu(%2)"}));
+  cache::EntryMeta g;
+  g.kernel = "k_gemm";
+  cache::describe_from_source("#include <x>\n// k_gemm: a tiled GEMM\n", g);
+  BOOST_TEST((g.nodes == std::vector<std::string>{"a tiled GEMM"}));
+}
+
+BOOST_AUTO_TEST_CASE(
+    the_progress_bar_shows_kernels_done_of_the_total_and_is_silent_off_a_terminal) {
+  BOOST_TEST(cache::CompileProgress::line(3, 8, 2.14, "k_add", 8) ==
+             "[###     ] 3/8 kernels, 2.1 s  k_add");
+  BOOST_TEST(cache::CompileProgress::line(8, 8, 10, "", 4) == "[####] 8/8 kernels, 10.0 s  ");
+  std::string err = test::capture_output(2, [] {
+    cache::CompileProgress progress(5);  // stderr is a file here
+    BOOST_TEST(!progress.drawing());
+    progress.start("k_a");
+    progress.finish();
+  });
+  BOOST_TEST(err.empty(), err);
+}
+
+BOOST_AUTO_TEST_CASE(kiln_log_cache_reports_misses_and_hits_with_keys) {
+  test::TempDir dir;
+  CacheEnv env(dir.path());
+  setenv("KILN_LOG", "cache", 1);
+  jit::reload_log_settings();
+  auto r = request("k_t5", kept_source(5));
+  std::string key = cache::key_of(r);
+  std::string err = test::capture_output(2, [&] {
+    cache::fetch_or_compile(r);
+    cache::fetch_or_compile(r);
+  });
+  unsetenv("KILN_LOG");
+  jit::reload_log_settings();
+  BOOST_TEST(contains(err, "kiln: cache miss " + key + " k_t5 (compiled in"), err);
+  BOOST_TEST(contains(err, "kiln: cache hit " + key + " k_t5 (disk,"), err);
+}
+
+BOOST_AUTO_TEST_CASE(malformed_settings_are_errors_naming_the_variable) {
+  test::TempDir dir;
+  {
+    CacheEnv env(dir.path(), "maybe");
+    try {
+      cache::settings_from_env();
+      BOOST_FAIL("no error");
+    } catch (const Error& e) {
+      BOOST_TEST(contains(e.what(), "KILN_CACHE is 'maybe'"), e.what());
+    }
+  }
+  {
+    CacheEnv env(dir.path(), nullptr, "12x");
+    BOOST_CHECK_THROW(cache::settings_from_env(), Error);
+  }
+  {
+    CacheEnv env(dir.path(), nullptr, "7");
+    BOOST_TEST(cache::settings_from_env().max_bytes == 7LL << 20);
+  }
+  unsetenv("KILN_CACHE_DIR");
+  setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  BOOST_TEST(cache::settings_from_env().dir == fs::path("/tmp/xdg/kiln"));
+  unsetenv("XDG_CACHE_HOME");
+  BOOST_TEST(cache::settings_from_env().dir == fs::path(getenv("HOME")) / ".cache" / "kiln");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(disk_store)
+
+BOOST_AUTO_TEST_CASE(a_stored_entry_loads_and_counts_its_hits) {
+  test::TempDir dir;
+  cache::DiskCache disk(dir.path());
+  BOOST_TEST(!disk.open().has_value());
+  BOOST_TEST(((fs::status(dir.path()).permissions() & fs::perms::group_write) == fs::perms::none));
+  std::string key(32, 'b');
+  BOOST_TEST((disk.load(key).status == cache::DiskCache::Status::miss));
+  disk.store(fake_meta(key), "source", "binary bytes");
+  auto l = disk.load(key);
+  BOOST_TEST((l.status == cache::DiskCache::Status::hit));
+  BOOST_TEST(l.binary == "binary bytes");
+  disk.load(key);
+  auto entries = disk.list();
+  BOOST_TEST_REQUIRE(entries.size() == 1u);
+  BOOST_TEST(entries[0].meta.hits == 2);
+  BOOST_TEST(entries[0].problem.empty());
+  BOOST_TEST(disk.read_source(key) == "source");
+  BOOST_TEST(disk.resolve("bbbb") == key);
+  BOOST_CHECK_THROW(disk.resolve("c"), Error);
+  // No temporaries are left behind.
+  BOOST_TEST((entry_names(dir.path()) == std::set<std::string>{key}));
+}
+
+BOOST_AUTO_TEST_CASE(cold_then_disk_hit_then_memory_hit_in_one_process) {
+  test::TempDir dir;
+  CacheEnv env(dir.path());
+  auto r = request("k_t1", kept_source(1));
+  auto first = cache::fetch_or_compile(r);
+  BOOST_TEST(first.compiled.has_value());
+  BOOST_TEST((entry_names(dir.path()) == std::set<std::string>{first.key}));
+  auto second = cache::fetch_or_compile(r);
+  BOOST_TEST(!second.compiled.has_value());
+  BOOST_TEST(second.image == first.image);
+  auto meta = cache::DiskCache(dir.path()).load(first.key, false).meta;
+  BOOST_TEST(meta.kernel == "k_t1");
+  BOOST_TEST(meta.arch == "compute_90");
+  BOOST_TEST((meta.nodes == std::vector<std::string>{"a test kernel"}));
+  BOOST_TEST(meta.codegen_version == jit::codegen::kCodegenVersion);
+  BOOST_TEST(contains(meta.nvrtc_version, "NVRTC"));
+}
+
+BOOST_AUTO_TEST_CASE(truncated_bit_flipped_and_empty_entries_heal_with_one_warning) {
+  test::TempDir dir;
+  CacheEnv env(dir.path());
+  auto r = request("k_t2", kept_source(2));
+  std::string key = cache::fetch_or_compile(r).key;
+  fs::path entry = dir.path() / "kernels" / key;
+  std::string ptx = read(entry / "kernel.ptx");
+  auto damage = std::vector<std::pair<std::string, std::function<void()>>>{
+      {"truncated binary", [&] { write(entry / "kernel.ptx", ptx.substr(0, ptx.size() / 2)); }},
+      {"bit-flipped binary",
+       [&] {
+         std::string flipped = ptx;
+         flipped[flipped.size() / 3] ^= 0x10;
+         write(entry / "kernel.ptx", flipped);
+       }},
+      {"empty binary", [&] { write(entry / "kernel.ptx", ""); }},
+      {"empty metadata", [&] { write(entry / "meta.json", ""); }},
+      {"truncated metadata",
+       [&] { write(entry / "meta.json", read(entry / "meta.json").substr(0, 40)); }},
+      {"missing binary", [&] { fs::remove(entry / "kernel.ptx"); }},
+  };
+  for (auto& [what, hurt] : damage) {
+    BOOST_TEST_CONTEXT(what) {
+      hurt();
+      cache::KernelImage healed;
+      std::string err = test::capture_output(2, [&] { healed = cache::fetch_or_compile(r); });
+      BOOST_TEST(healed.compiled.has_value());
+      BOOST_TEST(lines(err) == 1, err);
+      BOOST_TEST(contains(err, "kiln: warning: kernel cache entry " + key), err);
+      BOOST_TEST(contains(err, "recompiling it"), err);
+      BOOST_TEST(read(entry / "kernel.ptx") == ptx);
+      BOOST_TEST(cache::DiskCache(dir.path()).verify(false).bad.empty());
+      // And it is a plain hit again.
+      BOOST_TEST(!cache::fetch_or_compile(r).compiled.has_value());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(an_unusable_directory_degrades_to_memory_with_one_warning) {
+  test::TempDir dir;
+  write(dir / "file", "not a directory");
+  {
+    // Unwritable for anyone, root included: its parent is a regular file.
+    CacheEnv env(dir / "file" / "cache");
+    std::string err = test::capture_output(2, [] {
+      BOOST_TEST(cache::process_disk_cache() == nullptr);
+      BOOST_TEST(cache::process_disk_cache() == nullptr);
+    });
+    BOOST_TEST(lines(err) == 1, err);
+    BOOST_TEST(contains(err, "cannot be created"), err);
+    BOOST_TEST(contains(err, "cached in memory only"), err);
+    // Kernels still compile.
+    cache::KernelImage k;
+    test::capture_output(2, [&] { k = cache::fetch_or_compile(request("k_t3", kept_source(3))); });
+    BOOST_TEST(k.compiled.has_value());
+  }
+  {
+    CacheEnv env(dir / "file");
+    std::string err = test::capture_output(2, [] { BOOST_TEST(!cache::process_disk_cache()); });
+    BOOST_TEST(contains(err, "is not a directory"), err);
+  }
+  {
+    fs::create_directory(dir / "shared");
+    fs::permissions(dir / "shared", fs::perms::owner_all | fs::perms::group_all);
+    CacheEnv env(dir / "shared");
+    std::string err = test::capture_output(2, [] { BOOST_TEST(!cache::process_disk_cache()); });
+    BOOST_TEST(contains(err, "writable by its group or others (mode 0770)"), err);
+  }
+  {
+    fs::create_directory(dir / "readonly");
+    fs::permissions(dir / "readonly", fs::perms::owner_read | fs::perms::owner_exec);
+    CacheEnv env(dir / "readonly");
+    if (geteuid() == 0) {
+      BOOST_TEST_MESSAGE(
+          "running as root, which writes through mode 0500: the read-only "
+          "directory variant is skipped (the regular-file parent covers it)");
+    } else {
+      std::string err = test::capture_output(2, [] { BOOST_TEST(!cache::process_disk_cache()); });
+      BOOST_TEST(contains(err, "is not writable"), err);
+    }
+  }
+  {
+    CacheEnv env(dir / "off", "0");
+    BOOST_TEST(!cache::process_disk_cache());
+    BOOST_TEST(!fs::exists(dir / "off"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_directory_owned_by_another_user_is_not_used) {
+  if (geteuid() != 0) {
+    BOOST_TEST_MESSAGE("not root: cannot give a directory to another user; skipped");
+    return;
+  }
+  test::TempDir dir;
+  fs::create_directory(dir / "theirs");
+  BOOST_TEST_REQUIRE(chown((dir / "theirs").c_str(), 12345, 12345) == 0);
+  CacheEnv env(dir / "theirs");
+  std::string err = test::capture_output(2, [] { BOOST_TEST(!cache::process_disk_cache()); });
+  BOOST_TEST(contains(err, "is owned by uid 12345"), err);
+}
+
+BOOST_AUTO_TEST_CASE(eviction_removes_the_least_recently_used_first) {
+  test::TempDir dir;
+  cache::DiskCache disk(dir.path(), 1 << 20);
+  BOOST_TEST(!disk.open().has_value());
+  std::string big(300 << 10, 'x');
+  auto key = [](char c) { return std::string(32, c); };
+  auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
+  disk.store(fake_meta(key('a')), "a", big);
+  pause();
+  disk.store(fake_meta(key('b')), "b", big);
+  pause();
+  disk.store(fake_meta(key('c')), "c", big);
+  pause();
+  disk.load(key('a'));  // a is now the most recently used; b the least
+  pause();
+  disk.store(fake_meta(key('d')), "d", big);
+  BOOST_TEST((entry_names(dir.path()) == std::set<std::string>{key('a'), key('c'), key('d')}));
+  pause();
+  disk.load(key('c'));
+  auto report = disk.prune(700 << 10);
+  BOOST_TEST(report.removed == 1);
+  BOOST_TEST((entry_names(dir.path()) == std::set<std::string>{key('c'), key('d')}));
+  BOOST_TEST(disk.prune(0).removed == 2);
+  BOOST_TEST(entry_names(dir.path()).empty());
+}
+
+BOOST_AUTO_TEST_CASE(another_arch_or_codegen_version_never_gets_a_stale_binary) {
+  test::TempDir dir;
+  CacheEnv env(dir.path());
+  std::string src = source_of(4);
+  auto a = cache::fetch_or_compile(request("k_t4", src, nvrtc::Target::ptx(9, 0)));
+  auto b = cache::fetch_or_compile(request("k_t4", src, nvrtc::Target::ptx(8, 0)));
+  BOOST_TEST(b.compiled.has_value());
+  BOOST_TEST(a.key != b.key);
+  BOOST_TEST(contains(b.image, ".target sm_80"));
+  auto r = request("k_t4", src);
+  r.codegen_version += 1;
+  BOOST_TEST(cache::fetch_or_compile(r).compiled.has_value());
+  BOOST_TEST(entry_names(dir.path()).size() == 3u);
+  BOOST_TEST(!cache::fetch_or_compile(request("k_t4", src, nvrtc::Target::ptx(8, 0))).compiled);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(processes)
+
+BOOST_AUTO_TEST_CASE(a_second_process_compiles_nothing) {
+  test::TempDir dir;
+  CacheEnv env(dir.path());
+  Run cold = run(worker("kernels 0 3 2"));
+  BOOST_TEST_REQUIRE(cold.status == 0, cold.output);
+  auto c = counters(cold.output);
+  BOOST_TEST(c["compiles"] == 3, cold.output);
+  BOOST_TEST(c["stores"] == 3, cold.output);
+  BOOST_TEST(c["memory_hits"] >= 3, cold.output);
+  Run warm = run(worker("kernels 0 3 2"));
+  BOOST_TEST_REQUIRE(warm.status == 0, warm.output);
+  auto w = counters(warm.output);
+  BOOST_TEST(w["compiles"] == 0, warm.output);
+  BOOST_TEST(w["disk_hits"] == 3, warm.output);
+  BOOST_TEST(w["memory_hits"] >= 3, warm.output);
+}
+
+BOOST_AUTO_TEST_CASE(processes_racing_compile_every_kernel_once) {
+  test::TempDir dir;
+  CacheEnv env(dir.path());
+  auto race = [&](auto args_of) {
+    std::vector<FILE*> pipes;
+    for (int p = 0; p < 8; ++p) pipes.push_back(popen((worker(args_of(p)) + " 2>&1").c_str(), "r"));
+    long compiles = 0;
+    for (FILE* pipe : pipes) {
+      std::string out;
+      char buf[4096];
+      while (std::size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+      int status = pclose(pipe);
+      BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), out);
+      compiles += counters(out)["compiles"];
+    }
+    return compiles;
+  };
+  // 8 processes, one key.
+  BOOST_TEST(race([](int) { return std::string("kernels 100 1"); }) == 1);
+  // 8 processes, overlapping sets on one directory: kernels 200..209, each compiled once.
+  BOOST_TEST(race([](int p) { return "kernels " + std::to_string(200 + p) + " 3"; }) == 10);
+  BOOST_TEST(entry_names(dir.path()).size() == 11u);
+  auto report = cache::DiskCache(dir.path()).verify(false);
+  BOOST_TEST(report.checked == 11);
+  BOOST_TEST(report.bad.empty());
+  BOOST_TEST(report.stale_temporaries.empty());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(kiln_tool)
+
+BOOST_AUTO_TEST_CASE(the_tool_lists_shows_verifies_prunes_and_clears_a_populated_cache) {
+  test::TempDir dir;
+  CacheEnv env(dir.path());
+  BOOST_TEST_REQUIRE(run(worker("graph")).status == 0);
+  BOOST_TEST_REQUIRE(run(worker("kernels 0 2")).status == 0);
+  std::size_t n = entry_names(dir.path()).size();
+  BOOST_TEST(n >= 3u);
+
+  Run list = run(tool("cache list"));
+  BOOST_TEST(list.status == 0, list.output);
+  for (const char* column : {"key", "kernel", "ops", "arch", "size", "regs", "spills", "smem",
+                             "compile ms", "hits", "last used"})
+    BOOST_TEST(contains(list.output, column), list.output);
+  BOOST_TEST(contains(list.output, "k_worker_0"), list.output);
+  BOOST_TEST(contains(list.output, "compute_"), list.output);
+  BOOST_TEST(contains(list.output, "mul"), list.output);  // the graph's fused nodes
+  BOOST_TEST(contains(list.output, std::to_string(n) + " entries"), list.output);
+
+  Run json = run(tool("cache list --json --sort compile-ms"));
+  BOOST_TEST_REQUIRE(json.status == 0, json.output);
+  auto j = nlohmann::json::parse(json.output);
+  BOOST_TEST(j.size() == n);
+  BOOST_TEST(j[0]["compile_ms"].get<double>() >= j[1]["compile_ms"].get<double>());
+  std::string key = j[0]["key"];
+
+  Run bad_sort = run(tool("cache list --sort nonsense"));
+  BOOST_TEST(bad_sort.status != 0);
+  BOOST_TEST(contains(bad_sort.output, "nonsense"), bad_sort.output);
+
+  Run show = run(tool("cache show " + key.substr(0, 8)));
+  BOOST_TEST(show.status == 0, show.output);
+  BOOST_TEST(contains(show.output, "key          " + key), show.output);
+  BOOST_TEST(contains(show.output, "__global__"), show.output);
+  Run src = run(tool("cache show " + key.substr(0, 8) + " --source"));
+  BOOST_TEST(src.output == cache::DiskCache(dir.path()).read_source(key));
+  Run ptx = run(tool("cache show " + key + " --ptx"));
+  BOOST_TEST(contains(ptx.output, ".entry"), ptx.output);
+  Run meta = run(tool("cache show " + key + " --meta"));
+  BOOST_TEST(nlohmann::json::parse(meta.output)["key"] == key);
+  Run missing = run(tool("cache show ffffffffff"));
+  BOOST_TEST(missing.status == 1);
+  BOOST_TEST(contains(missing.output, "no entry's key starts with 'ffffffffff'"), missing.output);
+  BOOST_TEST(run(tool("cache show")).status != 0);
+  BOOST_TEST(run(tool("cache show " + key + " --source --ptx")).status != 0);
+
+  Run stats = run(tool("cache stats"));
+  BOOST_TEST(contains(stats.output, "entries       " + std::to_string(n)), stats.output);
+
+  BOOST_TEST(run(tool("cache verify")).status == 0);
+  write(dir.path() / "kernels" / key / "kernel.cu", "tampered");
+  Run verify = run(tool("cache verify"));
+  BOOST_TEST(verify.status == 1);
+  BOOST_TEST(contains(verify.output, key + "  kernel.cu fails its checksum"), verify.output);
+  Run fix = run(tool("cache verify --fix"));
+  BOOST_TEST(fix.status == 0, fix.output);
+  BOOST_TEST(entry_names(dir.path()).size() == n - 1);
+
+  Run prune = run(tool("cache prune --max-mb 0"));
+  BOOST_TEST(prune.status == 0, prune.output);
+  BOOST_TEST(contains(prune.output, "removed " + std::to_string(n - 1) + " entries"), prune.output);
+  BOOST_TEST(run(tool("cache prune")).status != 0);
+  BOOST_TEST(run(tool("cache prune --max-mb -3")).status != 0);
+
+  BOOST_TEST_REQUIRE(run(worker("kernels 0 2")).status == 0);
+  Run clear = run(tool("cache clear"));
+  BOOST_TEST(contains(clear.output, "removed 2 entries"), clear.output);
+  BOOST_TEST(entry_names(dir.path()).empty());
+}
+
+BOOST_AUTO_TEST_CASE(every_subcommand_has_help_and_bad_arguments_fail_clearly) {
+  test::TempDir dir;
+  CacheEnv env(dir.path());
+  for (const char* cmd : {"", "cache", "cache list", "cache show", "cache stats", "cache verify",
+                          "cache prune", "cache clear", "doctor"}) {
+    BOOST_TEST_CONTEXT(cmd) {
+      Run help = run(tool(std::string(cmd) + " --help"));
+      BOOST_TEST(help.status == 0, help.output);
+      BOOST_TEST(contains(help.output, "Usage"), help.output);
+    }
+  }
+  Run none = run(tool(""));
+  BOOST_TEST(none.status != 0);
+  Run bogus = run(tool("bogus"));
+  BOOST_TEST(bogus.status != 0);
+  BOOST_TEST(contains(bogus.output, "unknown command 'bogus'"), bogus.output);
+  Run bogus_cache = run(tool("cache lsit"));
+  BOOST_TEST(bogus_cache.status != 0);
+  BOOST_TEST(contains(bogus_cache.output, "unknown cache command 'lsit'"), bogus_cache.output);
+  Run bad_option = run(tool("cache list --colour"));
+  BOOST_TEST(bad_option.status != 0);
+  BOOST_TEST(contains(bad_option.output, "--colour"), bad_option.output);
+  Run doctor = run(tool("doctor"));
+  BOOST_TEST(doctor.status == 0, doctor.output);
+  for (const char* field :
+       {"toolkit", "nvrtc", "NVRTC", "driver", "backend", "cache size", "cache health  ok"})
+    BOOST_TEST(contains(doctor.output, field), doctor.output);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,70 @@
+// Packaging: `cmake --install` of this build into a temporary prefix, then a tiny downstream
+// project that uses find_package(kiln) and links kiln::kiln, built and run; the kiln tool and
+// the templates are installed too.
+#include <boost/test/unit_test.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "support/temp_dir.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string output;
+};
+
+Run run(const std::string& command) {
+  Run r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
+  int status = pclose(p);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_downstream_project_finds_and_links_the_installed_kiln) {
+  kiln::test::TempDir tmp;
+  std::string cmake = KILN_CMAKE_COMMAND;
+  fs::path prefix = tmp / "prefix", app = tmp / "app";
+  Run install = run(cmake + " --install " + KILN_BINARY_DIR + " --prefix " + prefix.string());
+  BOOST_TEST_REQUIRE(install.status == 0, install.output);
+  BOOST_TEST(fs::exists(prefix / "bin" / "kiln"));
+  BOOST_TEST(fs::exists(prefix / "include" / "kiln" / "runtime" / "tensor.h"));
+  BOOST_TEST(fs::exists(prefix / "include" / "kiln" / "cache" / "disk_cache.h"));
+  BOOST_TEST(fs::exists(prefix / "share" / "kiln" / "templates" / "pointwise.cu.mustache"));
+  Run help = run((prefix / "bin" / "kiln").string() + " --help");
+  BOOST_TEST(help.status == 0, help.output);
+
+  fs::create_directories(app);
+  std::ofstream(app / "CMakeLists.txt") << "cmake_minimum_required(VERSION 3.25)\n"
+                                           "project(app LANGUAGES CXX)\n"
+                                           "set(CMAKE_CXX_STANDARD 20)\n"
+                                           "find_package(kiln REQUIRED)\n"
+                                           "add_executable(app main.cpp)\n"
+                                           "target_link_libraries(app kiln::kiln)\n";
+  std::ofstream(app / "main.cpp") << "#include <cstdio>\n"
+                                     "#include \"autograd/ops.h\"\n"
+                                     "int main() {\n"
+                                     "  kiln::Tensor x = kiln::ones({2, 3});\n"
+                                     "  std::printf(\"sum %g\\n\", (x * 2.0).sum().item());\n"
+                                     "}\n";
+  Run configure = run(cmake + " -S " + app.string() + " -B " + (app / "build").string() +
+                      " -DCMAKE_PREFIX_PATH=" + prefix.string() +
+                      " -DCMAKE_CXX_COMPILER=" + KILN_CXX_COMPILER + " -DCMAKE_BUILD_TYPE=Release");
+  BOOST_TEST_REQUIRE(configure.status == 0, configure.output);
+  Run build = run(cmake + " --build " + (app / "build").string());
+  BOOST_TEST_REQUIRE(build.status == 0, build.output);
+  Run app_run = run((app / "build" / "app").string());
+  BOOST_TEST(app_run.status == 0, app_run.output);
+  BOOST_TEST(app_run.output == "sum 12\n", app_run.output);
+}
