@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "jit/accuracy_check.h"
+#include "jit/codegen/epilogue_lowering.h"
+#include "jit/log.h"
 #include "jit/reference_executor.h"
 #include "runtime/dispatch.h"
 
@@ -49,12 +51,23 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
     }
     steps_.push_back(std::move(step));
   }
+  // ---- cuBLASLt epilogues (jit/codegen/epilogue_lowering.h) ----
+  std::vector<std::string> lines;
+  for (auto& l : codegen::plan_epilogues(g, partition, lines)) {
+    steps_[l.epilogue_group].absorbed_by = l.matmul_group;
+    steps_[l.epilogue_group].note += " [computed by the cuBLASLt epilogue of group " +
+                                     std::to_string(l.matmul_group) + " unless it falls back]";
+    steps_[l.matmul_group].note = "library " + l.note;
+    steps_[l.matmul_group].lt = std::make_shared<const codegen::EpilogueLowering>(std::move(l));
+  }
+  if (log_enabled(LogTopic::fusion))
+    for (const auto& line : lines) log_line(line);
 }
 
 int KernelPlan::kernel_count() const {
   int n = 0;
   for (const auto& s : steps_)
-    n += s.kind == Step::Kind::pointwise || s.kind == Step::Kind::reduction;
+    n += (s.kind == Step::Kind::pointwise || s.kind == Step::Kind::reduction) && s.absorbed_by < 0;
   return n;
 }
 
@@ -84,7 +97,13 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
     return shape;
   };
   bool check = checking_accuracy();
+  std::vector<bool> lt_done(steps_.size(), false);
   for (const Step& step : steps_) {
+    if (step.absorbed_by >= 0 && lt_done[step.absorbed_by]) continue;
+    if (step.lt && codegen::run_epilogue(g, *step.lt, values)) {
+      lt_done[step.group] = true;
+      continue;
+    }
     if (step.pointwise || step.reduction) {
       Shape domain = concrete(step.domain);
       auto outs = step.pointwise

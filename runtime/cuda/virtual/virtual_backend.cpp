@@ -251,6 +251,10 @@ class VirtualBackend final : public Backend {
   void synchronize() override {}
 
   std::uint64_t instructions() const { return instructions_; }
+  void check_range(DevicePtr ptr, std::uint64_t bytes, const char* what) {
+    std::lock_guard lock(mu_);
+    mem_.check_range(ptr, bytes, what);
+  }
 
  private:
   std::mutex mu_;
@@ -334,6 +338,13 @@ std::uint64_t executed_thread_instructions(Backend& backend) {
   KILN_CHECK(v != nullptr, "executed_thread_instructions: backend '{}' is not the virtual GPU",
              backend.kind());
   return v->instructions();
+}
+
+void check_device_range(Backend& backend, DevicePtr ptr, std::uint64_t bytes, const char* what) {
+  auto* v = dynamic_cast<VirtualBackend*>(&backend);
+  KILN_CHECK(v != nullptr, "check_device_range: backend '{}' is not the virtual GPU",
+             backend.kind());
+  if (bytes) v->check_range(ptr, bytes, what);
 }
 }  // namespace vgpu
 
