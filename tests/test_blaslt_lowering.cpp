@@ -266,3 +266,83 @@ BOOST_AUTO_TEST_CASE(a_product_read_elsewhere_keeps_its_own_call) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(blaslt_backward)
+
+// An MLP layer pair y = linear(act(linear(x, w1, b1)), w2, b2) differentiated with four library
+// calls (BGRADB, D*_BGRAD, two plain) against CPU autograd.
+BOOST_AUTO_TEST_CASE(mlp_gradients_come_out_of_the_gemms) {
+  namespace cg = jit::codegen;
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
+    for (Activation act : {Activation::relu, Activation::gelu_tanh}) {
+      BOOST_TEST_CONTEXT(dtype_name(t) << " " << cg::activation_name(act)) {
+        Tensor x = randn({12, 16}).to(t), w1 = randn({24, 16}).to(t), b1 = randn({24}).to(t),
+               w2 = randn({8, 24}).to(t), b2 = randn({8}).to(t), gy = randn({12, 8}).to(t);
+        // CPU reference in f32.
+        std::vector<Tensor> ref;
+        for (const Tensor& p : {x, w1, b1, w2, b2})
+          ref.push_back(p.to(DType::f32).requires_grad_());
+        Tensor pre = linear(ref[0], ref[1], ref[2]);
+        Tensor y = linear(act_ref(pre, act), ref[3], ref[4]);
+        y.backward(gy.to(DType::f32));
+        // Forward: GELU/RELU_AUX_BIAS then BIAS.
+        cg::LtForward f1;
+        f1.a = dev(x), f1.b = transpose(dev(w1), 0, 1), f1.bias = dev(b1), f1.act = act;
+        f1.save_aux = true;
+        std::string why;
+        auto l1 = cg::try_lt_forward(f1, &why);
+        BOOST_REQUIRE_MESSAGE(l1.has_value(), why);
+        cg::LtForward f2;
+        f2.a = l1->out, f2.b = transpose(dev(w2), 0, 1), f2.bias = dev(b2);
+        auto l2 = cg::try_lt_forward(f2, &why);
+        BOOST_REQUIRE_MESSAGE(l2.has_value(), why);
+        BOOST_TEST(relative_error(l2->out.to(DType::f32), y.detach()) <= tolerance(t));
+        Tensor g = dev(gy);
+        // dW2 = gy^T h, db2 = sum of gy's rows: BGRADB.
+        cg::LtBackward d2;
+        d2.a = transpose(g, 0, 1), d2.b = l1->out, d2.bias_grad = true;
+        auto r2 = cg::try_lt_backward(d2, &why);
+        BOOST_REQUIRE_MESSAGE(r2.has_value(), why);
+        BOOST_TEST(last_spec().epilogue == CUBLASLT_EPILOGUE_BGRADB);
+        // dz1 = (gy @ w2) * act'(pre), db1 = sum(dz1): DRELU_BGRAD / DGELU_BGRAD on the aux.
+        cg::LtBackward dz;
+        dz.a = g, dz.b = dev(w2), dz.act = act, dz.aux = l1->aux, dz.aux_ld = l1->aux_ld;
+        dz.bias_grad = true;
+        auto rz = cg::try_lt_backward(dz, &why);
+        BOOST_REQUIRE_MESSAGE(rz.has_value(), why);
+        lt::MatmulSpec s = last_spec();
+        BOOST_TEST(s.epilogue == (act == Activation::relu ? CUBLASLT_EPILOGUE_DRELU_BGRAD
+                                                          : CUBLASLT_EPILOGUE_DGELU_BGRAD));
+        BOOST_TEST(s.aux == reinterpret_cast<cuda::DevicePtr>(l1->aux.raw_data()));
+        BOOST_TEST(s.aux_ld == l1->aux_ld);
+        BOOST_TEST(s.bias == reinterpret_cast<cuda::DevicePtr>(rz->bias_grad.raw_data()));
+        // dW1 = dz1^T x and dx = dz1 w1: plain GEMMs.
+        cg::LtBackward d1;
+        d1.a = transpose(rz->out, 0, 1), d1.b = dev(x);
+        auto r1 = cg::try_lt_backward(d1, &why);
+        BOOST_REQUIRE_MESSAGE(r1.has_value(), why);
+        cg::LtBackward dx;
+        dx.a = rz->out, dx.b = dev(w1);
+        auto rx = cg::try_lt_backward(dx, &why);
+        BOOST_REQUIRE_MESSAGE(rx.has_value(), why);
+        double tol = t == DType::f32 ? 5e-5 : t == DType::f16 ? 1e-2 : 5e-2;
+        BOOST_TEST(relative_error(r2->out.to(DType::f32), ref[3].grad()) <= tol);
+        BOOST_TEST(relative_error(r2->bias_grad.to(DType::f32), ref[4].grad()) <= tol);
+        BOOST_TEST(relative_error(rz->bias_grad.to(DType::f32), ref[2].grad()) <= tol);
+        BOOST_TEST(relative_error(r1->out.to(DType::f32), ref[1].grad()) <= tol);
+        BOOST_TEST(relative_error(rx->out.to(DType::f32), ref[0].grad()) <= tol);
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_mismatched_aux_is_a_named_rule) {
+  namespace cg = jit::codegen;
+  cg::LtBackward d;
+  d.a = dev(randn({4, 8})), d.b = dev(randn({8, 16})), d.act = Activation::gelu_tanh;
+  d.aux = dev(randn({4, 8})), d.aux_ld = 16;
+  std::string why;
+  BOOST_TEST(!cg::try_lt_backward(d, &why).has_value());
+  BOOST_TEST(contains(why, "aux does not match"), why);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -10,6 +10,7 @@
 
 #include "jit/log.h"
 #include "runtime/cuda/blaslt/blaslt.h"
+#include "runtime/cuda/blaslt/lt_api.h"
 #include "runtime/cuda_backend.h"
 
 namespace kiln::jit::codegen {
@@ -97,7 +98,39 @@ struct Mapping {
   std::int64_t rows = 0, n = 0, batches = 1;
 };
 
-std::string map_problem(const LtForward& p, Mapping& m) {
+// A forward or backward problem: what map_problem needs from either.
+struct Problem {
+  Tensor a, b, bias;
+  Activation act = Activation::none;
+  bool save_aux = false;
+  bool backward = false;  // DRELU/DGELU read `aux_in`; bias_grad writes a bias gradient
+  Tensor aux_in;
+  std::int64_t aux_in_ld = 0;
+  bool bias_grad = false;
+};
+Problem forward_problem(const LtForward& f) {
+  Problem p;
+  p.a = f.a, p.b = f.b, p.bias = f.bias, p.act = f.act, p.save_aux = f.save_aux;
+  return p;
+}
+
+cublasLtEpilogue_t backward_epilogue(Activation act, bool bias_grad) {
+  switch (act) {
+    case Activation::relu:
+      return bias_grad ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU;
+    case Activation::gelu_tanh:
+      return bias_grad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    default:
+      return bias_grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+std::string map_problem(const Problem& p, Mapping& m) {
+  try {
+    (void)lt::lt_api();  // descriptors need the library, not a GPU
+  } catch (const Error& e) {
+    return e.what();
+  }
   const Tensor &a = p.a, &b = p.b;
   DType dt = a.dtype();
   if (a.dim() < 2 || b.dim() < 2)
@@ -113,7 +146,7 @@ std::string map_problem(const LtForward& p, Mapping& m) {
         "dtype {}: cuBLASLt takes f32 (TF32 on request), f16 and bf16 with f32 "
         "compute, f64",
         dtype_name(dt));
-  if (dt == DType::f64 && (p.bias.defined() || p.act != Activation::none))
+  if (dt == DType::f64 && (p.bias.defined() || p.act != Activation::none || p.bias_grad))
     return "f64 with an epilogue: kiln lowers f64 only as a plain GEMM (cuBLASLt documents its "
            "epilogues for f32, f16 and bf16)";
   if (!a.device().is_cuda() || !b.device().is_cuda() ||
@@ -175,7 +208,8 @@ std::string map_problem(const LtForward& p, Mapping& m) {
   s.scale = dt == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
   s.trans_a = A->op;
   s.trans_b = B->op;
-  s.epilogue = forward_epilogue(p.bias.defined(), p.act, p.save_aux);
+  s.epilogue = p.backward ? backward_epilogue(p.act, p.bias_grad)
+                          : forward_epilogue(p.bias.defined(), p.act, p.save_aux);
   auto bc = static_cast<std::int32_t>(batches);
   s.a = {type, A->rows, A->cols, A->ld, CUBLASLT_ORDER_COL, bc, A->batch_stride};
   s.b = {type, B->rows, B->cols, B->ld, CUBLASLT_ORDER_COL, bc, B->batch_stride};
@@ -205,7 +239,50 @@ std::string map_problem(const LtForward& p, Mapping& m) {
   if (p.save_aux && p.act == Activation::relu && s.aux_ld % 128 != 0)
     return fmt::format("ReLU bitmask leading dimension {} is not a multiple of 128", s.aux_ld);
   if (p.save_aux && p.act == Activation::none) return "an aux output needs an activation";
+  if (p.backward && p.act != Activation::none) {
+    // The forward's aux, for this product's shape: GELU's pre-activation, ReLU's bitmask.
+    const Tensor& aux = p.aux_in;
+    s.aux_ld = p.aux_in_ld;
+    bool relu = p.act == Activation::relu;
+    std::int64_t per_row = relu ? s.aux_ld / 8 : s.aux_ld;
+    if (!aux.defined() || !aux.device().is_cuda() || !aux.is_contiguous() ||
+        aux.numel() != m.batches * rows * per_row || aux.dtype() != (relu ? DType::bool_ : dt))
+      return fmt::format("the {} aux does not match the product [{} rows, {} features]",
+                         activation_name(p.act), m.batches * rows, N);
+    if (s.aux_ld % (relu ? 128 : 8) != 0 || s.aux_ld < N)
+      return fmt::format(
+          "aux leading dimension {} breaks the {} rule (a multiple of {}, at least "
+          "{})",
+          s.aux_ld, activation_name(p.act), relu ? 128 : 8, N);
+    if (!aligned(aux.raw_data(), 16)) return "aux pointer is not 16-byte aligned";
+    s.aux_batch_stride = batches > 1 ? s.aux_ld * M : 0;
+  }
   return "";
+}
+
+// One cublasLtMatmul of `s` on the backend's service: out = a @ b in row-major terms (A and B
+// swapped), with a workspace from the caching allocator.
+void execute(const lt::MatmulSpec& s, const Tensor& a, const Tensor& b, const Tensor& out) {
+  lt::Descriptors desc(s);
+  auto& service = lt::service(cuda::backend());
+  const double one64 = 1, zero64 = 0;
+  const float one32 = 1, zero32 = 0;
+  const bool f64 = s.scale == CUDA_R_64F;
+  auto d = reinterpret_cast<cuda::DevicePtr>(out.raw_data());
+  lt::MatmulCall call = lt::make_call(desc, f64 ? static_cast<const void*>(&one64) : &one32,
+                                      f64 ? static_cast<const void*>(&zero64) : &zero32,
+                                      reinterpret_cast<cuda::DevicePtr>(b.raw_data()),
+                                      reinterpret_cast<cuda::DevicePtr>(a.raw_data()), d, d);
+  cuda::CachingAllocator& allocator = cuda_allocator();
+  call.workspace_bytes = service.workspace_bytes();
+  call.workspace = allocator.allocate(call.workspace_bytes);
+  try {
+    service.matmul(call);
+  } catch (...) {
+    allocator.deallocate(call.workspace);
+    throw;
+  }
+  allocator.deallocate(call.workspace);  // stream-ordered: the next user queues after this call
 }
 
 }  // namespace
@@ -236,12 +313,12 @@ cublasLtEpilogue_t forward_epilogue(bool bias, Activation act, bool save_aux) {
 
 std::string lt_rule_failure(const LtForward& problem) {
   Mapping m;
-  return map_problem(problem, m);
+  return map_problem(forward_problem(problem), m);
 }
 
 std::optional<LtResult> try_lt_forward(const LtForward& p, std::string* why) {
   Mapping m;
-  std::string failed = map_problem(p, m);
+  std::string failed = map_problem(forward_problem(p), m);
   if (!failed.empty()) {
     if (why) *why = failed;
     ++lt_stats().fallbacks;
@@ -266,26 +343,7 @@ std::optional<LtResult> try_lt_forward(const LtForward& p, std::string* why) {
   }
   if (p.bias.defined()) s.bias = reinterpret_cast<cuda::DevicePtr>(p.bias.raw_data());
   if (r.aux.defined()) s.aux = reinterpret_cast<cuda::DevicePtr>(r.aux.raw_data());
-  lt::Descriptors desc(s);
-  auto& service = lt::service(cuda::backend());
-  const double one64 = 1, zero64 = 0;
-  const float one32 = 1, zero32 = 0;
-  const bool f64 = dt == DType::f64;
-  auto d = reinterpret_cast<cuda::DevicePtr>(r.out.raw_data());
-  lt::MatmulCall call = lt::make_call(desc, f64 ? static_cast<const void*>(&one64) : &one32,
-                                      f64 ? static_cast<const void*>(&zero64) : &zero32,
-                                      reinterpret_cast<cuda::DevicePtr>(p.b.raw_data()),
-                                      reinterpret_cast<cuda::DevicePtr>(p.a.raw_data()), d, d);
-  cuda::CachingAllocator& allocator = cuda_allocator();
-  call.workspace_bytes = service.workspace_bytes();
-  call.workspace = allocator.allocate(call.workspace_bytes);
-  try {
-    service.matmul(call);
-  } catch (...) {
-    allocator.deallocate(call.workspace);
-    throw;
-  }
-  allocator.deallocate(call.workspace);  // stream-ordered: the next user queues after this call
+  execute(s, p.a, p.b, r.out);
   r.spec = s;
   ++lt_stats().calls;
   std::int64_t read = (p.a.numel() + p.b.numel()) * std::int64_t(itemsize(dt));
@@ -294,6 +352,43 @@ std::optional<LtResult> try_lt_forward(const LtForward& p, std::string* why) {
   lt_stats().bytes_written +=
       r.out.numel() * std::int64_t(itemsize(dt)) +
       (r.aux.defined() ? r.aux.numel() * std::int64_t(itemsize(r.aux.dtype())) : 0);
+  return r;
+}
+
+std::optional<LtGrad> try_lt_backward(const LtBackward& g, std::string* why) {
+  Problem p;
+  p.a = g.a, p.b = g.b, p.act = g.act, p.backward = true, p.aux_in = g.aux, p.aux_in_ld = g.aux_ld,
+  p.bias_grad = g.bias_grad;
+  Mapping m;
+  std::string failed = map_problem(p, m);
+  if (failed.empty() && g.bias_grad && m.batches > 1)
+    failed = "a bias gradient over batches that do not fold into rows";
+  if (!failed.empty()) {
+    if (why) *why = failed;
+    ++lt_stats().fallbacks;
+    return std::nullopt;
+  }
+  DType dt = g.a.dtype();
+  LtGrad r;
+  r.out = empty(m.out_shape, dt, Device::cuda());
+  lt::MatmulSpec& s = m.spec;
+  if (g.bias_grad) {
+    // D*_BGRAD: one per output feature; BGRADB: one per row of `a` (its sum over k).
+    std::int64_t len = g.act == Activation::none ? m.rows : m.n;
+    r.bias_grad = empty({len}, dt, Device::cuda());
+    s.bias = reinterpret_cast<cuda::DevicePtr>(r.bias_grad.raw_data());
+  }
+  if (g.act != Activation::none) s.aux = reinterpret_cast<cuda::DevicePtr>(g.aux.raw_data());
+  if (r.out.numel() == 0) return r;
+  execute(s, g.a, g.b, r.out);
+  r.spec = s;
+  ++lt_stats().calls;
+  std::int64_t item = static_cast<std::int64_t>(itemsize(dt));
+  lt_stats().bytes_read +=
+      (g.a.numel() + g.b.numel()) * item +
+      (g.aux.defined() ? g.aux.numel() * std::int64_t(itemsize(g.aux.dtype())) : 0);
+  lt_stats().bytes_written +=
+      (r.out.numel() + (r.bias_grad.defined() ? r.bias_grad.numel() : 0)) * item;
   return r;
 }
 
