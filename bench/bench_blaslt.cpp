@@ -58,6 +58,7 @@ void print(const char* what, DType t, const Counts& c) {
   std::printf("%-28s %-5s %6lld %8lld %12.1f %10.1f\n", what, std::string(dtype_name(t)).c_str(),
               static_cast<long long>(c.calls), static_cast<long long>(c.kernels), c.bytes / 1e6,
               c.modeled_us);
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -71,7 +72,8 @@ int main() {
   const double fwd_flops = 2.0 * 2 * rows * d * h;
   for (DType t : {DType::f16, DType::bf16}) {
     nn::Linear fc1(d, h, true, t), fc2(h, d, true, t);
-    for (Tensor* p : {&fc1.weight, &fc1.bias, &fc2.weight, &fc2.bias}) *p = p->to(Device::cuda());
+    for (Tensor* p : {&fc1.weight, &fc1.bias, &fc2.weight, &fc2.bias})
+      *p = p->to(Device::cuda()).detach();
     Tensor x = randn({rows, d}, t).to(Device::cuda());
     auto block = [&](const Tensor& x) { return fc2(gelu(fc1(x), GeluApproximation::tanh)); };
     {
