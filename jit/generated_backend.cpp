@@ -11,6 +11,7 @@
 
 #include "graph/fusion.h"
 #include "jit/codegen/indexing.h"
+#include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/matmul.h"
 #include "jit/codegen/pointwise.h"
 #include "jit/codegen/reduction.h"
@@ -77,7 +78,16 @@ class GeneratedCudaBackend : public CudaBackend {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       values[plan->graph.nodes[0].inputs[i]] = inputs[i];
     if (plan->indexing) return {codegen::run_indexing(*plan->indexing, attrs, inputs, outputs[0])};
-    if (plan->matmul) return {codegen::run_matmul(*plan->matmul, inputs[0], inputs[1], outputs[0])};
+    if (plan->matmul) {
+      // cuBLASLt when its documented rules allow; the generated GEMM otherwise.
+      std::string why;
+      codegen::LtForward problem;
+      problem.a = inputs[0];
+      problem.b = inputs[1];
+      if (auto r = codegen::try_lt_forward(problem, &why)) return {r->out};
+      codegen::log_lt_fallback("eager matmul", why);
+      return {codegen::run_matmul(*plan->matmul, inputs[0], inputs[1], outputs[0])};
+    }
     if (plan->reduction) {
       Shape domain = inputs[0].shape();  // a reduction iterates over its input
       return codegen::run_reduction(plan->graph, *plan->reduction, domain, values);

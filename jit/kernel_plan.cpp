@@ -6,7 +6,9 @@
 #include <algorithm>
 
 #include "jit/accuracy_check.h"
+#include "jit/codegen/epilogue_lowering.h"
 #include "jit/codegen/kernel_cache.h"
+#include "jit/log.h"
 #include "jit/reference_executor.h"
 #include "runtime/dispatch.h"
 
@@ -52,6 +54,17 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
     }
     steps_.push_back(std::move(step));
   }
+  // ---- cuBLASLt epilogues (jit/codegen/epilogue_lowering.h) ----
+  std::vector<std::string> lines;
+  for (auto& l : codegen::plan_epilogues(g, partition, lines)) {
+    steps_[l.epilogue_group].absorbed_by = l.matmul_group;
+    steps_[l.epilogue_group].note += " [computed by the cuBLASLt epilogue of group " +
+                                     std::to_string(l.matmul_group) + " unless it falls back]";
+    steps_[l.matmul_group].note = "library " + l.note;
+    steps_[l.matmul_group].lt = std::make_shared<const codegen::EpilogueLowering>(std::move(l));
+  }
+  if (log_enabled(LogTopic::fusion))
+    for (const auto& line : lines) log_line(line);
   plan_releases(g, partition);
   // Compile (or load from the disk cache) every kernel now rather than at each first launch:
   // one progress bar for the lot, and the first call's launches run back to back.
@@ -93,7 +106,7 @@ void KernelPlan::plan_releases(const graph::Graph& g, const graph::Partition& pa
 int KernelPlan::kernel_count() const {
   int n = 0;
   for (const auto& s : steps_)
-    n += s.kind == Step::Kind::pointwise || s.kind == Step::Kind::reduction;
+    n += (s.kind == Step::Kind::pointwise || s.kind == Step::Kind::reduction) && s.absorbed_by < 0;
   return n;
 }
 
@@ -123,7 +136,20 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
     return shape;
   };
   bool check = checking_accuracy();
+  std::vector<bool> lt_done(steps_.size(), false);
   for (const Step& step : steps_) {
+    auto release = [&] {
+      for (int v : step.releases) values[v] = Tensor();
+    };
+    if (step.absorbed_by >= 0 && lt_done[step.absorbed_by]) {
+      release();
+      continue;
+    }
+    if (step.lt && codegen::run_epilogue(g, *step.lt, values)) {
+      lt_done[step.group] = true;
+      release();
+      continue;
+    }
     if (step.pointwise || step.reduction) {
       Shape domain = concrete(step.domain);
       auto outs = step.pointwise
@@ -137,7 +163,7 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
                             fmt::format("kernel {} (group {})", name, step.group),
                             step.pointwise ? step.pointwise->source : step.reduction->source);
       }
-      for (int v : step.releases) values[v] = Tensor();
+      release();
       continue;
     }
     std::vector<Tensor> operands;
@@ -151,7 +177,7 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
     if (check && step.kind == Step::Kind::eager)
       check_step_accuracy(g, step.nodes, values, symbol_values,
                           fmt::format("eager group {} ({})", step.group, step.note), "");
-    for (int v : step.releases) values[v] = Tensor();
+    release();
   }
   std::vector<Tensor> outputs;
   for (int v : g.outputs) outputs.push_back(values.at(v));

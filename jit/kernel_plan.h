@@ -3,6 +3,7 @@
 // indexing, scans, movement), its nodes run one by one as eager CUDA ops.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -15,6 +16,9 @@
 #include "jit/codegen/reduction.h"
 
 namespace kiln::jit {
+namespace codegen {
+struct EpilogueLowering;
+}
 
 class KernelPlan {
  public:
@@ -47,6 +51,10 @@ class KernelPlan {
     // Values no later step reads: dropped after this one, so that the caching allocator hands
     // their blocks to later kernels.
     std::vector<int> releases;
+    // cuBLASLt epilogue lowering: the matmul step makes one library call for this and the
+    // epilogue step after it, which then only runs when the call fell back.
+    std::shared_ptr<const codegen::EpilogueLowering> lt;
+    int absorbed_by = -1;  // the matmul step whose cuBLASLt call computes this step
   };
   void plan_releases(const graph::Graph& graph, const graph::Partition& partition);
 

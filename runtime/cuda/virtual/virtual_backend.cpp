@@ -261,6 +261,14 @@ class VirtualBackend final : public Backend {
   void synchronize() override {}
 
   std::uint64_t instructions() const { return instructions_; }
+  void check_range(DevicePtr ptr, std::uint64_t bytes, const char* what) {
+    std::lock_guard lock(mu_);
+    mem_.check_range(ptr, bytes, what);
+  }
+  void mark_initialized(DevicePtr ptr, std::uint64_t bytes) {
+    std::lock_guard lock(mu_);
+    mem_.mark_initialized(ptr, bytes);
+  }
 
  private:
   std::mutex mu_;
@@ -344,6 +352,18 @@ std::uint64_t executed_thread_instructions(Backend& backend) {
   KILN_CHECK(v != nullptr, "executed_thread_instructions: backend '{}' is not the virtual GPU",
              backend.kind());
   return v->instructions();
+}
+
+void check_device_range(Backend& backend, DevicePtr ptr, std::uint64_t bytes, const char* what) {
+  auto* v = dynamic_cast<VirtualBackend*>(&backend);
+  KILN_CHECK(v != nullptr, "check_device_range: backend '{}' is not the virtual GPU",
+             backend.kind());
+  if (bytes) v->check_range(ptr, bytes, what);
+}
+
+void mark_device_initialized(Backend& backend, DevicePtr ptr, std::uint64_t bytes) {
+  if (auto* v = dynamic_cast<VirtualBackend*>(&backend); v && bytes)
+    v->mark_initialized(ptr, bytes);
 }
 }  // namespace vgpu
 

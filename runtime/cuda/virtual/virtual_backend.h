@@ -11,4 +11,10 @@ namespace kiln::cuda::vgpu {
 // `backend` is not the virtual GPU.
 std::uint64_t executed_thread_instructions(Backend& backend);
 
+// Throws kiln::Error "<what>: <why>" unless [ptr, ptr + bytes) lies in one live allocation of
+// the virtual GPU `backend`: library calls check their operands as kernel accesses are checked.
+void check_device_range(Backend& backend, DevicePtr ptr, std::uint64_t bytes, const char* what);
+// Library calls served on the host (cuBLASLt) mark what they write for initcheck.
+void mark_device_initialized(Backend& backend, DevicePtr ptr, std::uint64_t bytes);
+
 }  // namespace kiln::cuda::vgpu

@@ -1,0 +1,40 @@
+// The fuser offers each matmul its elementwise neighbours: a matmul group whose only consumer is
+// a pointwise group computing exactly `+ bias` and/or one activation (relu, gelu(x, tanh)) becomes
+// ONE cuBLASLt call with the matching epilogue (BIAS, RELU_BIAS, GELU_BIAS, ...). Anything else
+// (exact-erf GELU, other ops in the group, dtypes cuBLASLt does not take) keeps the plain GEMM +
+// the generated epilogue kernel, and KILN_LOG=fusion says which rule failed.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "graph/fusion.h"
+#include "graph/graph.h"
+#include "jit/codegen/lt_matmul.h"
+
+namespace kiln::jit::codegen {
+
+struct EpilogueLowering {
+  int matmul_group = -1;
+  int epilogue_group = -1;  // the pointwise group the epilogue replaces
+  int matmul_node = -1;
+  int bias_value = -1;  // -1: no bias
+  Activation act = Activation::none;
+  int out_value = -1;  // the value the call writes (the epilogue group's output)
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  std::string note;  // "cuBLASLt GELU_BIAS: matmul + add + gelu_tanh"
+};
+
+// The lowerings of `partition`; `log` gets one line per matmul group saying what it became
+// and, when it keeps a generated epilogue kernel, which rule failed.
+std::vector<EpilogueLowering> plan_epilogues(const graph::Graph& graph,
+                                             const graph::Partition& partition,
+                                             std::vector<std::string>& log);
+
+// Runs one on `values` (indexed by graph value). False when a per-call rule fails (operand
+// strides, alignment): the caller then runs the matmul and the epilogue group as they were.
+bool run_epilogue(const graph::Graph& graph, const EpilogueLowering& lowering,
+                  std::vector<Tensor>& values);
+
+}  // namespace kiln::jit::codegen
