@@ -150,6 +150,20 @@ std::string convert_expr(DType from, DType to, const std::string& value) {
   return fmt::format("static_cast<{}>({})", register_type(to), value);
 }
 
+std::string infinity(DType t, bool negative) {
+  std::string sign = negative ? "-" : "";
+  switch (t) {
+    case DType::f64:
+      return sign + "__longlong_as_double(0x7ff0000000000000ll)";
+    case DType::i32:
+      return negative ? "(-2147483647 - 1)" : "2147483647";
+    case DType::i64:
+      return negative ? "(-0x7fffffffffffffffll - 1)" : "0x7fffffffffffffffll";
+    default:
+      return sign + "__int_as_float(0x7f800000)";
+  }
+}
+
 std::string literal(DType t, double value) {
   switch (compute_dtype(t)) {
     case DType::bool_:

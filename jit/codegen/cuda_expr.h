@@ -21,6 +21,8 @@ std::string store_expr(DType t, const std::string& value);
 std::string convert_expr(DType from, DType to, const std::string& value);
 // A number as a literal of `t`'s register type, exact (hex floats for floating types).
 std::string literal(DType t, double value);
+// The identity of max (negative) or min reductions in `t`: infinity, or an integer's extreme.
+std::string infinity(DType t, bool negative);
 
 // The dtype an elementwise node computes in, given its input and output dtypes (comparisons
 // compute in the promoted input dtype, everything else in the output's).

@@ -46,20 +46,6 @@ bool is_arg_reduction(OpId op) {
   return op == OpId::argmax || op == OpId::argmin || op == OpId::max_dim || op == OpId::min_dim;
 }
 
-std::string infinity(DType t, bool negative) {
-  std::string sign = negative ? "-" : "";
-  switch (t) {
-    case DType::f64:
-      return sign + "__longlong_as_double(0x7ff0000000000000ll)";
-    case DType::i32:
-      return negative ? "(-2147483647 - 1)" : "2147483647";
-    case DType::i64:
-      return negative ? "(-0x7fffffffffffffffll - 1)" : "0x7fffffffffffffffll";
-    default:
-      return sign + "__int_as_float(0x7f800000)";
-  }
-}
-
 // The register type reductions of `op` accumulate in, for an output (or, for arg reductions,
 // input) dtype `t`.
 DType accumulator_dtype(OpId op, DType t) {
@@ -603,132 +589,12 @@ class ReductionRenderer {
 
 }  // namespace
 
-long long split_count(long long rows, long long cols, unsigned block, long long sm_count) {
-  if (rows >= sm_count) return 1;                                  // enough rows to fill the device
-  long long by_work = cols / (static_cast<long long>(block) * 8);  // >= 8 columns per thread
-  long long by_device = sm_count * 4 / std::max(1LL, rows);
-  return std::max(1LL, std::min(by_work, by_device));
-}
-
-unsigned reduction_block(long long cols) {
-  return cols <= 32     ? 32
-         : cols <= 64   ? 64
-         : cols <= 128  ? 128
-         : cols <= 2048 ? 256
-         : cols <= 4096 ? 512
-                        : 1024;
-}
-
 ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionGroup& group) {
   KILN_CHECK(
       group.kind == graph::FusionKind::reduction || group.kind == graph::FusionKind::normalization,
       "codegen: group '{}' is a {} group, not a reduction", group.name,
       graph::fusion_kind_name(group.kind));
   return ReductionRenderer(graph, group).render();
-}
-
-std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& kernel,
-                                  const Shape& domain, std::vector<Tensor>& values,
-                                  std::span<const std::int64_t> symbol_values) {
-  apply_host_views(g, kernel.host_views, values, symbol_values);
-  auto rank = static_cast<int>(domain.size());
-  std::vector<int> kept, reduced(kernel.reduce_dims.begin(), kernel.reduce_dims.end());
-  for (int d = 0; d < rank; ++d)
-    if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) kept.push_back(d);
-  long long rows = 1, cols = 1;
-  for (int d : kept) rows *= domain[d];
-  for (int d : reduced) cols *= domain[d];
-  // The index struct: sizes, per-read strides split into kept and reduced dims, output strides.
-  std::size_t nk = std::max<std::size_t>(1, kept.size()),
-              nr = std::max<std::size_t>(1, reduced.size());
-  auto split = [&](const std::vector<long long>& over_domain, std::vector<long long>& out,
-                   const std::vector<int>& dims, std::size_t width, long long pad) {
-    for (std::size_t i = 0; i < width; ++i)
-      out.push_back(i < dims.size() ? over_domain[dims[i]] : pad);
-  };
-  std::vector<long long> sizes(domain.begin(), domain.end()), packed;
-  split(sizes, packed, kept, nk, 1);
-  split(sizes, packed, reduced, nr, 1);
-  std::vector<cuda::DevicePtr> pointers;
-  std::vector<std::vector<long long>> read_strides;
-  for (const auto& r : kernel.reads) {
-    const Tensor& t = values.at(r.value);
-    KILN_CHECK(t.device().type == Device::Type::cuda,
-               "codegen: kernel '{}' reads %{} on {}, not a CUDA device", kernel.name, r.value,
-               t.device().str());
-    read_strides.push_back(domain_strides(t, rank, r.frame_dims));
-    pointers.push_back(reinterpret_cast<cuda::DevicePtr>(t.raw_data()));
-  }
-  if (read_strides.empty()) read_strides.push_back(std::vector<long long>(rank, 0));
-  for (const auto& s : read_strides) split(s, packed, kept, nk, 0);
-  for (const auto& s : read_strides) split(s, packed, reduced, nr, 0);
-  auto contiguous = contiguous_strides(domain);
-  std::vector<long long> out_strides(contiguous.begin(), contiguous.end());
-  split(out_strides, packed, kept, nk, 0);
-  split(out_strides, packed, reduced, nr, 0);
-
-  std::vector<std::array<unsigned char, 8>> numbers;
-  for (int v : kernel.scalars) numbers.push_back(number_argument(values.at(v)));
-  std::vector<Tensor> outs;
-  for (std::size_t i = 0; i < kernel.writes.size(); ++i) {
-    const auto& meta = g.values[kernel.writes[i]].meta;
-    Shape shape;
-    if (kernel.write_full[i])
-      shape = domain;
-    else if (static_cast<int>(meta.shape.size()) == rank)
-      for (int d = 0; d < rank; ++d)
-        shape.push_back(std::find(reduced.begin(), reduced.end(), d) == reduced.end() ? domain[d]
-                                                                                      : 1);
-    else
-      for (int d : kept) shape.push_back(domain[d]);
-    outs.push_back(empty(shape, meta.dtype, Device::cuda()));
-    pointers.push_back(reinterpret_cast<cuda::DevicePtr>(outs.back().raw_data()));
-  }
-  std::vector<void*> params;
-  std::size_t first_write = kernel.reads.size();
-  for (std::size_t i = 0; i < first_write; ++i) params.push_back(&pointers[i]);
-  for (auto& number : numbers) params.push_back(number.data());
-  for (std::size_t i = first_write; i < pointers.size(); ++i) params.push_back(&pointers[i]);
-  // A row select's out-of-range index: [flag, index], set by the kernel.
-  Tensor error = kernel.checks_index ? zeros({2}, DType::i64, Device::cuda()) : Tensor();
-  auto error_ptr = kernel.checks_index ? reinterpret_cast<cuda::DevicePtr>(error.raw_data()) : 0;
-  if (kernel.checks_index) params.push_back(&error_ptr);
-  // Few long rows (a full reduction is one) split over blocks: each folds a chunk of columns,
-  // the last to arrive combines the chunks' partials in order.
-  unsigned block = reduction_block(cols);
-  long long sms = cuda::backend().properties(0).sm_count;
-  long long splits = kernel.splittable ? split_count(rows, cols, block, sms) : 1;
-  Tensor partials, arrivals;
-  cuda::DevicePtr partials_ptr = 0, arrivals_ptr = 0;
-  if (kernel.splittable) {
-    partials =
-        empty({std::max(1LL, rows * splits * kernel.partial_slots)}, DType::i64, Device::cuda());
-    arrivals = zeros({std::max(1LL, rows)}, DType::i32, Device::cuda());
-    partials_ptr = reinterpret_cast<cuda::DevicePtr>(partials.raw_data());
-    arrivals_ptr = reinterpret_cast<cuda::DevicePtr>(arrivals.raw_data());
-    params.push_back(&partials_ptr);
-    params.push_back(&arrivals_ptr);
-  }
-  params.push_back(packed.data());
-  params.push_back(&rows);
-  params.push_back(&cols);
-  params.push_back(&splits);
-  if (rows == 0) return outs;
-  bool on_chip = cols <= static_cast<long long>(kernel.items) * block;
-  long long blocks = std::min<long long>(rows * splits, sms * 16);
-  std::int64_t read = 0, written = 0;
-  for (const auto& r : kernel.reads)
-    read += tensor_bytes(values.at(r.value)) * (r.on_chip && on_chip ? 1 : r.passes);
-  for (const auto& o : outs) written += tensor_bytes(o);
-  launch_generated(kernel.name, kernel.source, {static_cast<unsigned>(blocks), 1, 1}, {block, 1, 1},
-                   params.data(), read, written);
-  if (kernel.checks_index) {
-    Tensor flag = error.to(Device::cpu());
-    const auto* e = static_cast<const std::int64_t*>(flag.raw_data());
-    KILN_CHECK_AS(IndexError, e[0] == 0, "gather: index {} is out of range for dim {} of size {}",
-                  e[1], reduced.at(0), cols);
-  }
-  return outs;
 }
 
 }  // namespace kiln::jit::codegen
