@@ -8,31 +8,13 @@
 #include <cstdlib>
 #include <functional>
 
+#include "support/scoped_env.h"
 #include "support/vgpu_harness.h"
 
 using namespace kiln;
 using namespace kiln::test;
 
 namespace {
-
-// Sets an environment variable for one scope.
-struct EnvVar {
-  EnvVar(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~EnvVar() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  const char* name_;
-  bool had_;
-  std::string old_;
-};
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -79,7 +61,7 @@ extern "C" __global__ void prefix(float* x) {
   Gpu gpu;
   std::string ptx = compile(src);
   DevicePtr x = gpu.zeros<float>(256);
-  EnvVar race("KILN_VGPU_CHECK", "race");
+  ScopedEnv race("KILN_VGPU_CHECK", "race");
   std::string msg = error_of([&] { gpu.run(ptx, "prefix", Dim3{4}, Dim3{64}, 0, x); });
   BOOST_TEST(contains(msg, "racecheck: RAW hazard on global memory"), msg);
   BOOST_TEST(contains(msg, "(offset 252 in allocation"), msg);
@@ -89,7 +71,7 @@ extern "C" __global__ void prefix(float* x) {
   BOOST_TEST(contains(msg, "st.global"), msg);
   BOOST_TEST(contains(msg, "different blocks of one launch are unordered"), msg);
   // Without racecheck the same launch runs (and, in order, even gives the sequential answer).
-  EnvVar none("KILN_VGPU_CHECK", "none");
+  ScopedEnv none("KILN_VGPU_CHECK", "none");
   BOOST_CHECK_NO_THROW(gpu.run(ptx, "prefix", Dim3{4}, Dim3{64}, 0, x));
 }
 
@@ -108,7 +90,7 @@ extern "C" __global__ void count(int* out, const int* bins) {
   std::vector<int> bins(3 * 32);
   for (std::size_t i = 0; i < bins.size(); ++i) bins[i] = static_cast<int>(i % 4);
   DevicePtr b = gpu.upload(bins);
-  EnvVar checks("KILN_VGPU_CHECK", "race,init");
+  ScopedEnv checks("KILN_VGPU_CHECK", "race,init");
   std::string msg = error_of([&] { gpu.run(ptx, "last", Dim3{3}, Dim3{32}, 0, out); });
   BOOST_TEST(contains(msg, "racecheck: WAW hazard on global memory"), msg);
   BOOST_TEST(contains(msg, "block (1,0,0) thread (0,0,0)"), msg);
@@ -134,7 +116,7 @@ extern "C" __global__ void mark(unsigned char* flags, const unsigned char* in, i
   std::string ptx = compile(src);
   const int n = 1000;
   DevicePtr in = gpu.zeros<unsigned char>(n);
-  EnvVar checks("KILN_VGPU_CHECK", "race,init");
+  ScopedEnv checks("KILN_VGPU_CHECK", "race,init");
   DevicePtr flags = fresh(gpu, n);
   gpu.run(ptx, "mark", Dim3{3}, Dim3{50}, 0, flags, in, n);
   auto got = gpu.download<unsigned char>(flags, n);
@@ -154,7 +136,7 @@ extern "C" __global__ void rotate(float* x, float* out) {
   std::string good = compile(std::string("#define SYNC __syncthreads()\n") + src);
   std::string bad = compile(std::string("#define SYNC\n") + src);
   DevicePtr x = gpu.zeros<float>(64), out = gpu.zeros<float>(64);
-  EnvVar race("KILN_VGPU_CHECK", "race");
+  ScopedEnv race("KILN_VGPU_CHECK", "race");
   gpu.run(good, "rotate", Dim3{1}, Dim3{64}, 0, x, out);
   BOOST_TEST(gpu.download<float>(out, 64)[0] == 32.0f);
   std::string msg = error_of([&] { gpu.run(bad, "rotate", Dim3{1}, Dim3{64}, 0, x, out); });
@@ -191,7 +173,7 @@ extern "C" __global__ void sum(const int* in, int* partial, unsigned* ticket, in
   std::vector<int> data(8 * 32);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<int>(i);
   DevicePtr in = gpu.upload(data);
-  EnvVar checks("KILN_VGPU_CHECK", "race,init");
+  ScopedEnv checks("KILN_VGPU_CHECK", "race,init");
   DevicePtr partial = fresh(gpu, 8 * sizeof(int)), out = fresh(gpu, sizeof(int));
   DevicePtr ticket = gpu.zeros<unsigned>(1);
   gpu.run(good, "sum", Dim3{8}, Dim3{32}, 0, in, partial, ticket, out);
@@ -211,7 +193,7 @@ extern "C" __global__ void copy(const float* in, float* out) {
 )";
   Gpu gpu;
   std::string ptx = compile(src);
-  EnvVar init("KILN_VGPU_CHECK", "init");
+  ScopedEnv init("KILN_VGPU_CHECK", "init");
   DevicePtr in = fresh(gpu, 64 * sizeof(float)), out = fresh(gpu, 64 * sizeof(float));
   std::string msg = error_of([&] { gpu.run(ptx, "copy", Dim3{1}, Dim3{64}, 0, in, out); });
   BOOST_TEST(contains(msg, "initcheck: read of uninitialized global memory"), msg);
@@ -242,7 +224,7 @@ extern "C" __global__ void bump(int* c) { atomicAdd(c, 1); }
 )";
   Gpu gpu;
   std::string ptx = compile(src);
-  EnvVar init("KILN_VGPU_CHECK", "init");
+  ScopedEnv init("KILN_VGPU_CHECK", "init");
   DevicePtr c = fresh(gpu, sizeof(int));
   std::string msg = error_of([&] { gpu.run(ptx, "bump", Dim3{2}, Dim3{32}, 0, c); });
   BOOST_TEST(contains(msg, "initcheck: atomic of uninitialized global memory"), msg);
@@ -261,16 +243,16 @@ extern "C" __global__ void copy(const float* in, float* out) {
   std::string ptx = compile(src);
   DevicePtr in, out;
   {
-    EnvVar none("KILN_VGPU_CHECK", "none");
+    ScopedEnv none("KILN_VGPU_CHECK", "none");
     in = fresh(gpu, 64 * sizeof(float));
   }
-  EnvVar init("KILN_VGPU_CHECK", "init");
+  ScopedEnv init("KILN_VGPU_CHECK", "init");
   out = fresh(gpu, 64 * sizeof(float));
   BOOST_CHECK_NO_THROW(gpu.run(ptx, "copy", Dim3{1}, Dim3{64}, 0, in, out));
   // A launch without initcheck untracks everything: its stores were not recorded.
   DevicePtr in2 = fresh(gpu, 64 * sizeof(float));
   {
-    EnvVar none("KILN_VGPU_CHECK", "none");
+    ScopedEnv none("KILN_VGPU_CHECK", "none");
     gpu.run(ptx, "copy", Dim3{1}, Dim3{64}, 0, out, in2);
   }
   BOOST_CHECK_NO_THROW(gpu.run(ptx, "copy", Dim3{1}, Dim3{64}, 0, in2, out));
@@ -287,7 +269,7 @@ extern "C" __global__ void pick(int* out, int n, int k) {
   Gpu gpu;
   std::string ptx = compile(src);
   DevicePtr out = gpu.zeros<int>(32);
-  EnvVar init("KILN_VGPU_CHECK", "init");
+  ScopedEnv init("KILN_VGPU_CHECK", "init");
   gpu.run(ptx, "pick", Dim3{1}, Dim3{32}, 0, out, 16, 2);
   BOOST_TEST(gpu.download<int>(out, 32)[0] == 6);
   std::string msg = error_of([&] { gpu.run(ptx, "pick", Dim3{1}, Dim3{32}, 0, out, 4, 2); });

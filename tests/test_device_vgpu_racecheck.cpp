@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "support/scoped_env.h"
 #include "support/vgpu_harness.h"
 
 using namespace kiln;
@@ -13,21 +14,8 @@ using namespace kiln::test;
 namespace {
 
 // Sets KILN_VGPU_CHECK for one scope.
-struct CheckMode {
-  explicit CheckMode(const char* mode) {
-    const char* old = std::getenv("KILN_VGPU_CHECK");
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv("KILN_VGPU_CHECK", mode, 1);
-  }
-  ~CheckMode() {
-    if (had_)
-      setenv("KILN_VGPU_CHECK", old_.c_str(), 1);
-    else
-      unsetenv("KILN_VGPU_CHECK");
-  }
-  bool had_;
-  std::string old_;
+struct CheckMode : ScopedEnv {
+  explicit CheckMode(const char* mode) : ScopedEnv("KILN_VGPU_CHECK", mode) {}
 };
 
 std::string error_of(const std::function<void()>& f) {

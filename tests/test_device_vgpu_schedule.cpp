@@ -7,30 +7,13 @@
 #include <functional>
 #include <string>
 
+#include "support/scoped_env.h"
 #include "support/vgpu_harness.h"
 
 using namespace kiln;
 using namespace kiln::test;
 
 namespace {
-
-struct EnvVar {
-  EnvVar(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~EnvVar() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  const char* name_;
-  bool had_;
-  std::string old_;
-};
 
 std::string seed_value(int seed) {
   return "random:" + std::to_string(seed);
@@ -53,7 +36,7 @@ extern "C" __global__ void left(int* out) {
   Gpu gpu;
   std::string ptx = compile(src);
   DevicePtr out = gpu.zeros<int>(128);
-  EnvVar none("KILN_VGPU_CHECK", "none");
+  ScopedEnv none("KILN_VGPU_CHECK", "none");
   auto correct = [&] {
     gpu.run(ptx, "left", Dim3{1}, Dim3{128}, 0, out);
     auto got = gpu.download<int>(out, 128);
@@ -62,18 +45,18 @@ extern "C" __global__ void left(int* out) {
     return true;
   };
   {
-    EnvVar in_order("KILN_VGPU_SCHEDULE", "in_order");
+    ScopedEnv in_order("KILN_VGPU_SCHEDULE", "in_order");
     BOOST_TEST(correct());
   }
   int wrong = 0;
   for (int seed = 1; seed <= 5; ++seed) {
-    EnvVar random("KILN_VGPU_SCHEDULE", seed_value(seed).c_str());
+    ScopedEnv random("KILN_VGPU_SCHEDULE", seed_value(seed).c_str());
     wrong += !correct();
   }
   BOOST_TEST(wrong > 0);
   // With racecheck on, the random schedule turns the wrong answer into a report.
-  EnvVar race("KILN_VGPU_CHECK", "race");
-  EnvVar random("KILN_VGPU_SCHEDULE", "random:1");
+  ScopedEnv race("KILN_VGPU_CHECK", "race");
+  ScopedEnv random("KILN_VGPU_SCHEDULE", "random:1");
   std::string msg;
   try {
     gpu.run(ptx, "left", Dim3{1}, Dim3{128}, 0, out);
@@ -112,10 +95,10 @@ extern "C" __global__ void reduce(const int* in, int* out, int* total) {
   std::uint32_t state = 7;
   for (auto& v : data) v = static_cast<int>((state = state * 1664525u + 1013904223u) >> 20);
   DevicePtr in = gpu.upload(data), out = gpu.zeros<int>(4), total = gpu.zeros<int>(1);
-  EnvVar checks("KILN_VGPU_CHECK", "race,init");
+  ScopedEnv checks("KILN_VGPU_CHECK", "race,init");
   std::vector<int> want;
   for (int seed = 0; seed <= 5; ++seed) {
-    EnvVar schedule("KILN_VGPU_SCHEDULE", seed == 0 ? "in_order" : seed_value(seed).c_str());
+    ScopedEnv schedule("KILN_VGPU_SCHEDULE", seed == 0 ? "in_order" : seed_value(seed).c_str());
     gpu.b->memset8(total, 0, sizeof(int));
     gpu.run(ptx, "reduce", Dim3{4}, Dim3{256}, 0, in, out, total);
     auto got = gpu.download<int>(out, 4);
@@ -140,7 +123,7 @@ extern "C" __global__ void ticket(unsigned* next, unsigned* order) {
   std::string ptx = compile(src);
   DevicePtr next = gpu.zeros<unsigned>(1), order = gpu.zeros<unsigned>(16);
   auto run = [&](const char* schedule) {
-    EnvVar s("KILN_VGPU_SCHEDULE", schedule);
+    ScopedEnv s("KILN_VGPU_SCHEDULE", schedule);
     gpu.b->memset8(next, 0, sizeof(unsigned));
     gpu.run(ptx, "ticket", Dim3{16}, Dim3{32}, 0, next, order);
     return gpu.download<unsigned>(order, 16);
@@ -155,7 +138,7 @@ extern "C" __global__ void ticket(unsigned* next, unsigned* order) {
 BOOST_AUTO_TEST_CASE(a_bad_schedule_is_an_error) {
   Gpu gpu;
   std::string ptx = compile(R"(extern "C" __global__ void k() {})");
-  EnvVar bogus("KILN_VGPU_SCHEDULE", "random");
+  ScopedEnv bogus("KILN_VGPU_SCHEDULE", "random");
   std::string msg;
   try {
     gpu.run(ptx, "k", Dim3{1}, Dim3{1}, 0);
