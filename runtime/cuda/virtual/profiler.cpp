@@ -46,6 +46,17 @@ double KernelProfile::modeled_h100_us() const {
   return kLaunchUs + std::max(memory, issue);
 }
 
+void KernelProfile::add(const KernelProfile& p) {
+  launches += p.launches;
+  thread_instructions += p.thread_instructions;
+  load_bytes += p.load_bytes, store_bytes += p.store_bytes;
+  load_requests += p.load_requests, store_requests += p.store_requests;
+  load_sectors += p.load_sectors, store_sectors += p.store_sectors;
+  dram_load_sectors += p.dram_load_sectors, dram_store_sectors += p.dram_store_sectors;
+  shared_requests += p.shared_requests, bank_conflicts += p.bank_conflicts;
+  atomics += p.atomics, interpret_ms += p.interpret_ms;
+}
+
 void set_profiling(bool on) {
   log().forced = on ? 1 : 0;
 }
@@ -66,7 +77,18 @@ void clear_profiles() {
 
 void record_profile(KernelProfile p) {
   std::lock_guard lock(log().mutex);
-  log().profiles.push_back(std::move(p));
+  auto& all = log().profiles;
+  // A long run (a training loop under KILN_PROFILE=1) keeps a bounded log: past the cap, a
+  // launch is added into the first record of its kernel.
+  constexpr std::size_t kMaxRecords = 1 << 16;
+  if (all.size() >= kMaxRecords) {
+    for (auto& q : all)
+      if (q.kernel == p.kernel) {
+        q.add(p);
+        return;
+      }
+  }
+  all.push_back(std::move(p));
 }
 
 std::string profile_table(const std::vector<KernelProfile>& profiles) {
@@ -74,16 +96,14 @@ std::string profile_table(const std::vector<KernelProfile>& profiles) {
   std::map<std::string, std::pair<int, KernelProfile>> sums;
   for (const auto& p : profiles) {
     auto [it, fresh] = sums.try_emplace(p.kernel, 0, KernelProfile{});
-    if (fresh) order.push_back(p.kernel), it->second.second.kernel = p.kernel;
+    if (fresh) {
+      order.push_back(p.kernel);
+      it->second.second.kernel = p.kernel;
+      it->second.second.launches = 0;
+    }
     KernelProfile& s = it->second.second;
-    ++it->second.first;
-    s.thread_instructions += p.thread_instructions;
-    s.load_bytes += p.load_bytes, s.store_bytes += p.store_bytes;
-    s.load_requests += p.load_requests, s.store_requests += p.store_requests;
-    s.load_sectors += p.load_sectors, s.store_sectors += p.store_sectors;
-    s.dram_load_sectors += p.dram_load_sectors, s.dram_store_sectors += p.dram_store_sectors;
-    s.shared_requests += p.shared_requests, s.bank_conflicts += p.bank_conflicts;
-    s.atomics += p.atomics, s.interpret_ms += p.interpret_ms;
+    it->second.first += static_cast<int>(p.launches);
+    s.add(p);
   }
   auto ratio = [](std::uint64_t a, std::uint64_t b) { return b ? double(a) / double(b) : 0.0; };
   std::string out =

@@ -33,11 +33,13 @@ struct KernelProfile {
   std::uint64_t bank_conflicts = 0;  // extra shared-memory wavefronts beyond one per request
   std::uint64_t atomics = 0;         // thread-level atomic operations (global and shared)
   double interpret_ms = 0;           // host time the interpreter spent
+  std::uint64_t launches = 1;        // more than one once a long run's records are merged
 
   std::uint64_t dram_bytes() const { return 32 * (dram_load_sectors + dram_store_sectors); }
   // A roofline estimate for an H100 SXM (3.35 TB/s; 132 SMs x 4 schedulers issuing one warp
   // instruction per cycle at 1.98 GHz; 3 us launch latency). Modeled, not measured.
   double modeled_h100_us() const;
+  void add(const KernelProfile& other);  // sums every counter (another launch of the kernel)
 };
 
 void set_profiling(bool on);
