@@ -15,7 +15,7 @@ namespace {
 
 // Zeros with `like`'s shape and device, in `dtype`.
 Tensor zeros_of(const Tensor& like, DType dtype) {
-  return empty(like.impl().shape, dtype, like.device());
+  return zeros(like.impl().shape, dtype, like.device());
 }
 
 // The gradient of a reduction's output, broadcast back over the reduced dims of `x`.
@@ -57,25 +57,40 @@ Tensor slice_backward(const Tensor& g, const Tensor& x, const OpAttrs& attrs) {
 Tensor unary_derivative(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& y,
                         const Tensor& g) {
   switch (op) {
-    case OpId::neg: return neg(g);
-    case OpId::abs: return g * sign(x);
-    case OpId::exp: return g * y;
-    case OpId::log: return g / x;
-    case OpId::log1p: return g / (x + 1);
-    case OpId::expm1: return g * (y + 1);
-    case OpId::sqrt: return g / (y * 2);
-    case OpId::rsqrt: return g * y * y * y * -0.5;
-    case OpId::reciprocal: return neg(g) * y * y;
-    case OpId::sin: return g * cos(x);
-    case OpId::cos: return neg(g) * sin(x);
-    case OpId::tanh: return g * (1 - y * y);
-    case OpId::sigmoid: return g * y * (1 - y);
-    case OpId::relu: return where(gt(y, 0), g, 0);
+    case OpId::neg:
+      return neg(g);
+    case OpId::abs:
+      return g * sign(x);
+    case OpId::exp:
+      return g * y;
+    case OpId::log:
+      return g / x;
+    case OpId::log1p:
+      return g / (x + 1);
+    case OpId::expm1:
+      return g * (y + 1);
+    case OpId::sqrt:
+      return g / (y * 2);
+    case OpId::rsqrt:
+      return g * y * y * y * -0.5;
+    case OpId::reciprocal:
+      return neg(g) * y * y;
+    case OpId::sin:
+      return g * cos(x);
+    case OpId::cos:
+      return neg(g) * sin(x);
+    case OpId::tanh:
+      return g * (1 - y * y);
+    case OpId::sigmoid:
+      return g * y * (1 - y);
+    case OpId::relu:
+      return where(gt(y, 0), g, 0);
     case OpId::silu: {
       Tensor s = sigmoid(x);
       return g * s * (1 + x * (1 - s));
     }
-    case OpId::erf: return g * exp(neg(x * x)) * (2.0 / std::sqrt(std::numbers::pi));
+    case OpId::erf:
+      return g * exp(neg(x * x)) * (2.0 / std::sqrt(std::numbers::pi));
     case OpId::gelu: {
       Tensor cdf = (erf(x * (1.0 / std::numbers::sqrt2)) + 1) * 0.5;
       Tensor pdf = exp(x * x * -0.5) * (1.0 / std::sqrt(2.0 * std::numbers::pi));
@@ -91,23 +106,32 @@ Tensor unary_derivative(OpId op, const OpAttrs& attrs, const Tensor& x, const Te
       Tensor z = x * attrs.beta;
       return where(gt(z, attrs.threshold), g, g * sigmoid(z));
     }
-    case OpId::tril: return tril(g, attrs.diagonal);
-    case OpId::triu: return triu(g, attrs.diagonal);
+    case OpId::tril:
+      return tril(g, attrs.diagonal);
+    case OpId::triu:
+      return triu(g, attrs.diagonal);
     case OpId::copy:
-    case OpId::cast: return g;
-    case OpId::to_device: return g.to(x.device());
-    default: break;
+    case OpId::cast:
+      return g;
+    case OpId::to_device:
+      return g.to(x.device());
+    default:
+      break;
   }
   throw Error(fmt::format("{}: no derivative rule", op));
 }
 
-Tensor binary_derivative(OpId op, const Tensor& a, const Tensor& b, const Tensor& y,
-                         std::size_t i, const Tensor& g) {
+Tensor binary_derivative(OpId op, const Tensor& a, const Tensor& b, const Tensor& y, std::size_t i,
+                         const Tensor& g) {
   switch (op) {
-    case OpId::add: return g;
-    case OpId::sub: return i == 0 ? g : neg(g);
-    case OpId::mul: return g * (i == 0 ? b : a);
-    case OpId::div: return i == 0 ? g / b : neg(g) * a / (b * b);
+    case OpId::add:
+      return g;
+    case OpId::sub:
+      return i == 0 ? g : neg(g);
+    case OpId::mul:
+      return g * (i == 0 ? b : a);
+    case OpId::div:
+      return i == 0 ? g / b : neg(g) * a / (b * b);
     case OpId::pow:
       // pow(x, 0) has gradient 0 in x everywhere, also at x = 0 where b * x^(b-1) is 0 * inf.
       if (i == 0) return where(eq(b, 0), 0, g * b * pow(a, b - 1));
@@ -119,8 +143,10 @@ Tensor binary_derivative(OpId op, const Tensor& a, const Tensor& b, const Tensor
       Tensor wins = op == OpId::maximum ? gt(self, other) : lt(self, other);
       return where(wins, g, where(eq(self, other), g * 0.5, 0));
     }
-    case OpId::remainder: return i == 0 ? g : neg(g) * floor_divide(a, b);
-    default: break;
+    case OpId::remainder:
+      return i == 0 ? g : neg(g) * floor_divide(a, b);
+    default:
+      break;
   }
   throw Error(fmt::format("{}: no derivative rule", op));
 }
@@ -138,10 +164,14 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
   if (def.op_class == OpClass::elementwise && def.arity == 2)
     return binary_derivative(args.op, in[0], in[1], y, i, g);
   switch (args.op) {
-    case OpId::where: return i == 1 ? where(in[0], g, 0) : where(in[0], 0, g);
-    case OpId::to_device: return g.to(in[0].device());
-    case OpId::sum: return expand_reduced(g, in[0], attrs.dims, attrs.keepdim);
-    case OpId::prod: return prod_backward(g, in[0], attrs);
+    case OpId::where:
+      return i == 1 ? where(in[0], g, 0) : where(in[0], 0, g);
+    case OpId::to_device:
+      return g.to(in[0].device());
+    case OpId::sum:
+      return expand_reduced(g, in[0], attrs.dims, attrs.keepdim);
+    case OpId::prod:
+      return prod_backward(g, in[0], attrs);
     case OpId::amax:
     case OpId::amin: {
       // Ties share the gradient evenly.
@@ -163,10 +193,14 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
       }
       return scatter_add(zeros_of(x, g.dtype()), attrs.dim, index, grad);
     }
-    case OpId::cumsum: return cumsum(g, attrs.dim, !attrs.reverse);
-    case OpId::softmax: return y * (g - sum(g * y, {attrs.dim}, true));
-    case OpId::log_softmax: return g - exp(y) * sum(g, {attrs.dim}, true);
-    case OpId::reshape: return reshape(g, in[0].sym_shape());
+    case OpId::cumsum:
+      return cumsum(g, attrs.dim, !attrs.reverse);
+    case OpId::softmax:
+      return y * (g - sum(g * y, {attrs.dim}, true));
+    case OpId::log_softmax:
+      return g - exp(y) * sum(g, {attrs.dim}, true);
+    case OpId::reshape:
+      return reshape(g, in[0].sym_shape());
     case OpId::permute: {
       Dims inverse(attrs.dims.size());
       for (std::size_t d = 0; d < attrs.dims.size(); ++d)
@@ -174,12 +208,16 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
             static_cast<std::int64_t>(d);
       return permute(g, inverse);
     }
-    case OpId::expand: return g;  // OpNode sums it back to the input's shape
-    case OpId::slice: return slice_backward(g, in[0], attrs);
+    case OpId::expand:
+      return g;  // OpNode sums it back to the input's shape
+    case OpId::slice:
+      return slice_backward(g, in[0], attrs);
     case OpId::matmul:
       return i == 0 ? matmul(g, transpose(in[1], -1, -2)) : matmul(transpose(in[0], -1, -2), g);
-    case OpId::gather: return scatter_add(zeros_of(in[0], g.dtype()), attrs.dim, in[1], g);
-    case OpId::index_select: return index_add(zeros_of(in[0], g.dtype()), attrs.dim, in[1], g);
+    case OpId::gather:
+      return scatter_add(zeros_of(in[0], g.dtype()), attrs.dim, in[1], g);
+    case OpId::index_select:
+      return index_add(zeros_of(in[0], g.dtype()), attrs.dim, in[1], g);
     case OpId::scatter_add: {
       if (i == 0) return g;
       // src positions beyond the index's extent were never scattered: their gradient is 0.
@@ -191,7 +229,8 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
       }
       return pad(picked, pads);
     }
-    case OpId::index_add: return i == 0 ? g : index_select(g, attrs.dim, in[1]);
+    case OpId::index_add:
+      return i == 0 ? g : index_select(g, attrs.dim, in[1]);
     case OpId::cat: {
       std::int64_t dim = normalize_dim(attrs.dim, in[0].dim(), "cat");
       std::int64_t start = 0;
@@ -204,7 +243,8 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
       for (auto p : attrs.dims) negated.push_back(-p);
       return pad(g, negated);
     }
-    default: break;
+    default:
+      break;
   }
   throw Error(fmt::format("{}: no derivative rule", args.op));
 }
