@@ -30,6 +30,15 @@ Run run(const std::string& command) {
   return r;
 }
 
+// Under KILN_SANITIZE the library needs the ASan/UBSan runtimes in the app that loads it.
+std::string consumer_link_flags() {
+#ifdef KILN_CONSUMER_LINK_FLAGS
+  return std::string(" -DCMAKE_EXE_LINKER_FLAGS=") + KILN_CONSUMER_LINK_FLAGS;
+#else
+  return "";
+#endif
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_downstream_project_finds_and_links_the_installed_kiln) {
@@ -58,9 +67,10 @@ BOOST_AUTO_TEST_CASE(a_downstream_project_finds_and_links_the_installed_kiln) {
                                      "  kiln::Tensor x = kiln::ones({2, 3});\n"
                                      "  std::printf(\"sum %g\\n\", (x * 2.0).sum().item());\n"
                                      "}\n";
-  Run configure = run(cmake + " -S " + app.string() + " -B " + (app / "build").string() +
-                      " -DCMAKE_PREFIX_PATH=" + prefix.string() +
-                      " -DCMAKE_CXX_COMPILER=" + KILN_CXX_COMPILER + " -DCMAKE_BUILD_TYPE=Release");
+  Run configure =
+      run(cmake + " -S " + app.string() + " -B " + (app / "build").string() +
+          " -DCMAKE_PREFIX_PATH=" + prefix.string() + " -DCMAKE_CXX_COMPILER=" + KILN_CXX_COMPILER +
+          " -DCMAKE_BUILD_TYPE=Release" + consumer_link_flags());
   BOOST_TEST_REQUIRE(configure.status == 0, configure.output);
   Run build = run(cmake + " --build " + (app / "build").string());
   BOOST_TEST_REQUIRE(build.status == 0, build.output);
