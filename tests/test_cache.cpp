@@ -27,6 +27,7 @@
 #include "jit/codegen/launch_stats.h"
 #include "jit/log.h"
 #include "support/capture_output.h"
+#include "support/run_command.h"
 #include "support/temp_dir.h"
 
 using namespace kiln;
@@ -95,20 +96,10 @@ std::set<std::string> entry_names(const fs::path& dir) {
   return out;
 }
 
-struct Run {
-  int status = -1;
-  std::string output;
-};
+using Run = kiln::test::CommandResult;
 
-// Runs a shell command, capturing stdout and stderr together.
 Run run(const std::string& command) {
-  Run r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (std::size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
-  int status = pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return kiln::test::run_command(command);
 }
 
 std::map<std::string, long> counters(const std::string& output) {

@@ -9,25 +9,17 @@
 #include <fstream>
 #include <string>
 
+#include "support/run_command.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string output;
-};
+using Run = kiln::test::CommandResult;
 
 Run run(const std::string& command) {
-  Run r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (std::size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
-  int status = pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return kiln::test::run_command(command);
 }
 
 // Under KILN_SANITIZE the library needs the ASan/UBSan runtimes in the app that loads it.
