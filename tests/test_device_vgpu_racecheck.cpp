@@ -18,19 +18,6 @@ struct CheckMode : ScopedEnv {
   explicit CheckMode(const char* mode) : ScopedEnv("KILN_VGPU_CHECK", mode) {}
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 const char* kTreeReduction = R"(
 extern "C" __global__ void tree(const int* in, int* out) {
   __shared__ int s[256];
@@ -63,16 +50,16 @@ BOOST_AUTO_TEST_CASE(a_tree_reduction_without_barriers_is_a_raw_hazard) {
   std::string bad = compile(std::string("#define SYNC\n") + kTreeReduction);
   CheckMode race("race");
   BOOST_TEST(run_tree(gpu, good) == 32640);
-  std::string msg = error_of([&] { run_tree(gpu, bad); });
+  std::string msg = error_text([&] { run_tree(gpu, bad); });
   // Which of the two accesses comes first depends on the schedule: in order, thread 0 reads
   // before thread 1 writes (WAR); on hardware it may be the reverse (RAW).
-  BOOST_TEST((contains(msg, "racecheck: RAW hazard on shared memory") ||
-              contains(msg, "racecheck: WAR hazard on shared memory")),
+  BOOST_TEST((mentions(msg, "racecheck: RAW hazard on shared memory") ||
+              mentions(msg, "racecheck: WAR hazard on shared memory")),
              msg);
-  BOOST_TEST(contains(msg, "kernel 'tree' block (0,0,0)"), msg);
-  BOOST_TEST(contains(msg, "ld.shared"), msg);
-  BOOST_TEST(contains(msg, "st.shared"), msg);
-  BOOST_TEST(contains(msg, "PTX line"), msg);
+  BOOST_TEST(mentions(msg, "kernel 'tree' block (0,0,0)"), msg);
+  BOOST_TEST(mentions(msg, "ld.shared"), msg);
+  BOOST_TEST(mentions(msg, "st.shared"), msg);
+  BOOST_TEST(mentions(msg, "PTX line"), msg);
 }
 
 BOOST_AUTO_TEST_CASE(reading_another_warps_write_needs_a_barrier) {
@@ -91,11 +78,11 @@ extern "C" __global__ void pass(float* out) {
   CheckMode race("race");
   gpu.run(good, "pass", Dim3{1}, Dim3{256}, 0, out);
   BOOST_TEST(gpu.download<float>(out, 256)[0] == 32.0f);
-  std::string msg = error_of([&] { gpu.run(bad, "pass", Dim3{1}, Dim3{256}, 0, out); });
-  BOOST_TEST((contains(msg, "RAW hazard") || contains(msg, "WAR hazard")), msg);
+  std::string msg = error_text([&] { gpu.run(bad, "pass", Dim3{1}, Dim3{256}, 0, out); });
+  BOOST_TEST((mentions(msg, "RAW hazard") || mentions(msg, "WAR hazard")), msg);
   // The reader is thread 224..255 reading what thread 0..31 will write, or the reverse: the
   // message names both threads.
-  BOOST_TEST(contains(msg, "what thread ("), msg);
+  BOOST_TEST(mentions(msg, "what thread ("), msg);
 }
 
 BOOST_AUTO_TEST_CASE(within_a_warp_only_warp_synchronization_orders_shared_accesses) {
@@ -115,8 +102,8 @@ extern "C" __global__ void swap(int* out) {
   CheckMode race("race");
   gpu.run(good, "swap", Dim3{1}, Dim3{32}, 0, out);
   BOOST_TEST(gpu.download<int>(out, 32)[0] == 10);
-  std::string msg = error_of([&] { gpu.run(bad, "swap", Dim3{1}, Dim3{32}, 0, out); });
-  BOOST_TEST((contains(msg, "RAW hazard") || contains(msg, "WAR hazard")), msg);
+  std::string msg = error_text([&] { gpu.run(bad, "swap", Dim3{1}, Dim3{32}, 0, out); });
+  BOOST_TEST((mentions(msg, "RAW hazard") || mentions(msg, "WAR hazard")), msg);
 }
 
 BOOST_AUTO_TEST_CASE(shuffles_and_atomics_are_not_hazards) {
@@ -167,9 +154,9 @@ extern "C" __global__ void stages(const float* in, float* out, int steps) {
   float want = 0;
   for (int i = 0; i < 4; ++i) want += data[i * 64 + 63];
   BOOST_TEST(std::abs(gpu.download<float>(out, 64)[0] - want) < 1e-5f);
-  std::string msg = error_of([&] { gpu.run(bad, "stages", Dim3{1}, Dim3{64}, 0, in, out, 4); });
+  std::string msg = error_text([&] { gpu.run(bad, "stages", Dim3{1}, Dim3{64}, 0, in, out, 4); });
   // In order, warp 0 runs ahead and overwrites before warp 1 reads: reported as RAW.
-  BOOST_TEST((contains(msg, "RAW hazard") || contains(msg, "WAR hazard")), msg);
+  BOOST_TEST((mentions(msg, "RAW hazard") || mentions(msg, "WAR hazard")), msg);
   // The same buffer doubled needs only one barrier per step: no hazard.
   std::string doubled = compile(R"(
 extern "C" __global__ void stages(const float* in, float* out, int steps) {
@@ -201,9 +188,9 @@ extern "C" __global__ void tail(float* out, int n) {
   {
     CheckMode init("init");
     gpu.run(ptx, "tail", Dim3{1}, Dim3{64}, 0, out, 64);  // every element written
-    std::string msg = error_of([&] { gpu.run(ptx, "tail", Dim3{1}, Dim3{64}, 0, out, 60); });
-    BOOST_TEST(contains(msg, "initcheck: read of uninitialized shared memory at offset 240"), msg);
-    BOOST_TEST(contains(msg, "thread (60,0,0)"), msg);
+    std::string msg = error_text([&] { gpu.run(ptx, "tail", Dim3{1}, Dim3{64}, 0, out, 60); });
+    BOOST_TEST(mentions(msg, "initcheck: read of uninitialized shared memory at offset 240"), msg);
+    BOOST_TEST(mentions(msg, "thread (60,0,0)"), msg);
   }
   CheckMode race_only("race");
   BOOST_CHECK_NO_THROW(gpu.run(ptx, "tail", Dim3{1}, Dim3{64}, 0, out, 60));
@@ -213,8 +200,8 @@ BOOST_AUTO_TEST_CASE(an_unknown_check_is_an_error) {
   Gpu gpu;
   std::string ptx = compile(R"(extern "C" __global__ void k() {})");
   CheckMode bogus("race,speed");
-  std::string msg = error_of([&] { gpu.run(ptx, "k", Dim3{1}, Dim3{1}, 0); });
-  BOOST_TEST(contains(msg, "KILN_VGPU_CHECK: unknown check 'speed'"), msg);
+  std::string msg = error_text([&] { gpu.run(ptx, "k", Dim3{1}, Dim3{1}, 0); });
+  BOOST_TEST(mentions(msg, "KILN_VGPU_CHECK: unknown check 'speed'"), msg);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -5,6 +5,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +78,20 @@ inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed = 1) {
   std::vector<float> v(n);
   for (auto& x : v) x = lcg_float(seed);
   return v;
+}
+
+// The message of what `f` throws, or "" when it returns: checks assert on the report's text.
+inline std::string error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+inline bool mentions(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
 }
 
 }  // namespace kiln::test
