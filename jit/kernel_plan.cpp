@@ -71,7 +71,7 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
   std::vector<codegen::KernelSource> kernels;
   for (const auto& s : steps_) {
     if (s.pointwise) kernels.push_back({s.pointwise->name, s.pointwise->source});
-    if (s.reduction) kernels.push_back({s.reduction->name, s.reduction->source});
+    if (s.reduction) kernels.push_back({s.reduction->name, codegen::expected_source(*s.reduction)});
   }
   if (!kernels.empty()) codegen::prepare_kernels(kernels);
 }
@@ -159,9 +159,10 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
       for (std::size_t i = 0; i < writes.size(); ++i) values[writes[i]] = std::move(outs[i]);
       if (check) {
         const std::string& name = step.pointwise ? step.pointwise->name : step.reduction->name;
-        check_step_accuracy(g, step.nodes, values, symbol_values,
-                            fmt::format("kernel {} (group {})", name, step.group),
-                            step.pointwise ? step.pointwise->source : step.reduction->source);
+        check_step_accuracy(
+            g, step.nodes, values, symbol_values,
+            fmt::format("kernel {} (group {})", name, step.group),
+            step.pointwise ? step.pointwise->source : codegen::expected_source(*step.reduction));
       }
       release();
       continue;

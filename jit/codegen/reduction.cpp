@@ -561,9 +561,15 @@ class ReductionRenderer {
     d.set("passes", passes);
     d.set("caches", caches);
     d.set("items", std::to_string(k_.items));
+    d.set("prelude", std::string(template_text("reduction_prelude.cu.mustache")));
     d.set("column_body", std::string(template_text("reduction_column.cu.mustache")));
     d.set("reduced_stores", reduced_stores);
     k_.source = render_template("reduction.cu.mustache", d);
+    // Reduced dims outside the innermost kept one: the outer schedule reads rows side by side.
+    bool inner_kept = kept > 0 && std::find(k_.reduce_dims.begin(), k_.reduce_dims.end(),
+                                            domain_rank_ - 1) == k_.reduce_dims.end();
+    if (k_.splittable && inner_kept)
+      k_.outer_source = render_template("reduction_outer.cu.mustache", d);
     return k_;
   }
 

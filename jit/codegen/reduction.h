@@ -36,7 +36,16 @@ struct ReductionKernel {
   // which exchange `partial_slots` 8-byte partials per chunk.
   bool splittable = false;
   int partial_slots = 0;
+  // The outer schedule (templates/reduction_outer.cu) of a splittable kernel whose innermost
+  // domain dim is kept; empty when it does not apply. Launched when the reads are contiguous
+  // along that dim, where the row schedule's lanes would each read a different sector.
+  std::string outer_source;
 };
+
+// The source a launch with contiguous inputs runs (what a plan compiles ahead of its first call).
+inline const std::string& expected_source(const ReductionKernel& k) {
+  return k.outer_source.empty() ? k.source : k.outer_source;
+}
 
 // Columns per thread a persistent row keeps in registers at most: beyond items * 1024 columns
 // the rest of the row is re-read from memory in each pass.

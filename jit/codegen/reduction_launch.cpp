@@ -19,6 +19,29 @@ long long split_count(long long rows, long long cols, unsigned block, long long 
   return std::max(1LL, std::min(by_work, by_device));
 }
 
+namespace {
+
+// Rows of the outer schedule's block; its x is one warp of neighbouring rows.
+constexpr unsigned kOuterBlockY = 8;
+
+// The outer schedule when the kernel has one, its rows are wide enough to fill a sector
+// (8 elements), and no read is contiguous along the reduced dims instead (a transposed view:
+// the row schedule's lanes read that one side by side).
+bool use_outer_schedule(const ReductionKernel& kernel, const Shape& domain,
+                        const std::vector<int>& kept, const std::vector<int>& reduced,
+                        const std::vector<std::vector<long long>>& read_strides) {
+  if (kernel.outer_source.empty() || kept.empty() || reduced.empty()) return false;
+  if (domain[kept.back()] < 8) return false;
+  bool side_by_side = false;
+  for (const auto& s : read_strides) {
+    if (s[reduced.back()] == 1) return false;
+    side_by_side = side_by_side || s[kept.back()] == 1;
+  }
+  return side_by_side;
+}
+
+}  // namespace
+
 unsigned reduction_block(long long cols) {
   return cols <= 32     ? 32
          : cols <= 64   ? 64
@@ -96,9 +119,11 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   if (kernel.checks_index) params.push_back(&error_ptr);
   // Few long rows (a full reduction is one) split over blocks: each folds a chunk of columns,
   // the last to arrive combines the chunks' partials in order.
-  unsigned block = reduction_block(cols);
   long long sms = cuda::backend().properties(0).sm_count;
-  long long splits = kernel.splittable ? split_count(rows, cols, block, sms) : 1;
+  bool outer = use_outer_schedule(kernel, domain, kept, reduced, read_strides);
+  unsigned block = outer ? kOuterBlockY : reduction_block(cols);
+  long long row_blocks = outer ? (rows + 31) / 32 : rows;
+  long long splits = kernel.splittable ? split_count(row_blocks, cols, block, sms) : 1;
   Tensor partials, arrivals;
   cuda::DevicePtr partials_ptr = 0, arrivals_ptr = 0;
   if (kernel.splittable) {
@@ -116,13 +141,18 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   params.push_back(&splits);
   if (rows == 0) return outs;
   bool on_chip = cols <= static_cast<long long>(kernel.items) * block;
-  long long blocks = std::min<long long>(rows * splits, sms * 16);
   std::int64_t read = 0, written = 0;
   for (const auto& r : kernel.reads)
     read += tensor_bytes(values.at(r.value)) * (r.on_chip && on_chip ? 1 : r.passes);
   for (const auto& o : outs) written += tensor_bytes(o);
-  launch_generated(kernel.name, kernel.source, {static_cast<unsigned>(blocks), 1, 1}, {block, 1, 1},
-                   params.data(), read, written);
+  if (outer)
+    launch_generated(kernel.name, kernel.outer_source,
+                     {static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), 1},
+                     {32, block, 1}, params.data(), read, written);
+  else
+    launch_generated(kernel.name, kernel.source,
+                     {static_cast<unsigned>(std::min<long long>(rows * splits, sms * 16)), 1, 1},
+                     {block, 1, 1}, params.data(), read, written);
   if (kernel.checks_index) {
     Tensor flag = error.to(Device::cpu());
     const auto* e = static_cast<const std::int64_t*>(flag.raw_data());
