@@ -583,6 +583,9 @@ bool is_row_select(const Graph& graph, const Node& node) {
   const auto& index = graph.values[node.inputs[1]].sizes;
   if (x.size() != index.size() || x.empty()) return false;
   auto dim = normalize_dims({node.attrs.dim}, static_cast<std::int64_t>(x.size()), "gather")[0];
+  // Over a dim of size 1 the index has the shape of the rows it selects from: a reduction kernel
+  // could not tell its per-row values from per-element ones. The gather kernel takes it.
+  if (x[dim] == SymExpr::constant(1)) return false;
   for (std::size_t d = 0; d < x.size(); ++d) {
     const SymExpr& want = static_cast<std::int64_t>(d) == dim ? SymExpr::constant(1) : x[d];
     if (index[d].is_opaque() || !(index[d] == want)) return false;

@@ -44,7 +44,7 @@ graph::Graph traced(const Fn& fn, const std::vector<Tensor>& inputs) {
   return f.core().graph(0);
 }
 
-// name -> source of every pointwise and reduction kernel of the graph's partition.
+// name -> source of every pointwise and reduction kernel (each schedule) of the graph's partition.
 void collect(const graph::Graph& g, std::map<std::string, std::string>& sources) {
   for (const auto& group : graph::partition(g).groups) {
     try {
@@ -54,7 +54,8 @@ void collect(const graph::Graph& g, std::map<std::string, std::string>& sources)
       } else if (group.kind == graph::FusionKind::reduction ||
                  group.kind == graph::FusionKind::normalization) {
         auto k = codegen::render_reduction(g, group);
-        sources.emplace(k.source, k.name);
+        for (const std::string* s : {&k.source, &k.warp_source, &k.outer_source})
+          if (!s->empty()) sources.emplace(*s, k.name);
       } else if (group.kind == graph::FusionKind::index || group.kind == graph::FusionKind::scan ||
                  group.kind == graph::FusionKind::movement) {
         // Indexing templates look at the operands' dtypes and ranks only.

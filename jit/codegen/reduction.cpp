@@ -77,6 +77,12 @@ class ReductionRenderer {
     return *v;
   }
 
+  std::int64_t traced_cols() const {
+    std::int64_t cols = 1;
+    for (auto d : k_.reduce_dims) cols *= traced_size(group_.domain[d]);
+    return cols;
+  }
+
   int fresh(DType dtype, bool full) {
     int id = next_value_++;
     info_[id] = {dtype, full, domain_rank_};  // reduced ones keep their dims (keepdim)
@@ -348,9 +354,10 @@ class ReductionRenderer {
   }
 
   // The persistent schedule: a value several passes load is read from memory once, into a
-  // per-thread register array of k_.items columns, and later passes reuse it. Columns past
-  // items * blockDim.x (a row longer than the traced one) are re-read in a tail loop.
-  Data keep_rows_on_chip(std::vector<Data>& passes) {
+  // per-thread register array of `items` columns (sized for the traced row over `lanes`
+  // threads), and later passes reuse it. Columns past items * lanes (a row longer than the traced
+  // one) are re-read in a tail loop.
+  Data keep_rows_on_chip(std::vector<Data>& passes, std::int64_t lanes, int& items) {
     std::map<std::string, int> loads_of;
     for (const auto& pass : passes)
       for (const auto& load : pass.get("loads")->list_value())
@@ -367,10 +374,8 @@ class ReductionRenderer {
         caches.push_back(c);
       }
     if (cached.empty()) return caches;
-    std::int64_t cols = 1;
-    for (auto d : k_.reduce_dims) cols *= traced_size(group_.domain[d]);
-    k_.items = static_cast<int>(std::clamp<std::int64_t>(
-        (cols + reduction_block(cols) - 1) / reduction_block(cols), 1, kMaxRowItems));
+    std::int64_t cols = traced_cols();
+    items = static_cast<int>(std::clamp<std::int64_t>((cols + lanes - 1) / lanes, 1, kMaxRowItems));
     for (auto& pass : passes) {
       Data on_chip = list();
       for (const auto& load : pass.get("loads")->list_value()) {
@@ -416,7 +421,7 @@ class ReductionRenderer {
     updates.push_back(Data("code", fmt::format("if (col == {}) {} = {}, {}_index = col;", at, acc,
                                                convert_expr(info_.at(x).dtype, a, in), acc)));
     finals.push_back(Data(
-        "code", fmt::format("if (threadIdx.x == 0 && ({0} < 0 || {0} >= cols)) {{ "
+        "code", fmt::format("if (lane == 0 && ({0} < 0 || {0} >= cols)) {{ "
                             "atomicExch((unsigned long long*)&error[1], (unsigned long long){0}); "
                             "atomicExch((unsigned long long*)&error[0], 1ull); }}",
                             at)));
@@ -518,7 +523,9 @@ class ReductionRenderer {
       pass.set("stores", stores);
       pass_data.push_back(pass);
     }
-    Data caches = keep_rows_on_chip(pass_data);
+    std::vector<Data> warp_pass_data = pass_data;
+    Data caches = keep_rows_on_chip(pass_data, reduction_block(traced_cols()), k_.items);
+    Data warp_caches = keep_rows_on_chip(warp_pass_data, 32, k_.warp_items);
     // Two stages (split_reduction below) for one pass of plain reductions and no full output.
     k_.splittable = splittable_ && passes_ == 1 && full_outputs.empty();
     if (k_.splittable) {
@@ -526,9 +533,12 @@ class ReductionRenderer {
       split.set("partials", split_partials_);
       split.set("count", std::to_string(split_partials_.list_value().size()));
       pass_data.at(0).set("split", split);
+      warp_pass_data.at(0).set("split", split);
       k_.partial_slots = static_cast<int>(split_partials_.list_value().size());
     }
+    Data warp_passes = list();
     for (auto& pass : pass_data) passes.push_back(pass);
+    for (auto& pass : warp_pass_data) warp_passes.push_back(pass);
 
     Data params = list(), nodes = list();
     for (auto& d : read_params_.list_value()) params.push_back(d);
@@ -565,11 +575,18 @@ class ReductionRenderer {
     d.set("column_body", std::string(template_text("reduction_column.cu.mustache")));
     d.set("reduced_stores", reduced_stores);
     k_.source = render_template("reduction.cu.mustache", d);
+    k_.traced_cols = traced_cols();
     // Reduced dims outside the innermost kept one: the outer schedule reads rows side by side.
     bool inner_kept = kept > 0 && std::find(k_.reduce_dims.begin(), k_.reduce_dims.end(),
                                             domain_rank_ - 1) == k_.reduce_dims.end();
     if (k_.splittable && inner_kept)
       k_.outer_source = render_template("reduction_outer.cu.mustache", d);
+    // Short rows: a warp per row, its register caches sized for 32 lanes.
+    d.set("warp_rows", true);
+    d.set("passes", warp_passes);
+    d.set("caches", warp_caches);
+    d.set("items", std::to_string(k_.warp_items));
+    k_.warp_source = render_template("reduction.cu.mustache", d);
     return k_;
   }
 

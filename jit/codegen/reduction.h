@@ -40,12 +40,25 @@ struct ReductionKernel {
   // domain dim is kept; empty when it does not apply. Launched when the reads are contiguous
   // along that dim, where the row schedule's lanes would each read a different sector.
   std::string outer_source;
+  // The same rows a warp each (no shared memory, no barrier), for rows of at most
+  // kWarpRowMaxCols columns; `warp_items` sizes its register caches as `items` does the block's.
+  std::string warp_source;
+  int warp_items = 0;
+  std::int64_t traced_cols = 0;  // the row length the kernel was traced with
 };
 
-// The source a launch with contiguous inputs runs (what a plan compiles ahead of its first call).
-inline const std::string& expected_source(const ReductionKernel& k) {
-  return k.outer_source.empty() ? k.source : k.outer_source;
-}
+// Rows this short are folded by one warp each, 8 rows to a block: a block per row would leave
+// most of its threads idle and pay a shared-memory exchange and barriers for every reduction.
+inline constexpr std::int64_t kWarpRowMaxCols = 256;
+
+// Which of a kernel's sources a launch runs.
+enum class ReductionSchedule { block_per_row, warp_per_row, outer };
+// The schedule for `cols` columns over `rows` rows, `splits` blocks a row (block per row only).
+ReductionSchedule row_schedule(const ReductionKernel& k, long long cols, long long splits);
+const std::string& schedule_source(const ReductionKernel& k, ReductionSchedule schedule);
+// The source a launch at the traced sizes with contiguous inputs runs (what a plan compiles
+// ahead of its first call).
+const std::string& expected_source(const ReductionKernel& k);
 
 // Columns per thread a persistent row keeps in registers at most: beyond items * 1024 columns
 // the rest of the row is re-read from memory in each pass.

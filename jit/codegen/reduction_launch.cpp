@@ -40,7 +40,32 @@ bool use_outer_schedule(const ReductionKernel& kernel, const Shape& domain,
   return side_by_side;
 }
 
+// Threads of a warp-per-row block: 8 rows at a time.
+constexpr unsigned kWarpRowBlock = 256;
+
 }  // namespace
+
+ReductionSchedule row_schedule(const ReductionKernel& k, long long cols, long long splits) {
+  return splits == 1 && cols <= kWarpRowMaxCols && !k.warp_source.empty()
+             ? ReductionSchedule::warp_per_row
+             : ReductionSchedule::block_per_row;
+}
+
+const std::string& schedule_source(const ReductionKernel& k, ReductionSchedule schedule) {
+  switch (schedule) {
+    case ReductionSchedule::warp_per_row:
+      return k.warp_source;
+    case ReductionSchedule::outer:
+      return k.outer_source;
+    default:
+      return k.source;
+  }
+}
+
+const std::string& expected_source(const ReductionKernel& k) {
+  if (!k.outer_source.empty()) return k.outer_source;
+  return schedule_source(k, row_schedule(k, k.traced_cols, 1));
+}
 
 unsigned reduction_block(long long cols) {
   return cols <= 32     ? 32
@@ -124,6 +149,9 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   unsigned block = outer ? kOuterBlockY : reduction_block(cols);
   long long row_blocks = outer ? (rows + 31) / 32 : rows;
   long long splits = kernel.splittable ? split_count(row_blocks, cols, block, sms) : 1;
+  ReductionSchedule schedule =
+      outer ? ReductionSchedule::outer : row_schedule(kernel, cols, splits);
+  bool warp = schedule == ReductionSchedule::warp_per_row;
   Tensor partials, arrivals;
   cuda::DevicePtr partials_ptr = 0, arrivals_ptr = 0;
   if (kernel.splittable) {
@@ -140,17 +168,23 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   params.push_back(&cols);
   params.push_back(&splits);
   if (rows == 0) return outs;
-  bool on_chip = cols <= static_cast<long long>(kernel.items) * block;
+  bool on_chip = warp ? cols <= kernel.warp_items * 32LL
+                      : cols <= static_cast<long long>(kernel.items) * block;
   std::int64_t read = 0, written = 0;
   for (const auto& r : kernel.reads)
     read += tensor_bytes(values.at(r.value)) * (r.on_chip && on_chip ? 1 : r.passes);
   for (const auto& o : outs) written += tensor_bytes(o);
+  const std::string& source = schedule_source(kernel, schedule);
   if (outer)
-    launch_generated(kernel.name, kernel.outer_source,
+    launch_generated(kernel.name, source,
                      {static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), 1},
                      {32, block, 1}, params.data(), read, written);
+  else if (warp)
+    launch_generated(kernel.name, source,
+                     {static_cast<unsigned>(std::min<long long>((rows + 7) / 8, sms * 16)), 1, 1},
+                     {kWarpRowBlock, 1, 1}, params.data(), read, written);
   else
-    launch_generated(kernel.name, kernel.source,
+    launch_generated(kernel.name, source,
                      {static_cast<unsigned>(std::min<long long>(rows * splits, sms * 16)), 1, 1},
                      {block, 1, 1}, params.data(), read, written);
   if (kernel.checks_index) {
