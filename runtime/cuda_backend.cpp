@@ -3,6 +3,7 @@
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/device_checks.h"
 
 namespace kiln {
 
@@ -71,6 +72,7 @@ void CudaBackend::copy_into(const Tensor& dst, const Tensor& src) {
   std::size_t nbytes = static_cast<std::size_t>(dst.numel()) * itemsize(dst.dtype());
   if (nbytes == 0) return;
   if (dst.device().is_cpu()) {  // device -> host: download, then convert on the host
+    run_device_checks();        // a sync anyway: the errors launches left behind surface here
     cpu::copy_into(dst, download(src));
     return;
   }

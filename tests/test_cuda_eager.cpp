@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/ops.h"
+#include "runtime/device_checks.h"
 #include "support/device_compare.h"
 #include "support/op_samples.h"
 #include "support/reference.h"
@@ -71,14 +72,25 @@ BOOST_AUTO_TEST_CASE(indexing_scan_and_movement_ops_on_cuda_match_the_cpu) {
       }
   }
   BOOST_TEST(runs > 20);
-  // An index out of range is an IndexError naming the op and the index, as on the CPU.
+  // An index out of range is an IndexError naming the op and the index, as on the CPU. The
+  // kernel flags it in device memory and the host reads the flag at its next sync (a copy to
+  // the host), so the launch itself never waits; raised once.
   Tensor x = randn({3, 4}).to(Device::cuda());
   Tensor bad = test::i64s({0, 4, 1}, {3, 1}).to(Device::cuda());
-  BOOST_CHECK_EXCEPTION(gather(x, 1, bad), IndexError, [](const Error& e) {
+  Tensor gathered = gather(x, 1, bad);
+  BOOST_TEST(pending_device_checks() == 1u);
+  BOOST_CHECK_EXCEPTION(gathered.to(Device::cpu()), IndexError, [](const Error& e) {
     std::string m = e.what();
-    return m.find("gather") != std::string::npos && m.find("index 4") != std::string::npos;
+    return m.find("gather: index 4 is out of range for dim 1 of size 4") != std::string::npos &&
+           m.find("KILN_SYNC_CHECKS") != std::string::npos;
   });
+  BOOST_TEST(pending_device_checks() == 0u);
+  BOOST_CHECK_NO_THROW(x.to(Device::cpu()));
+  // KILN_SYNC_CHECKS=1 (here set from code) raises it at the op.
+  set_sync_device_checks(true);
   BOOST_CHECK_THROW(index_select(x, 0, test::i64s({-1}).to(Device::cuda())), IndexError);
+  set_sync_device_checks(false);
+  BOOST_TEST(pending_device_checks() == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(matmul_on_cuda_matches_the_cpu) {

@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/ops.h"
+#include "runtime/device_checks.h"
 #include "cache/disk_cache.h"
 #include "jit/accuracy_check.h"
 #include "jit/codegen/launch_stats.h"
@@ -134,8 +135,12 @@ BOOST_AUTO_TEST_CASE(cross_entropy_is_two_kernels_and_matches_the_cpu) {
   Tensor x = randn({3, 5});
   Tensor bad = from_vector(std::vector<std::int64_t>{1, 5, 0});
   BOOST_CHECK_THROW(ce(x, bad), IndexError);
+  // A warm call reads no flag (no host sync): the check waits for the copy of the loss.
+  run_device_checks();
+  Tensor loss = f(x.to(Device::cuda()), bad.to(Device::cuda()));
+  BOOST_TEST(pending_device_checks() == 1u);
   try {
-    f(x.to(Device::cuda()), bad.to(Device::cuda()));
+    loss.to(Device::cpu());
     BOOST_FAIL("no error for target 5 of 5 classes");
   } catch (const IndexError& e) {
     BOOST_TEST(contains(e.what(), "index 5 is out of range for dim 1 of size 5"), e.what());

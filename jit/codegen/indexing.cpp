@@ -7,6 +7,7 @@
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/templates.h"
+#include "runtime/device_checks.h"
 
 namespace kiln::jit::codegen {
 namespace {
@@ -174,13 +175,13 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
                    params.data(), read, tensor_bytes(out));
   if (kernel.op == OpId::gather || kernel.op == OpId::index_select ||
       kernel.op == OpId::scatter_add || kernel.op == OpId::index_add) {
-    Tensor flag = error.to(Device::cpu());
-    const auto* e = static_cast<const std::int64_t*>(flag.raw_data());
-    KILN_CHECK_AS(IndexError, e[0] == 0, "{}: index {} is out of range for dim {} of size {}",
-                  kernel.op, e[1], dim,
-                  kernel.op == OpId::gather || kernel.op == OpId::index_select
-                      ? inputs[0].shape()[dim]
-                      : out_meta.shape[dim]);
+    std::int64_t size = kernel.op == OpId::gather || kernel.op == OpId::index_select
+                            ? inputs[0].shape()[dim]
+                            : out_meta.shape[dim];
+    defer_device_check(error, [op = kernel.op, dim, size](std::span<const std::int64_t> e) {
+      throw IndexError(fmt::format("{}: index {} is out of range for dim {} of size {}{}", op, e[1],
+                                   dim, size, device_check_note()));
+    });
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/kernel_values.h"
 #include "jit/codegen/reduction.h"
+#include "runtime/device_checks.h"
 #include "runtime/error.h"
 
 namespace kiln::jit::codegen {
@@ -187,12 +188,11 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
     launch_generated(kernel.name, source,
                      {static_cast<unsigned>(std::min<long long>(rows * splits, sms * 16)), 1, 1},
                      {block, 1, 1}, params.data(), read, written);
-  if (kernel.checks_index) {
-    Tensor flag = error.to(Device::cpu());
-    const auto* e = static_cast<const std::int64_t*>(flag.raw_data());
-    KILN_CHECK_AS(IndexError, e[0] == 0, "gather: index {} is out of range for dim {} of size {}",
-                  e[1], reduced.at(0), cols);
-  }
+  if (kernel.checks_index)
+    defer_device_check(error, [dim = reduced.at(0), cols](std::span<const std::int64_t> e) {
+      throw IndexError(fmt::format("gather: index {} is out of range for dim {} of size {}{}", e[1],
+                                   dim, cols, device_check_note()));
+    });
   return outs;
 }
 

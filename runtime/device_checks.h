@@ -1,0 +1,38 @@
+// Errors a kernel reports through a flag in device memory (an index out of range), read by the
+// host at the next synchronizing copy to it instead of right after the launch: a launch never
+// waits for its own result, so a warm compiled call stays free of host syncs, as PyTorch's
+// device-side asserts are. KILN_SYNC_CHECKS=1 reads each flag right after its launch, so the
+// error surfaces at the op that caused it (one sync per checked launch).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string_view>
+
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+// Throws the error a set flag stands for; gets the flag's words ([set, detail...]).
+using DeviceCheckRaiser = std::function<void(std::span<const std::int64_t> words)>;
+
+// `flag` is an i64 tensor on a CUDA device, zero until the kernel that was just launched sets
+// it. Checked now under KILN_SYNC_CHECKS=1, else at the next run_device_checks().
+void defer_device_check(Tensor flag, DeviceCheckRaiser raise);
+
+// Reads every pending flag (a sync) and raises the error of the first one set, in launch order.
+// Copies from a CUDA device to the host call it first; every pending check is consumed, raised
+// or not.
+void run_device_checks();
+
+std::size_t pending_device_checks();
+
+// KILN_SYNC_CHECKS from code: true reads each flag right after its launch.
+void set_sync_device_checks(bool on);
+
+// What a raiser appends to its message: where the error was found, and how to see it at the op.
+std::string_view device_check_note();
+
+}  // namespace kiln
