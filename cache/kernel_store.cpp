@@ -52,8 +52,10 @@ std::optional<KernelImage> try_disk(DiskCache& disk, const KernelRequest& r, con
   return std::nullopt;
 }
 
-EntryMeta metadata(const KernelRequest& r, const std::string& key,
-                   const nvrtc::CompiledModule& module) {
+}  // namespace
+
+EntryMeta entry_metadata(const KernelRequest& r, const std::string& key,
+                         const nvrtc::CompiledModule& module) {
   EntryMeta m;
   m.key = key;
   m.kernel = std::string(r.name);
@@ -72,8 +74,6 @@ EntryMeta metadata(const KernelRequest& r, const std::string& key,
   }
   return m;
 }
-
-}  // namespace
 
 DiskStats& disk_stats() {
   static DiskStats stats;
@@ -108,7 +108,7 @@ KernelImage fetch_or_compile(const KernelRequest& r) {
   bool stored = false;
   if (disk) {
     try {
-      disk->store(metadata(r, key, *out.compiled), r.source, out.image);
+      disk->store(entry_metadata(r, key, *out.compiled), r.source, out.image);
       ++disk_stats().stores;
       stored = true;
     } catch (const Error& e) {

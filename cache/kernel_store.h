@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "cache/cache_entry.h"
 #include "jit/nvrtc/nvrtc.h"
 
 namespace kiln::cache {
@@ -38,6 +39,10 @@ std::optional<KernelImage> fetch_from_disk(const KernelRequest& request);
 // sharing the cache compile each kernel once: whoever waited finds the entry written.
 // Disk failures degrade to compiling without the disk (one warning); NVRTC errors propagate.
 KernelImage fetch_or_compile(const KernelRequest& request);
+
+// What an entry records of a compiled request (its kernel's resources from `module`).
+EntryMeta entry_metadata(const KernelRequest& request, const std::string& key,
+                         const nvrtc::CompiledModule& module);
 
 // This process's disk traffic, for tests and benchmarks (compiles are counted by
 // jit::codegen::launch_stats()).

@@ -16,17 +16,23 @@
 #include <set>
 #include <thread>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "autograd/ops.h"
+#include "cache/batch_compile.h"
 #include "cache/cache_entry.h"
 #include "cache/disk_cache.h"
 #include "cache/kernel_key.h"
 #include "cache/kernel_store.h"
 #include "cache/progress.h"
 #include "jit/codegen/codegen_version.h"
+#include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/launch_stats.h"
+#include "jit/compile.h"
 #include "jit/log.h"
 #include "support/capture_output.h"
+#include "support/device_compare.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 
@@ -297,6 +303,64 @@ BOOST_AUTO_TEST_CASE(cold_then_disk_hit_then_memory_hit_in_one_process) {
   BOOST_TEST((meta.nodes == std::vector<std::string>{"a test kernel"}));
   BOOST_TEST(meta.codegen_version == jit::codegen::kCodegenVersion);
   BOOST_TEST(contains(meta.nvrtc_version, "NVRTC"));
+}
+
+BOOST_AUTO_TEST_CASE(a_graphs_kernels_compile_as_one_program_with_an_entry_each) {
+  test::TempDir dir;
+  CacheEnv env(dir.path());
+  // Two kernels with the same helper, header and macro: each lives in a namespace of its own,
+  // the header is included once, the macro ends with its kernel.
+  auto kernel = [](int i) {
+    return fmt::format(
+        "#include <cuda_fp16.h>\n#define SCALE {0}.0f\ntemplate <typename T> __device__ T twice(T "
+        "v) {{ return v + v; }}\nextern \"C\" __global__ void k_b{0}(float* x) {{ x[threadIdx.x] "
+        "= twice(x[threadIdx.x]) * SCALE + __half2float(__float2half(1.0f)); }}\n",
+        i);
+  };
+  std::string s1 = kernel(1), s2 = kernel(2);
+  auto r1 = request("k_b1", s1), r2 = request("k_b2", s2);
+  std::string combined = cache::combined_source({&r1, &r2});
+  auto count = [&](const std::string& part) {
+    std::size_t n = 0;
+    for (auto at = combined.find(part); at != std::string::npos; at = combined.find(part, at + 1))
+      ++n;
+    return n;
+  };
+  BOOST_TEST(count("#include <cuda_fp16.h>") == 1u);
+  BOOST_TEST(count("namespace kiln_kernel_") == 4u);  // two opened, two closing comments
+  BOOST_TEST(count("#undef SCALE") == 2u);
+  auto images = cache::compile_together({&r1, &r2});
+  BOOST_TEST_REQUIRE(images.size() == 2u);
+  BOOST_TEST(images[0].image == images[1].image);  // one program
+  BOOST_TEST(images[0].compiled->kernel("k_b1") != nullptr);
+  BOOST_TEST(images[0].compiled->kernel("k_b2") != nullptr);
+  // An entry each, under each kernel's own key: a later lookup of either hits.
+  BOOST_TEST((entry_names(dir.path()) == std::set<std::string>{images[0].key, images[1].key}));
+  BOOST_TEST(cache::fetch_from_disk(r2)->image == images[1].image);
+  BOOST_TEST(cache::DiskCache(dir.path()).load(images[1].key, false).meta.kernel == "k_b2");
+  // Two kernels of one name are refused; a broken kernel in a plan's batch is named by the error
+  // of the one-by-one retry.
+  BOOST_CHECK_THROW(cache::compile_together({&r1, &r1}), Error);
+  std::vector<jit::codegen::KernelSource> plan = {
+      {"k_ok", "extern \"C\" __global__ void k_ok(float* x) { x[0] = 1.0f; }\n"},
+      {"k_broken", "extern \"C\" __global__ void k_broken(float* x) { x[0] = oops; }\n"}};
+  BOOST_CHECK_EXCEPTION(jit::codegen::prepare_kernels(plan), nvrtc::CompileError,
+                        [](const Error& e) { return contains(e.what(), "k_broken.cu"); });
+}
+
+BOOST_AUTO_TEST_CASE(a_compiled_functions_first_call_compiles_its_kernels_in_one_program) {
+  test::TempDir dir;
+  CacheEnv env(dir.path());
+  // Softmax over rows, then over columns: two kernels (the + 1 is the second one's epilogue).
+  auto f = jit::compile([](const Tensor& x) { return softmax(softmax(x, 1) * 2.0, 0) + 1.0; });
+  Tensor x = randn({5, 7});
+  Tensor got = f(x.to(Device::cuda()));
+  BOOST_TEST(test::relative_error(got, softmax(softmax(x, 1) * 2.0, 0) + 1.0) <= 1e-5);
+  std::set<std::string> images;
+  for (const auto& key : entry_names(dir.path()))
+    images.insert(cache::DiskCache(dir.path()).load(key, false).binary);
+  BOOST_TEST(entry_names(dir.path()).size() == 2u);
+  BOOST_TEST(images.size() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(truncated_bit_flipped_and_empty_entries_heal_with_one_warning) {

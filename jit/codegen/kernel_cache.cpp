@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
+#include "cache/batch_compile.h"
 #include "cache/kernel_store.h"
 #include "cache/progress.h"
 #include "jit/codegen/codegen_version.h"
@@ -33,23 +35,37 @@ cache::KernelRequest request(const std::string& name, const std::string& source)
       name, source, nvrtc::Target::for_device(cuda::backend().properties(0)), {}, kCodegenVersion};
 }
 
-// Loads `image` and remembers the function; the memory mutex is held.
+// Loaded modules by image: the kernels compiled in one program share one image (and one entry
+// image on disk each), loaded once.
+std::unordered_map<std::string, cuda::Module>& modules() {
+  static std::unordered_map<std::string, cuda::Module> loaded;
+  return loaded;
+}
+
+// Loads `image` (once per distinct image) and remembers the function; the memory mutex is held.
 cuda::Function remember(const std::string& name, const std::string& source,
                         const cache::KernelImage& image) {
   cuda::Backend& be = cuda::backend();
-  cuda::Function fn = be.get_function(be.load_module(image.image), name);
+  auto loaded = modules().find(image.image);
+  bool first_of_image = loaded == modules().end();
+  if (first_of_image) loaded = modules().emplace(image.image, be.load_module(image.image)).first;
+  cuda::Function fn = be.get_function(loaded->second, name);
   if (image.compiled) {
     const nvrtc::CompiledModule& module = *image.compiled;
-    ++launch_stats().compiles;
-    launch_stats().compile_us += static_cast<std::int64_t>(module.compile_ms * 1000);
+    ++launch_stats().compiles;  // kernels; a program of several counts its time once
+    if (first_of_image)
+      launch_stats().compile_us += static_cast<std::int64_t>(module.compile_ms * 1000);
     if (log_enabled(LogTopic::kernels)) {
       const nvrtc::KernelResources* r = module.kernel(name);
       auto count = [](long v) { return v < 0 ? std::string("n/a") : std::to_string(v); };
       log_line(fmt::format(
-          "kiln: kernel {}: {} bytes of source, compiled in {:.1f} ms for {}; registers {}, "
+          "kiln: kernel {}: {} bytes of source, compiled in {:.1f} ms{} for {}; registers {}, "
           "spills {}, shared memory {} bytes{}",
-          name, source.size(), module.compile_ms, module.target.arch(),
-          count(r ? r->registers : -1), count(r ? r->spill_store_bytes : -1),
+          name, source.size(), module.compile_ms,
+          module.kernels.size() > 1
+              ? fmt::format(" (one program with {} kernels)", module.kernels.size())
+              : "",
+          module.target.arch(), count(r ? r->registers : -1), count(r ? r->spill_store_bytes : -1),
           count(r ? r->shared_bytes : -1),
           module.target.cubin ? "" : " (a PTX target: ptxas reports resources for cubins)"));
     }
@@ -82,13 +98,42 @@ void prepare_kernels(const std::vector<KernelSource>& kernels) {
                           [&](const KernelSource* s) { return s->source == k.source; }))
       to_compile.push_back(&k);
   }
+  // The misses compile as one NVRTC program (cache/batch_compile.h), kernels of a name already
+  // in it one by one; a program that fails compiles again kernel by kernel to name the culprit.
+  std::vector<const KernelSource*> alone;
+  std::vector<cache::KernelRequest> requests;
+  std::set<std::string> names;
+  for (const KernelSource* k : to_compile)
+    if (names.insert(k->name).second)
+      requests.push_back(request(k->name, k->source));
+    else
+      alone.push_back(k);
+  if (requests.size() < 2) {
+    alone.insert(alone.begin(), to_compile.begin(), to_compile.begin() + requests.size());
+    requests.clear();
+  }
   cache::CompileProgress progress(static_cast<int>(to_compile.size()));
-  for (const KernelSource* k : to_compile) {
+  if (!requests.empty()) {
+    std::vector<const cache::KernelRequest*> batch;
+    for (const auto& r : requests) batch.push_back(&r);
+    progress.start(fmt::format("{} kernels in one program", batch.size()));
+    std::vector<cache::KernelImage> images;
+    try {
+      images = cache::compile_together(batch);
+    } catch (const nvrtc::CompileError&) {
+      for (const auto& r : requests)
+        images.push_back(cache::fetch_or_compile(r));  // raises for the kernel at fault
+    }
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      remember(requests[i].name, requests[i].source, images[i]);
+  }
+  for (const KernelSource* k : alone) {
     progress.start(k->name);
     remember(k->name, k->source, cache::fetch_or_compile(request(k->name, k->source)));
   }
   progress.finish();
 }
+
 void launch_generated(const std::string& name, const std::string& source, cuda::Dim3 grid,
                       cuda::Dim3 block, void** params, std::int64_t bytes_read,
                       std::int64_t bytes_written) {
