@@ -2,6 +2,7 @@
 #include "jit/codegen/kernel_cache.h"
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -142,7 +143,13 @@ void launch_generated(const std::string& name, const std::string& source, cuda::
   ++stats.launches;
   stats.bytes_read += bytes_read;
   stats.bytes_written += bytes_written;
+  if (!stats.timing.load(std::memory_order_relaxed))
+    return cuda::backend().launch(fn, grid, block, 0, nullptr, params);
+  auto start = std::chrono::steady_clock::now();
   cuda::backend().launch(fn, grid, block, 0, nullptr, params);
+  stats.launch_ns +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
 }
 
 unsigned grid_stride_blocks(long long n, unsigned block) {

@@ -16,6 +16,10 @@ struct LaunchStats {
   std::atomic<std::int64_t> compiles{0};    // NVRTC compiles (kernel cache misses)
   std::atomic<std::int64_t> cache_hits{0};  // lookups served by the in-process cache
   std::atomic<std::int64_t> compile_us{0};  // total NVRTC time
+  // With `timing` set (benchmarks): host time inside the backend's launch calls. On the virtual
+  // GPU that includes running the kernel; on a real one it is the enqueue.
+  std::atomic<bool> timing{false};
+  std::atomic<std::int64_t> launch_ns{0};
 };
 
 LaunchStats& launch_stats();
