@@ -155,11 +155,8 @@ void LaunchProfiler::access(ThreadState& t, bool shared, std::uint64_t addr, uns
     if (seq >= w.shared.size()) w.shared.resize(seq + 1);
     SharedRequest& r = w.shared[seq];
     if (r.count == 0) ++p_.shared_requests;
-    for (std::uint64_t word = addr >> 2; word <= (addr + size - 1) >> 2; ++word) {
-      auto wd = static_cast<std::uint32_t>(word);
-      if (std::find(r.words, r.words + r.count, wd) == r.words + r.count && r.count < 32)
-        r.words[r.count++] = wd;
-    }
+    for (std::uint64_t word = addr >> 2; word <= (addr + size - 1) >> 2 && r.count < 64; ++word)
+      r.words[r.count++] = static_cast<std::uint32_t>(word);
     return;
   }
   (store ? p_.store_bytes : p_.load_bytes) += size;
@@ -168,6 +165,8 @@ void LaunchProfiler::access(ThreadState& t, bool shared, std::uint64_t addr, uns
   GlobalRequest& r = w.global[seq];
   if (r.seen == 0) ++(store ? p_.store_requests : p_.load_requests);
   for (std::uint64_t sector = addr >> 5; sector <= (addr + size - 1) >> 5; ++sector) {
+    if (sector == r.last) continue;
+    r.last = sector;
     unsigned known = std::min<unsigned>(r.seen, 4);
     if (std::find(r.recent, r.recent + known, sector) != r.recent + known) continue;
     r.recent[r.next] = sector;
@@ -201,10 +200,13 @@ void LaunchProfiler::end_block() {
     for (const auto& r : w.shared) {
       if (r.count == 0) continue;
       // One wavefront per distinct word in the busiest bank.
+      std::uint32_t words[64];
+      std::copy(r.words, r.words + r.count, words);
+      std::sort(words, words + r.count);
       std::uint8_t per_bank[32] = {};
       std::uint8_t worst = 0;
       for (std::uint8_t i = 0; i < r.count; ++i)
-        worst = std::max(worst, ++per_bank[r.words[i] % 32]);
+        if (i == 0 || words[i] != words[i - 1]) worst = std::max(worst, ++per_bank[words[i] % 32]);
       p_.bank_conflicts += worst - 1u;
     }
     w.global.clear();

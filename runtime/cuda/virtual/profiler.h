@@ -67,9 +67,12 @@ class LaunchProfiler {
   struct GlobalRequest {
     std::uint64_t recent[4];  // sectors seen, the last four (a warp's sectors arrive in order)
     std::uint8_t seen = 0, next = 0;
+    std::uint64_t last = ~0ull;  // the newest of them: neighbouring lanes mostly share it
   };
   struct SharedRequest {
-    std::uint32_t words[32];  // distinct 4-byte words the warp touched
+    // The 4-byte words the warp's threads touched, as they came (deduplicated by end_block: a
+    // search per access cost more than the rest of the profiler). The first 64 are kept.
+    std::uint32_t words[64];
     std::uint8_t count = 0;
   };
   struct WarpRecords {
