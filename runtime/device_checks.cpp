@@ -7,33 +7,31 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/cuda/backend.h"
+#include "runtime/tensor.h"
 
 namespace kiln {
 namespace {
 
-struct PendingCheck {
-  Tensor flag;
-  DeviceCheckRaiser raise;
-};
+// Slots of the flag buffer: a run this long between syncs reads the flags before going on.
+constexpr std::size_t kSlots = 1024;
+constexpr std::size_t kSlotBytes = 2 * sizeof(std::int64_t);
 
 struct PendingChecks {
   std::mutex mutex;
-  std::vector<PendingCheck> checks;
+  Tensor flags;  // kSlots x 2 i64 on the device, zero where no kernel set one
+  std::vector<DeviceCheckRaiser> raisers;  // one per slot in use, in launch order
 };
 
+// Never destroyed: a tensor freed after the device allocator at exit would outlive it.
 PendingChecks& pending() {
-  static PendingChecks p;
-  return p;
+  static auto* p = new PendingChecks;
+  return *p;
 }
-
-// A long run between syncs keeps at most this many flags alive before reading them.
-constexpr std::size_t kMaxPending = 1024;
 
 std::atomic<bool>& sync_checks_flag() {
   static std::atomic<bool> on = [] {
     const char* v = std::getenv("KILN_SYNC_CHECKS");
-    return v != nullptr && std::strcmp(v, "0") != 0 && *v != '\0';
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
   }();
   return on;
 }
@@ -42,43 +40,60 @@ bool sync_checks() {
   return sync_checks_flag().load(std::memory_order_relaxed);
 }
 
-// Raw device reads: a Tensor copy to the host would run the checks again.
-std::vector<std::int64_t> read_words(const Tensor& flag) {
-  std::vector<std::int64_t> words(static_cast<std::size_t>(flag.numel()));
-  cuda::backend().copy_to_host(words.data(), reinterpret_cast<cuda::DevicePtr>(flag.raw_data()),
-                               words.size() * sizeof(std::int64_t));
-  return words;
+cuda::DevicePtr address(const Tensor& t) {
+  return reinterpret_cast<cuda::DevicePtr>(t.raw_data());
 }
 
-void check(const PendingCheck& c) {
-  auto words = read_words(c.flag);
-  if (!words.empty() && words[0] != 0) c.raise(words);
+// Reads and zeroes the slots in use; the caller holds the mutex. Returns the first error's
+// raiser and words, if one was set.
+std::pair<DeviceCheckRaiser, std::vector<std::int64_t>> drain(PendingChecks& p) {
+  std::size_t used = p.raisers.size();
+  if (used == 0) return {};
+  std::vector<std::int64_t> words(2 * used);
+  cuda::Backend& be = cuda::backend();
+  be.copy_to_host(words.data(), address(p.flags), used * kSlotBytes);
+  be.memset8(address(p.flags), 0, used * kSlotBytes);
+  std::vector<DeviceCheckRaiser> raisers;
+  raisers.swap(p.raisers);
+  for (std::size_t i = 0; i < used; ++i)
+    if (words[2 * i] != 0) return {std::move(raisers[i]), {words[2 * i], words[2 * i + 1]}};
+  return {};
+}
+
+void drain_and_raise(std::unique_lock<std::mutex>& lock) {
+  auto [raise, words] = drain(pending());
+  lock.unlock();
+  if (raise) raise(words);
 }
 
 }  // namespace
 
-void defer_device_check(Tensor flag, DeviceCheckRaiser raise) {
-  KILN_CHECK(flag.device().is_cuda() && flag.dtype() == DType::i64 && flag.is_contiguous(),
-             "defer_device_check: the flag must be a contiguous i64 CUDA tensor, got {} {}",
-             flag.device().str(), flag.dtype());
-  PendingCheck c{std::move(flag), std::move(raise)};
-  if (sync_checks()) return check(c);
-  bool full = false;
-  {
-    std::lock_guard lock(pending().mutex);
-    pending().checks.push_back(std::move(c));
-    full = pending().checks.size() >= kMaxPending;
+cuda::DevicePtr reserve_device_check(DeviceCheckRaiser raise) {
+  PendingChecks& p = pending();
+  std::unique_lock lock(p.mutex);
+  if (!p.flags.defined())
+    p.flags = zeros({2 * static_cast<std::int64_t>(kSlots)}, DType::i64, Device::cuda());
+  if (p.raisers.size() == kSlots) {
+    drain_and_raise(lock);  // a full buffer: read it before reusing its slots
+    lock.lock();
   }
-  if (full) run_device_checks();
+  cuda::DevicePtr slot = address(p.flags) + p.raisers.size() * kSlotBytes;
+  p.raisers.push_back(std::move(raise));
+  return slot;
+}
+
+void device_check_launched() {
+  if (sync_checks()) run_device_checks();
 }
 
 void run_device_checks() {
-  std::vector<PendingCheck> checks;
-  {
-    std::lock_guard lock(pending().mutex);
-    checks.swap(pending().checks);
-  }
-  for (const auto& c : checks) check(c);
+  std::unique_lock lock(pending().mutex);
+  drain_and_raise(lock);
+}
+
+std::size_t pending_device_checks() {
+  std::lock_guard lock(pending().mutex);
+  return pending().raisers.size();
 }
 
 void set_sync_device_checks(bool on) {
@@ -89,11 +104,6 @@ std::string_view device_check_note() {
   return sync_checks() ? ""
                        : " (found by a kernel launched before this sync; KILN_SYNC_CHECKS=1 "
                          "raises it at the op)";
-}
-
-std::size_t pending_device_checks() {
-  std::lock_guard lock(pending().mutex);
-  return pending().checks.size();
 }
 
 }  // namespace kiln

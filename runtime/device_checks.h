@@ -1,8 +1,9 @@
 // Errors a kernel reports through a flag in device memory (an index out of range), read by the
 // host at the next synchronizing copy to it instead of right after the launch: a launch never
 // waits for its own result, so a warm compiled call stays free of host syncs, as PyTorch's
-// device-side asserts are. KILN_SYNC_CHECKS=1 reads each flag right after its launch, so the
-// error surfaces at the op that caused it (one sync per checked launch).
+// device-side asserts are. The flags are slots of one zeroed device buffer, read back in one
+// copy and zeroed again, so pending checks cost no allocation. KILN_SYNC_CHECKS=1 reads each
+// flag right after its launch, so the error surfaces at the op that caused it.
 #pragma once
 
 #include <cstddef>
@@ -11,20 +12,22 @@
 #include <span>
 #include <string_view>
 
-#include "runtime/tensor.h"
+#include "runtime/cuda/backend.h"
 
 namespace kiln {
 
-// Throws the error a set flag stands for; gets the flag's words ([set, detail...]).
+// Throws the error a set flag stands for; gets the flag's words: [set, detail].
 using DeviceCheckRaiser = std::function<void(std::span<const std::int64_t> words)>;
 
-// `flag` is an i64 tensor on a CUDA device, zero until the kernel that was just launched sets
-// it. Checked now under KILN_SYNC_CHECKS=1, else at the next run_device_checks().
-void defer_device_check(Tensor flag, DeviceCheckRaiser raise);
+// Two zeroed i64 words in device memory for the kernel about to be launched to set (word 0
+// non-zero: the error `raise` throws). Call device_check_launched() once it is launched.
+cuda::DevicePtr reserve_device_check(DeviceCheckRaiser raise);
+// Under KILN_SYNC_CHECKS, reads the flags now; otherwise nothing.
+void device_check_launched();
 
-// Reads every pending flag (a sync) and raises the error of the first one set, in launch order.
-// Copies from a CUDA device to the host call it first; every pending check is consumed, raised
-// or not.
+// Reads every pending flag (one copy: a sync) and raises the error of the first one set, in
+// launch order. Copies from a CUDA device to the host call it first; every pending check is
+// consumed, raised or not.
 void run_device_checks();
 
 std::size_t pending_device_checks();

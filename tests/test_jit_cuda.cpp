@@ -4,13 +4,13 @@
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/ops.h"
-#include "runtime/device_checks.h"
 #include "cache/disk_cache.h"
 #include "jit/accuracy_check.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
 #include "jit/log.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/device_checks.h"
 #include "runtime/dispatch.h"
 #include "support/capture_output.h"
 #include "support/device_compare.h"
@@ -188,6 +188,23 @@ BOOST_AUTO_TEST_CASE(a_warm_call_compiles_nothing_and_launches_only_its_kernels)
   launches = stats.launches;
   block(x, w, b);
   BOOST_TEST(stats.launches - launches >= 15);
+
+  // A training step's loss: nothing is compiled, no device memory comes from the backend (the
+  // caching allocator serves it), and no flag is read back (the host never waits).
+  auto loss = jit::compile([](const Tensor& logits, const Tensor& t) {
+    return cross_entropy(layer_norm(logits, {logits.size(1)}), t);
+  });
+  Tensor target = test::i64s({1, 0, 15, 3, 7, 2}).to(Device::cuda());
+  loss(x, target);
+  run_device_checks();
+  auto& allocator = cuda_allocator();
+  std::size_t backend_allocs = allocator.stats().num_backend_allocs;
+  compiles = stats.compiles;
+  for (int step = 0; step < 3; ++step) loss(x, target);
+  BOOST_TEST(stats.compiles - compiles == 0);
+  BOOST_TEST(allocator.stats().num_backend_allocs - backend_allocs == 0u);
+  BOOST_TEST(pending_device_checks() == 3u);
+  run_device_checks();
 }
 
 BOOST_AUTO_TEST_CASE(symbolic_reshapes_read_by_kernels_take_each_calls_sizes) {

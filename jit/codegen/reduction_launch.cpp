@@ -139,10 +139,15 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   for (std::size_t i = 0; i < first_write; ++i) params.push_back(&pointers[i]);
   for (auto& number : numbers) params.push_back(number.data());
   for (std::size_t i = first_write; i < pointers.size(); ++i) params.push_back(&pointers[i]);
-  // A row select's out-of-range index: [flag, index], set by the kernel.
-  Tensor error = kernel.checks_index ? zeros({2}, DType::i64, Device::cuda()) : Tensor();
-  auto error_ptr = kernel.checks_index ? reinterpret_cast<cuda::DevicePtr>(error.raw_data()) : 0;
-  if (kernel.checks_index) params.push_back(&error_ptr);
+  // A row select's out-of-range index: [flag, index], set by the kernel (device_checks.h).
+  cuda::DevicePtr error_ptr = 0;
+  if (kernel.checks_index) {
+    error_ptr = reserve_device_check([dim = reduced.at(0), cols](std::span<const std::int64_t> e) {
+      throw IndexError(fmt::format("gather: index {} is out of range for dim {} of size {}{}", e[1],
+                                   dim, cols, device_check_note()));
+    });
+    params.push_back(&error_ptr);
+  }
   // Few long rows (a full reduction is one) split over blocks: each folds a chunk of columns,
   // the last to arrive combines the chunks' partials in order.
   long long sms = cuda::backend().properties(0).sm_count;
@@ -188,11 +193,7 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
     launch_generated(kernel.name, source,
                      {static_cast<unsigned>(std::min<long long>(rows * splits, sms * 16)), 1, 1},
                      {block, 1, 1}, params.data(), read, written);
-  if (kernel.checks_index)
-    defer_device_check(error, [dim = reduced.at(0), cols](std::span<const std::int64_t> e) {
-      throw IndexError(fmt::format("gather: index {} is out of range for dim {} of size {}{}", e[1],
-                                   dim, cols, device_check_note()));
-    });
+  if (kernel.checks_index) device_check_launched();
   return outs;
 }
 
