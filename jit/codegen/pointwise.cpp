@@ -37,6 +37,11 @@ std::atomic<std::int64_t>& index_limit() {
   return limit;
 }
 
+std::atomic<bool>& vectors_on() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
 Data list() {
   return Data(Data::type::list);
 }
@@ -50,6 +55,13 @@ Data comma_list(const char* key, const std::vector<std::string>& items) {
     l.push_back(item);
   }
   return l;
+}
+
+// Whether a value of `sizes` is the same along the last dim of `domain` (it broadcasts there).
+bool splat_along_last_dim(const std::vector<SymExpr>& sizes, const std::vector<SymExpr>& domain) {
+  auto is_one = [](const SymExpr& s) { return s.is_constant() && s.constant_value() == 1; };
+  if (domain.empty() || is_one(domain.back())) return false;
+  return sizes.empty() || is_one(sizes.back());
 }
 
 // Elements per thread on the vector path: as many as fill one 16-byte access of the widest
@@ -127,9 +139,11 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
       params.push_back(
           Data("decl", fmt::format("const {}* __restrict__ in{}", storage_type(t), index)));
       read_args.push_back(fmt::format("{} r{}", storage_type(t), index));
+      k.splat.push_back(splat_along_last_dim(g.values[v].sizes, group.domain));
       Data r;
       r.set("index", std::to_string(index));
       r.set("type", storage_type(t));
+      r.set("splat", bool(k.splat.back()));
       reads.push_back(r);
       load.set("expr", load_expr(t, fmt::format("r{}", index)));
       loads.push_back(load);
@@ -190,7 +204,7 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   std::vector<std::string> element_params, vector_args, scalar_call;
   for (std::size_t i = 0; i < k.reads.size(); ++i) {
     element_params.push_back(read_args[i]);
-    vector_args.push_back(fmt::format("r{}.v[j]", i));
+    vector_args.push_back(k.splat[i] ? fmt::format("r{}", i) : fmt::format("r{}.v[j]", i));
     scalar_call.push_back(fmt::format("in{0}[offset[{0}]]", i));
   }
   for (std::size_t i = 0; i < k.scalars.size(); ++i) {
@@ -234,6 +248,10 @@ std::int64_t set_pointwise_index_limit(std::int64_t limit) {
   return index_limit().exchange(limit);
 }
 
+bool set_pointwise_vectors(bool on) {
+  return vectors_on().exchange(on);
+}
+
 std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values,
                                   std::span<const std::int64_t> symbol_values) {
@@ -251,7 +269,8 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
                t.device().str());
     auto strides = domain_strides(t, kernel.rank, frame);
     space.strides.emplace_back(strides.begin(), strides.end());
-    reads.push_back({reinterpret_cast<std::uintptr_t>(t.raw_data()), itemsize(t.dtype())});
+    reads.push_back({reinterpret_cast<std::uintptr_t>(t.raw_data()), itemsize(t.dtype()),
+                     kernel.splat[reads.size()]});
   }
   // Numbers by value, each in its register type (at most 8 bytes).
   std::vector<std::array<unsigned char, 8>> numbers;
@@ -274,7 +293,9 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
     for (std::size_t k = 0; k < reads.size(); ++k)
       piece_reads[k].address += piece.read_offsets[k] * reads[k].itemsize;
     for (auto& w : piece_writes) w.address += piece.first * w.itemsize;
-    VectorPlan plan = plan_vectors(piece.space, kernel.vector_width, piece_reads, piece_writes);
+    std::int64_t vectors = 0;
+    if (vectors_on())
+      vectors = plan_vectors(piece.space, kernel.vector_width, piece_reads, piece_writes);
     // The struct the kernel declares: rank sizes, then max(1, reads) rows of rank strides.
     std::vector<std::uint32_t> index(piece.space.sizes.begin(), piece.space.sizes.end());
     std::size_t rows = std::max<std::size_t>(1, kernel.reads.size());
@@ -291,16 +312,16 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
     for (auto& number : numbers) params.push_back(number.data());
     for (std::size_t i = reads.size(); i < pointers.size(); ++i) params.push_back(&pointers[i]);
     auto n = static_cast<std::uint32_t>(piece.space.numel());
-    auto vectors = static_cast<std::uint32_t>(plan.vectors);
+    auto vector_count = static_cast<std::uint32_t>(vectors);
     params.push_back(index.data());
     params.push_back(&n);
-    params.push_back(&vectors);
-    params.push_back(&plan.splat);
+    params.push_back(&vector_count);
     unsigned block = 256;
     // The plan's bytes are counted once, with its first launch.
     launch_generated(kernel.name, kernel.source,
-                     {grid_stride_blocks(vectors > 0 ? vectors : n, block), 1, 1}, {block, 1, 1},
-                     params.data(), std::exchange(read, 0), std::exchange(written, 0));
+                     {grid_stride_blocks(vector_count > 0 ? vector_count : n, block), 1, 1},
+                     {block, 1, 1}, params.data(), std::exchange(read, 0),
+                     std::exchange(written, 0));
   }
   return outs;
 }

@@ -100,31 +100,28 @@ std::vector<IterPiece> split_for_index(const IterSpace& space, std::int64_t limi
   return pieces;
 }
 
-VectorPlan plan_vectors(const IterSpace& piece, int width, std::span<const TensorAccess> reads,
-                        std::span<const TensorAccess> writes) {
-  std::size_t rank = piece.sizes.size(), inner = rank - 1;
+std::int64_t plan_vectors(const IterSpace& piece, int width, std::span<const TensorAccess> reads,
+                          std::span<const TensorAccess> writes) {
+  std::size_t inner = piece.sizes.size() - 1;
   auto w = static_cast<std::int64_t>(width);
-  bool rows = numel_from(piece, 0) != piece.sizes[inner];
-  if (w < 2 || (rows && piece.sizes[inner] % w != 0)) return {};
+  bool rows = piece.numel() != piece.sizes[inner];
+  if (w < 2 || (rows && piece.sizes[inner] % w != 0)) return 0;
   auto aligned = [&](const TensorAccess& t) {
     return t.address % (static_cast<std::uintptr_t>(w) * t.itemsize) == 0;
   };
-  VectorPlan plan;
   for (std::size_t k = 0; k < reads.size(); ++k) {
     const auto& stride = piece.strides[k];
-    if (stride[inner] == 0) {
-      if (k >= 32) return {};  // no bit left in `splat`
-      plan.splat |= 1u << k;
+    if (reads[k].splat) {
+      if (stride[inner] != 0) return 0;
       continue;
     }
-    if (stride[inner] != 1 || !aligned(reads[k])) return {};
+    if (stride[inner] != 1 || !aligned(reads[k])) return 0;
     for (std::size_t d = 0; d < inner; ++d)
-      if (piece.sizes[d] > 1 && stride[d] % w != 0) return {};
+      if (piece.sizes[d] > 1 && stride[d] % w != 0) return 0;
   }
   for (const auto& t : writes)
-    if (!aligned(t)) return {};
-  plan.vectors = numel_from(piece, 0) / w;
-  return plan;
+    if (!aligned(t)) return 0;
+  return piece.numel() / w;
 }
 
 }  // namespace kiln::jit::codegen

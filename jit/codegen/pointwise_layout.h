@@ -44,23 +44,21 @@ bool fits_index(const IterSpace& space, std::int64_t limit = kIndexLimit);
 // piece is a contiguous range of linear indices, so outputs are written at `first` onward.
 std::vector<IterPiece> split_for_index(const IterSpace& space, std::int64_t limit = kIndexLimit);
 
-// A tensor as a launch touches it: where its first element is, and its element size.
+// A tensor as a launch touches it: where its first element is, its element size, and (reads)
+// whether the kernel reads it as constant along a vector (one element per vector).
 struct TensorAccess {
   std::uintptr_t address = 0;
   std::size_t itemsize = 0;
+  bool splat = false;
 };
 
-struct VectorPlan {
-  std::int64_t vectors = 0;  // groups of `width` elements taken by the vector path
-  unsigned splat = 0;        // bit k: read k is constant along a vector (a broadcast)
-};
-
-// The vector path of a (merged) piece, `width` elements per thread. It is taken when vectors
-// never straddle a row (one dim left, or an inner size that `width` divides) and every tensor
-// is either contiguous along the inner dim, aligned to its vector access and with outer strides
-// `width` divides, or, for reads, constant along it (stride 0). Otherwise no vectors: the
-// scalar path runs every element. With one dim left the last numel % width elements are scalar.
-VectorPlan plan_vectors(const IterSpace& piece, int width, std::span<const TensorAccess> reads,
-                        std::span<const TensorAccess> writes);
+// How many groups of `width` elements of a (merged) piece the vector path takes. Some when
+// vectors never straddle a row (one dim left, or an inner size `width` divides) and every
+// tensor is as the kernel reads it: a splat read constant along the inner dim (stride 0), any
+// other contiguous along it, aligned to its vector access, with outer strides `width` divides.
+// Otherwise none: the scalar loop runs every element. With one dim left, the last
+// numel % width elements are the scalar loop's.
+std::int64_t plan_vectors(const IterSpace& piece, int width, std::span<const TensorAccess> reads,
+                          std::span<const TensorAccess> writes);
 
 }  // namespace kiln::jit::codegen
