@@ -76,6 +76,40 @@ int vector_width(const graph::Graph& g, const PointwiseKernel& k) {
   return static_cast<int>(16 / widest);
 }
 
+// One launch of `kernel` over `piece`, its tensors at `reads` and `writes` (the piece's own
+// first elements); `bytes_read` and `bytes_written` are counted for it.
+void launch_piece(const PointwiseKernel& kernel, const IterPiece& piece,
+                  const std::vector<TensorAccess>& reads, const std::vector<TensorAccess>& writes,
+                  std::vector<std::array<unsigned char, 8>>& numbers, std::int64_t bytes_read,
+                  std::int64_t bytes_written) {
+  std::int64_t vectors =
+      vectors_on() ? plan_vectors(piece.space, kernel.vector_width, reads, writes) : 0;
+  // The struct the kernel declares: rank sizes, then max(1, reads) rows of rank strides.
+  std::vector<std::uint32_t> index(piece.space.sizes.begin(), piece.space.sizes.end());
+  std::size_t rows = std::max<std::size_t>(1, reads.size());
+  for (std::size_t r = 0; r < rows; ++r)
+    for (int d = 0; d < kernel.rank; ++d) {
+      bool moves = r < reads.size() && piece.space.sizes[d] > 1;
+      index.push_back(moves ? static_cast<std::uint32_t>(piece.space.strides[r][d]) : 0);
+    }
+  std::vector<cuda::DevicePtr> pointers;
+  for (const auto& t : reads) pointers.push_back(t.address);
+  for (const auto& t : writes) pointers.push_back(t.address);
+  std::vector<void*> params;
+  for (std::size_t i = 0; i < reads.size(); ++i) params.push_back(&pointers[i]);
+  for (auto& number : numbers) params.push_back(number.data());
+  for (std::size_t i = reads.size(); i < pointers.size(); ++i) params.push_back(&pointers[i]);
+  auto n = static_cast<std::uint32_t>(piece.space.numel());
+  auto vector_count = static_cast<std::uint32_t>(vectors);
+  params.push_back(index.data());
+  params.push_back(&n);
+  params.push_back(&vector_count);
+  unsigned block = 256;
+  launch_generated(kernel.name, kernel.source,
+                   {grid_stride_blocks(vector_count > 0 ? vector_count : n, block), 1, 1},
+                   {block, 1, 1}, params.data(), bytes_read, bytes_written);
+}
+
 }  // namespace
 
 PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup& group) {
@@ -268,6 +302,8 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
                "codegen: kernel '{}' reads %{} on {}, not a CUDA device", kernel.name, v,
                t.device().str());
     auto strides = domain_strides(t, kernel.rank, frame);
+    KILN_CHECK(std::all_of(strides.begin(), strides.end(), [](long long s) { return s >= 0; }),
+               "codegen: kernel '{}' reads %{} with a negative stride", kernel.name, v);
     space.strides.emplace_back(strides.begin(), strides.end());
     reads.push_back({reinterpret_cast<std::uintptr_t>(t.raw_data()), itemsize(t.dtype()),
                      kernel.splat[reads.size()]});
@@ -288,40 +324,14 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
   for (int v : kernel.reads) read += tensor_bytes(values.at(v));
   for (const auto& o : outs) written += tensor_bytes(o);
 
+  // The plan's bytes are counted once, with its first launch.
   for (const IterPiece& piece : split_for_index(merge_dims(space), index_limit())) {
     std::vector<TensorAccess> piece_reads = reads, piece_writes = writes;
     for (std::size_t k = 0; k < reads.size(); ++k)
       piece_reads[k].address += piece.read_offsets[k] * reads[k].itemsize;
     for (auto& w : piece_writes) w.address += piece.first * w.itemsize;
-    std::int64_t vectors = 0;
-    if (vectors_on())
-      vectors = plan_vectors(piece.space, kernel.vector_width, piece_reads, piece_writes);
-    // The struct the kernel declares: rank sizes, then max(1, reads) rows of rank strides.
-    std::vector<std::uint32_t> index(piece.space.sizes.begin(), piece.space.sizes.end());
-    std::size_t rows = std::max<std::size_t>(1, kernel.reads.size());
-    for (std::size_t r = 0; r < rows; ++r)
-      for (int d = 0; d < kernel.rank; ++d) {
-        bool moves = r < reads.size() && piece.space.sizes[d] > 1;
-        index.push_back(moves ? static_cast<std::uint32_t>(piece.space.strides[r][d]) : 0);
-      }
-    std::vector<cuda::DevicePtr> pointers;
-    for (const auto& t : piece_reads) pointers.push_back(t.address);
-    for (const auto& t : piece_writes) pointers.push_back(t.address);
-    std::vector<void*> params;
-    for (std::size_t i = 0; i < reads.size(); ++i) params.push_back(&pointers[i]);
-    for (auto& number : numbers) params.push_back(number.data());
-    for (std::size_t i = reads.size(); i < pointers.size(); ++i) params.push_back(&pointers[i]);
-    auto n = static_cast<std::uint32_t>(piece.space.numel());
-    auto vector_count = static_cast<std::uint32_t>(vectors);
-    params.push_back(index.data());
-    params.push_back(&n);
-    params.push_back(&vector_count);
-    unsigned block = 256;
-    // The plan's bytes are counted once, with its first launch.
-    launch_generated(kernel.name, kernel.source,
-                     {grid_stride_blocks(vector_count > 0 ? vector_count : n, block), 1, 1},
-                     {block, 1, 1}, params.data(), std::exchange(read, 0),
-                     std::exchange(written, 0));
+    launch_piece(kernel, piece, piece_reads, piece_writes, numbers, std::exchange(read, 0),
+                 std::exchange(written, 0));
   }
   return outs;
 }
