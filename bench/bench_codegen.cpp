@@ -13,6 +13,7 @@
 
 #include "autograd/ops.h"
 #include "jit/codegen/launch_stats.h"
+#include "jit/codegen/pointwise.h"
 #include "jit/compile.h"
 #include "runtime/cuda/virtual/profiler.h"
 
@@ -80,6 +81,38 @@ void row(const char* name, DType dtype, const Block& block, const std::vector<Te
               kiln.planned_bytes / ideal, eager.modeled_us, kiln.modeled_us);
 }
 
+// One generated pointwise kernel, scalar path against vector path: warp-level global requests,
+// the 32-byte sectors each touches, thread-instructions per element, and DRAM bytes against
+// the ideal. Only the kernels kiln generated for the block are counted.
+void vector_rows(const char* name, DType dtype, const Block& block,
+                 const std::vector<Tensor>& inputs) {
+  auto f = jit::compile([&](const Tensor& a, const Tensor& b) { return block({a, b}); });
+  std::vector<Tensor> outs = f(inputs[0], inputs[1]);  // compile
+  auto ideal = static_cast<double>(bytes(inputs) + bytes(outs));
+  auto elements = static_cast<double>(outs[0].numel());
+  for (bool vectors : {false, true}) {
+    namespace vgpu = cuda::vgpu;
+    bool was = jit::codegen::set_pointwise_vectors(vectors);
+    vgpu::set_profiling(true);
+    vgpu::clear_profiles();
+    f(inputs[0], inputs[1]);
+    vgpu::set_profiling(false);
+    jit::codegen::set_pointwise_vectors(was);
+    vgpu::KernelProfile p;
+    p.launches = 0;
+    for (const auto& k : vgpu::profiles())
+      if (k.kernel.rfind("k_", 0) == 0) p.add(k);
+    auto requests = static_cast<double>(p.load_requests + p.store_requests);
+    std::printf("%-14s %-5s %-6s %9llu %9llu %8.2f %10.2f %9.1f %9.2f %9.2f\n", name,
+                std::string(dtype_name(dtype)).c_str(), vectors ? "vector" : "scalar",
+                static_cast<unsigned long long>(p.load_requests),
+                static_cast<unsigned long long>(p.store_requests),
+                static_cast<double>(p.load_sectors + p.store_sectors) / requests, ideal / requests,
+                static_cast<double>(p.thread_instructions) / elements,
+                static_cast<double>(p.dram_bytes()) / 1e6, ideal / 1e6);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -120,6 +153,22 @@ int main() {
         [](auto& in) { return std::vector<Tensor>{cross_entropy(in[0], in[1])}; }, {x, target});
     row("SiLU gate", dtype, [](auto& in) { return std::vector<Tensor>{in[0] * silu(in[1])}; },
         {x, r});
+  }
+
+  std::printf(
+      "\nOne pointwise kernel, scalar path against vector path (16-byte accesses): warp-level\n"
+      "global requests, 32-byte sectors per request, ideal bytes per request, thread-\n"
+      "instructions per element, DRAM MB the profiler measured and the ideal\n\n");
+  std::printf("%-14s %-5s %-6s %9s %9s %8s %10s %9s %9s %9s\n", "block", "dtype", "path",
+              "load req", "store req", "sect/req", "bytes/req", "instr/el", "DRAM MB", "ideal MB");
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Tensor x = randn({rows, hidden}).to(dtype).to(cuda);
+    Tensor r = randn({rows, hidden}).to(dtype).to(cuda);
+    Tensor b = randn({hidden}).to(dtype).to(cuda);
+    vector_rows("bias + GELU", dtype,
+                [](auto& in) { return std::vector<Tensor>{gelu(in[0] + in[1])}; }, {x, b});
+    vector_rows("SiLU gate", dtype,
+                [](auto& in) { return std::vector<Tensor>{in[0] * silu(in[1])}; }, {x, r});
   }
 
   // Costs: a cold compile per kernel, a hit in the in-process cache, and a warm call.

@@ -6,6 +6,6 @@
 
 namespace kiln::jit::codegen {
 
-inline constexpr int kCodegenVersion = 1;
+inline constexpr int kCodegenVersion = 2;
 
 }  // namespace kiln::jit::codegen

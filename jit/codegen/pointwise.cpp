@@ -7,17 +7,20 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <kainjow/mustache.hpp>
 #include <map>
 #include <mutex>
 #include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "jit/codegen/cuda_expr.h"
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/kernel_values.h"
 #include "jit/codegen/launch_stats.h"
+#include "jit/codegen/pointwise_layout.h"
 #include "jit/codegen/templates.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/dispatch.h"
@@ -29,8 +32,82 @@ using Data = kainjow::mustache::data;
 
 constexpr int kMaxRank = 8;
 
+std::atomic<std::int64_t>& index_limit() {
+  static std::atomic<std::int64_t> limit{kIndexLimit};
+  return limit;
+}
+
+std::atomic<bool>& vectors_on() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
 Data list() {
   return Data(Data::type::list);
+}
+
+// `items` as a list whose entries hold `key`, the last one marked `last` (no comma after it).
+Data comma_list(const char* key, const std::vector<std::string>& items) {
+  Data l = list();
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    Data item(key, items[i]);
+    if (i + 1 == items.size()) item.set("last", true);
+    l.push_back(item);
+  }
+  return l;
+}
+
+// Whether a value of `sizes` is the same along the last dim of `domain` (it broadcasts there).
+bool splat_along_last_dim(const std::vector<SymExpr>& sizes, const std::vector<SymExpr>& domain) {
+  auto is_one = [](const SymExpr& s) { return s.is_constant() && s.constant_value() == 1; };
+  if (domain.empty() || is_one(domain.back())) return false;
+  return sizes.empty() || is_one(sizes.back());
+}
+
+// Elements per thread on the vector path: as many as fill one 16-byte access of the widest
+// dtype the kernel reads or writes (4 for f32, 8 for f16/bf16, 2 for f64 and i64). Narrower
+// tensors then move less per access (an f16 input next to an f32 output: 8 bytes), but every
+// vector is one load or store instruction and a thread computes at most 16 elements (bool), so
+// the unrolled work, its registers and NVRTC's time stay bounded.
+int vector_width(const graph::Graph& g, const PointwiseKernel& k) {
+  std::size_t widest = 1;
+  for (int v : k.reads) widest = std::max(widest, itemsize(g.values[v].meta.dtype));
+  for (int v : k.writes) widest = std::max(widest, itemsize(g.values[v].meta.dtype));
+  return static_cast<int>(16 / widest);
+}
+
+// One launch of `kernel` over `piece`, its tensors at `reads` and `writes` (the piece's own
+// first elements); `bytes_read` and `bytes_written` are counted for it.
+void launch_piece(const PointwiseKernel& kernel, const IterPiece& piece,
+                  const std::vector<TensorAccess>& reads, const std::vector<TensorAccess>& writes,
+                  std::vector<std::array<unsigned char, 8>>& numbers, std::int64_t bytes_read,
+                  std::int64_t bytes_written) {
+  std::int64_t vectors =
+      vectors_on() ? plan_vectors(piece.space, kernel.vector_width, reads, writes) : 0;
+  // The struct the kernel declares: rank sizes, then max(1, reads) rows of rank strides.
+  std::vector<std::uint32_t> index(piece.space.sizes.begin(), piece.space.sizes.end());
+  std::size_t rows = std::max<std::size_t>(1, reads.size());
+  for (std::size_t r = 0; r < rows; ++r)
+    for (int d = 0; d < kernel.rank; ++d) {
+      bool moves = r < reads.size() && piece.space.sizes[d] > 1;
+      index.push_back(moves ? static_cast<std::uint32_t>(piece.space.strides[r][d]) : 0);
+    }
+  std::vector<cuda::DevicePtr> pointers;
+  for (const auto& t : reads) pointers.push_back(t.address);
+  for (const auto& t : writes) pointers.push_back(t.address);
+  std::vector<void*> params;
+  for (std::size_t i = 0; i < reads.size(); ++i) params.push_back(&pointers[i]);
+  for (auto& number : numbers) params.push_back(number.data());
+  for (std::size_t i = reads.size(); i < pointers.size(); ++i) params.push_back(&pointers[i]);
+  auto n = static_cast<std::uint32_t>(piece.space.numel());
+  auto vector_count = static_cast<std::uint32_t>(vectors);
+  params.push_back(index.data());
+  params.push_back(&n);
+  params.push_back(&vector_count);
+  unsigned block = 256;
+  launch_generated(kernel.name, kernel.source,
+                   {grid_stride_blocks(vector_count > 0 ? vector_count : n, block), 1, 1},
+                   {block, 1, 1}, params.data(), bytes_read, bytes_written);
 }
 
 }  // namespace
@@ -67,8 +144,10 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
 
   Data loads = list(), statements = list(), stores = list(), params = list(), nodes = list();
   for (int n : group.nodes) nodes.push_back(Data("text", node_text(g, n)));
-  // Parameters: the tensors read, then the numbers taken by value, then the outputs.
-  Data scalar_params = list(), scalar_loads = list();
+  // Parameters: the tensors read, then the numbers taken by value, then the outputs. The element
+  // function takes each read as stored, the numbers, and a reference to each written element.
+  Data scalar_params = list(), scalar_loads = list(), reads = list();
+  std::vector<std::string> read_args, scalar_args;
   auto read = [&](int v) -> std::string {
     if (computed.count(v)) return var(v);
     if (is_inlined(g, v)) return literal(g.values[v].meta.dtype, g.input_of(v)->tensor.item());
@@ -83,7 +162,9 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     if (is_by_value(g, v)) {
       auto index = k.scalars.size();
       k.scalars.push_back(v);
-      scalar_params.push_back(Data("decl", fmt::format("{} s{}", register_type(t), index)));
+      std::string decl = fmt::format("{} s{}", register_type(t), index);
+      scalar_params.push_back(Data("decl", decl));
+      scalar_args.push_back(decl);
       load.set("expr", fmt::format("s{}", index));
       scalar_loads.push_back(load);
     } else {
@@ -91,7 +172,14 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
       k.reads.push_back(v);
       params.push_back(
           Data("decl", fmt::format("const {}* __restrict__ in{}", storage_type(t), index)));
-      load.set("expr", load_expr(t, fmt::format("in{}[offset[{}]]", index, index)));
+      read_args.push_back(fmt::format("{} r{}", storage_type(t), index));
+      k.splat.push_back(splat_along_last_dim(g.values[v].sizes, group.domain));
+      Data r;
+      r.set("index", std::to_string(index));
+      r.set("type", storage_type(t));
+      r.set("splat", bool(k.splat.back()));
+      reads.push_back(r);
+      load.set("expr", load_expr(t, fmt::format("r{}", index)));
       loads.push_back(load);
     }
     computed.insert(v);
@@ -121,17 +209,47 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     statements.push_back(s);
     computed.insert(out);
   }
+  // Every written value is computed (or read) before the parameters of the numbers are placed.
+  std::vector<std::string> written;
+  for (int v : group.outputs) written.push_back(read(v));
   for (auto& decl : scalar_params.list_value()) params.push_back(decl);
   for (auto& load : scalar_loads.list_value()) loads.push_back(load);
-  for (int v : group.outputs) {
+  Data writes = list();
+  std::vector<std::string> write_args;
+  for (std::size_t i = 0; i < group.outputs.size(); ++i) {
+    int v = group.outputs[i];
     DType t = g.values[v].meta.dtype;
-    int index = static_cast<int>(k.writes.size());
+    note_dtype(t);
     k.writes.push_back(v);
-    params.push_back(Data("decl", fmt::format("{}* __restrict__ out{}", storage_type(t), index)));
+    params.push_back(Data("decl", fmt::format("{}* __restrict__ out{}", storage_type(t), i)));
+    write_args.push_back(fmt::format("{}& w{}", storage_type(t), i));
+    Data w;
+    w.set("index", std::to_string(i));
+    w.set("type", storage_type(t));
+    writes.push_back(w);
     Data s;
-    s.set("target", fmt::format("out{}", index));
-    s.set("expr", store_expr(t, read(v)));
+    s.set("index", std::to_string(i));
+    s.set("expr", store_expr(t, written[i]));
     stores.push_back(s);
+  }
+  k.vector_width = vector_width(g, k);
+
+  // The element function's parameters, and its arguments on the vector and the scalar paths.
+  std::vector<std::string> element_params, vector_args, scalar_call;
+  for (std::size_t i = 0; i < k.reads.size(); ++i) {
+    element_params.push_back(read_args[i]);
+    vector_args.push_back(k.splat[i] ? fmt::format("r{}", i) : fmt::format("r{}.v[j]", i));
+    scalar_call.push_back(fmt::format("in{0}[offset[{0}]]", i));
+  }
+  for (std::size_t i = 0; i < k.scalars.size(); ++i) {
+    element_params.push_back(scalar_args[i]);
+    vector_args.push_back(fmt::format("s{}", i));
+    scalar_call.push_back(fmt::format("s{}", i));
+  }
+  for (std::size_t i = 0; i < k.writes.size(); ++i) {
+    element_params.push_back(write_args[i]);
+    vector_args.push_back(fmt::format("w{}.v[j]", i));
+    scalar_call.push_back(fmt::format("out{}[i]", i));
   }
 
   std::vector<std::string> domain;
@@ -143,10 +261,16 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   d.set("nodes", nodes);
   d.set("rank", std::to_string(k.rank));
   d.set("num_strided", std::to_string(std::max<std::size_t>(1, k.reads.size())));
+  d.set("vector", std::to_string(k.vector_width));
   d.set("params", params);
+  d.set("reads", reads);
+  d.set("writes", writes);
   d.set("loads", loads);
   d.set("statements", statements);
   d.set("stores", stores);
+  d.set("element_params", comma_list("decl", element_params));
+  d.set("vector_args", comma_list("arg", vector_args));
+  d.set("scalar_args", comma_list("arg", scalar_call));
   d.set("fp16", fp16);
   d.set("bf16", bf16);
   d.set("helpers", elementwise_helpers(python_mod, floor_div));
@@ -154,32 +278,35 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   return k;
 }
 
+std::int64_t set_pointwise_index_limit(std::int64_t limit) {
+  return index_limit().exchange(limit);
+}
+
+bool set_pointwise_vectors(bool on) {
+  return vectors_on().exchange(on);
+}
+
 std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values,
                                   std::span<const std::int64_t> symbol_values) {
   apply_host_views(g, kernel.host_views, values, symbol_values);
-  // The struct the kernel declares has exactly rank sizes and max(1, reads) stride rows: pack
-  // the same layout into a byte buffer.
-  std::vector<long long> packed(static_cast<std::size_t>(kernel.rank), 1);
   Shape dom = domain.empty() ? Shape{1} : domain;
-  for (int d = 0; d < kernel.rank; ++d) packed[d] = dom[d];
-  std::size_t rows = std::max<std::size_t>(1, kernel.reads.size());
-  std::vector<void*> params;
-  std::vector<cuda::DevicePtr> pointers;
-  pointers.reserve(kernel.reads.size() + kernel.writes.size());
-  for (std::size_t r = 0; r < rows; ++r) {
-    std::vector<long long> strides(static_cast<std::size_t>(kernel.rank), 0);
-    if (r < kernel.reads.size()) {
-      const Tensor& t = values.at(kernel.reads[r]);
-      KILN_CHECK(t.device().type == Device::Type::cuda,
-                 "codegen: kernel '{}' reads %{} on {}, not a CUDA device", kernel.name,
-                 kernel.reads[r], t.device().str());
-      std::vector<int> frame(static_cast<std::size_t>(kernel.rank));
-      for (int d = 0; d < kernel.rank; ++d) frame[d] = d;
-      strides = domain_strides(t, kernel.rank, frame);
-      pointers.push_back(reinterpret_cast<cuda::DevicePtr>(t.raw_data()));
-    }
-    packed.insert(packed.end(), strides.begin(), strides.end());
+  IterSpace space;
+  space.sizes.assign(dom.begin(), dom.end());
+  std::vector<int> frame(static_cast<std::size_t>(kernel.rank));
+  for (int d = 0; d < kernel.rank; ++d) frame[d] = d;
+  std::vector<TensorAccess> reads, writes;
+  for (int v : kernel.reads) {
+    const Tensor& t = values.at(v);
+    KILN_CHECK(t.device().type == Device::Type::cuda,
+               "codegen: kernel '{}' reads %{} on {}, not a CUDA device", kernel.name, v,
+               t.device().str());
+    auto strides = domain_strides(t, kernel.rank, frame);
+    KILN_CHECK(std::all_of(strides.begin(), strides.end(), [](long long s) { return s >= 0; }),
+               "codegen: kernel '{}' reads %{} with a negative stride", kernel.name, v);
+    space.strides.emplace_back(strides.begin(), strides.end());
+    reads.push_back({reinterpret_cast<std::uintptr_t>(t.raw_data()), itemsize(t.dtype()),
+                     kernel.splat[reads.size()]});
   }
   // Numbers by value, each in its register type (at most 8 bytes).
   std::vector<std::array<unsigned char, 8>> numbers;
@@ -189,22 +316,23 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
     // Every value a pointwise kernel writes has the domain's shape (the graph's traced shapes
     // may hold other sizes: a dynamic dim, or an eager op's earlier call).
     outs.push_back(empty(domain, g.values[v].meta.dtype, Device::cuda()));
-    pointers.push_back(reinterpret_cast<cuda::DevicePtr>(outs.back().raw_data()));
+    const Tensor& o = outs.back();
+    writes.push_back({reinterpret_cast<std::uintptr_t>(o.raw_data()), itemsize(o.dtype())});
   }
-  std::size_t first_write = kernel.reads.size();
-  for (std::size_t i = 0; i < first_write; ++i) params.push_back(&pointers[i]);
-  for (auto& number : numbers) params.push_back(number.data());
-  for (std::size_t i = first_write; i < pointers.size(); ++i) params.push_back(&pointers[i]);
-  long long n = numel(dom);
-  params.push_back(packed.data());
-  params.push_back(&n);
-  if (n == 0) return outs;
+  if (space.numel() == 0) return outs;
   std::int64_t read = 0, written = 0;
   for (int v : kernel.reads) read += tensor_bytes(values.at(v));
   for (const auto& o : outs) written += tensor_bytes(o);
-  unsigned block = 256;
-  launch_generated(kernel.name, kernel.source, {grid_stride_blocks(n, block), 1, 1}, {block, 1, 1},
-                   params.data(), read, written);
+
+  // The plan's bytes are counted once, with its first launch.
+  for (const IterPiece& piece : split_for_index(merge_dims(space), index_limit())) {
+    std::vector<TensorAccess> piece_reads = reads, piece_writes = writes;
+    for (std::size_t k = 0; k < reads.size(); ++k)
+      piece_reads[k].address += piece.read_offsets[k] * reads[k].itemsize;
+    for (auto& w : piece_writes) w.address += piece.first * w.itemsize;
+    launch_piece(kernel, piece, piece_reads, piece_writes, numbers, std::exchange(read, 0),
+                 std::exchange(written, 0));
+  }
   return outs;
 }
 

@@ -17,9 +17,13 @@ struct PointwiseKernel {
   std::string source;           // CUDA C++
   std::vector<int> host_views;  // view nodes applied on the host to the kernel's inputs first
   std::vector<int> reads;       // values read from memory, in parameter order
-  std::vector<int> scalars;     // 0-dim CPU values passed by value, after the reads
-  std::vector<int> writes;      // values written, in parameter order
-  int rank = 1;                 // of the index arithmetic
+  // Per read: it broadcasts along the domain's last dim, so the vector path reads one element
+  // of it per vector (a 0-dim tensor, a column); the others are read a vector at a time.
+  std::vector<bool> splat;
+  std::vector<int> scalars;  // 0-dim CPU values passed by value, after the reads
+  std::vector<int> writes;   // values written, in parameter order
+  int rank = 1;              // of the index arithmetic
+  int vector_width = 1;      // elements per thread on the vector path
 };
 
 // Renders `group` (kind pointwise). Raises kiln::Error naming the node when code generation
@@ -29,9 +33,18 @@ PointwiseKernel render_pointwise(const graph::Graph& graph, const graph::FusionG
 // Runs `kernel` over `domain` (the group's domain at this call's sizes). `values[v]` holds
 // each value the kernel reads (CUDA tensors, or 0-dim CPU tensors for the values it takes by
 // value) and the inputs of its host views; returns the
-// values it writes, in `kernel.writes` order, as new contiguous CUDA tensors.
+// values it writes, in `kernel.writes` order, as new contiguous CUDA tensors. The launch merges
+// dims, takes the vector path where every tensor is aligned for it, and is split where 32-bit
+// indices do not reach every element (see pointwise_layout.h).
 std::vector<Tensor> run_pointwise(const graph::Graph& graph, const PointwiseKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values,
                                   std::span<const std::int64_t> symbol_values = {});
+
+// The element count and offset beyond which run_pointwise splits a launch (kIndexLimit). Tests
+// lower it to run the split on tensors the virtual GPU can hold; returns the previous limit.
+std::int64_t set_pointwise_index_limit(std::int64_t limit);
+// Whether run_pointwise may take the vector path (on by default). Benchmarks turn it off to
+// measure the scalar path on the same tensors; returns the previous setting.
+bool set_pointwise_vectors(bool on);
 
 }  // namespace kiln::jit::codegen
