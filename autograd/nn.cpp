@@ -212,6 +212,21 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bi
   }
 }
 
+Linear::Linear(std::int64_t in_features, std::int64_t out_features, Activation activation,
+               bool with_bias, DType dtype, Generator* gen)
+    : Linear(in_features, out_features, with_bias, dtype, gen) {
+  activation_ = activation;
+}
+
+FeedForward::FeedForward(std::int64_t in_features, std::int64_t hidden_features,
+                         std::int64_t out_features, Activation activation, bool bias, DType dtype,
+                         Generator* gen)
+    : fc1(in_features, hidden_features, activation, bias, dtype, gen),
+      fc2(hidden_features, out_features, bias, dtype, gen) {
+  register_module("fc1", fc1);
+  register_module("fc2", fc2);
+}
+
 LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool affine, DType dtype)
     : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
   if (affine) {

@@ -477,14 +477,6 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return record(OpId::matmul, {a, b});
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  KILN_OP_SCOPE;
-  KILN_CHECK_AS(ShapeError, weight.dim() == 2, "linear: weight must be 2-D, got shape {}",
-                shape_str(weight.impl().shape));
-  Tensor y = matmul(x, transpose(weight, 0, 1));
-  return bias.defined() ? add(y, bias) : y;
-}
-
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
   KILN_OP_SCOPE;
   Shape shape = broadcast_shapes(a.shape(), b.shape(), "allclose");

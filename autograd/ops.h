@@ -6,8 +6,9 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/grad_mode.h"
 #include "runtime/factories.h"
+#include "runtime/grad_mode.h"
+#include "runtime/linear_epilogue.h"
 #include "runtime/op.h"
 #include "runtime/random.h"
 #include "runtime/tensor.h"
@@ -147,8 +148,19 @@ Tensor pad(const Tensor& x, const Dims& pads, double value = 0.0);
 Tensor matmul(const Tensor& a, const Tensor& b);
 // Batched matmul of [B, n, m] and [B, m, p] (no broadcasting, as torch.bmm).
 Tensor bmm(const Tensor& a, const Tensor& b);
-// x @ weight^T + bias, with weight [out_features, in_features].
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// act(x @ weight^T + bias), with weight [out_features, in_features] and bias [out_features].
+// On CUDA tensors, eagerly, ONE cuBLASLt call with the matching epilogue and a backward of
+// GEMMs with the bias gradient out of one of them (autograd/fused_linear.h); elsewhere, while
+// tracing, or where cuBLASLt's rules refuse the operands, the primitives matmul, add, relu /
+// gelu(x, tanh).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+              Activation act = Activation::none);
+// The transformer's feed-forward block linear(linear(x, w1, b1, act), w2, b2) (Apex's
+// FusedDenseGeluDense). On CUDA eagerly: two library calls forward (the first saving what the
+// activation's derivative reads), four backward (the activation's derivative and both bias
+// gradients inside the GEMMs), no generated kernels.
+Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                    const Tensor& b2, Activation act = Activation::gelu_tanh);
 // Einstein summation over one or more operands: "ij,jk->ik", "bhqd,bhkd->bhqk", "...ij->...ji",
 // "ii->i" is not supported (no diagonals). Without "->", the output takes the indices that
 // appear once, in alphabetical order. Lowered to permute, reshape, sum and matmul.

@@ -1,10 +1,13 @@
-// matmul + bias + activation on cuBLASLt epilogues: an MLP block (x[R, 1024] -> Linear 4096 ->
-// GELU-tanh -> Linear 1024) eagerly (one call or kernel per op) and compiled (kiln: bias and
-// activation in the GEMM's epilogue), forward and backward, in f16 and bf16. Reports library
-// calls, generated kernels, global bytes (kernels: measured by the virtual GPU's profiler;
-// library calls: each operand once) and a modeled H100 time (kernels: the profiler's model;
-// library calls: max(bytes / 3.35 TB/s, flops / 989 TFLOP/s)). Rows: KILN_BENCH_ROWS (default
-// 4096; the virtual GPU runs the GEMMs on the host's cores, so smaller is faster).
+// matmul + bias + activation on cuBLASLt epilogues: the MLP block of issue 11 (x[R, 1024] ->
+// Linear H -> GELU-tanh -> Linear 1024) in f16 and bf16, three ways: eager as a PyTorch user
+// writes it (nn::Linear, gelu, nn::Linear: one call or kernel per op), compiled forward (bias and
+// activation in the GEMM's epilogue), and nn::FeedForward (2 library calls forward, 4 backward,
+// no generated kernels). Reports library calls, generated kernels, global bytes (kernels:
+// measured by the virtual GPU's profiler; library calls: each operand once) and a modeled H100
+// time (kernels: the profiler's model; library calls: max(bytes / 3.35 TB/s, flops / 989
+// TFLOP/s)). Sizes: KILN_BENCH_ROWS (R, default 4096) and KILN_BENCH_HIDDEN (H, default 4096);
+// the virtual GPU runs the GEMMs on the host's cores and interprets the kernels, so smaller is
+// faster, and the figures scale with R * H.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -64,16 +67,21 @@ void print(const char* what, DType t, const Counts& c) {
 }  // namespace
 
 int main() {
-  const std::int64_t rows = env_or("KILN_BENCH_ROWS", 4096), d = 1024, h = 4096;
+  const std::int64_t rows = env_or("KILN_BENCH_ROWS", 4096), d = 1024,
+                     h = env_or("KILN_BENCH_HIDDEN", 4096);
   std::printf("MLP block x[%lld, %lld] -> Linear %lld -> GELU-tanh -> Linear %lld\n",
               static_cast<long long>(rows), static_cast<long long>(d), static_cast<long long>(h),
               static_cast<long long>(d));
   std::printf("%-28s %-5s %6s %8s %12s %10s\n", "", "dtype", "calls", "kernels", "MB", "model us");
   const double fwd_flops = 2.0 * 2 * rows * d * h;
   for (DType t : {DType::f16, DType::bf16}) {
-    nn::Linear fc1(d, h, true, t), fc2(h, d, true, t);
-    for (Tensor* p : {&fc1.weight, &fc1.bias, &fc2.weight, &fc2.bias})
-      *p = p->to(Device::cuda()).detach();
+    Generator gen(1);
+    nn::Linear fc1(d, h, true, t, &gen), fc2(h, d, true, t, &gen);
+    Generator same(1);  // the same weights as fc1, fc2
+    nn::FeedForward ff(d, h, d, Activation::gelu_tanh, true, t, &same);
+    fc1.to(Device::cuda());
+    fc2.to(Device::cuda());
+    ff.to(Device::cuda());
     Tensor x = randn({rows, d}, t).to(Device::cuda());
     auto block = [&](const Tensor& x) { return fc2(gelu(fc1(x), GeluApproximation::tanh)); };
     {
@@ -83,13 +91,19 @@ int main() {
       options.modules = {&fc1, &fc2};
       auto compiled = jit::compile(block, options);
       (void)compiled(x);  // trace and compile
-      print("forward, kiln", t, measure([&] { (void)compiled(x); }, fwd_flops));
+      print("forward, compiled", t, measure([&] { (void)compiled(x); }, fwd_flops));
+      print("forward, FeedForward", t, measure([&] { (void)ff(x); }, fwd_flops));
     }
-    // Backward: eager autograd (compiled backward graphs are a later step).
-    for (Tensor* p : {&fc1.weight, &fc1.bias, &fc2.weight, &fc2.bias}) p->requires_grad_(true);
-    Tensor y = block(x);
+    // Training: x needs its gradient too (a layer inside a model), so backward is 4 GEMMs.
+    Tensor xg = x.detach();
+    xg.requires_grad_();
+    Tensor y;
+    print("forward+aux, eager", t, measure([&] { y = block(xg); }, fwd_flops));
     Tensor g = ones_like(y);
     print("backward, eager autograd", t, measure([&] { y.backward(g); }, 2 * fwd_flops));
+    xg.set_grad(Tensor());  // counted from the zero-grad state: no accumulation kernel
+    print("forward+aux, FeedForward", t, measure([&] { y = ff(xg); }, fwd_flops));
+    print("backward, FeedForward", t, measure([&] { y.backward(g); }, 2 * fwd_flops));
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "autograd/ops.h"
 #include "graph/fusion.h"
 #include "jit/codegen/indexing.h"
 #include "jit/codegen/lt_matmul.h"
@@ -18,6 +19,7 @@
 #include "runtime/backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/dispatch.h"
+#include "runtime/grad_mode.h"
 
 namespace kiln::jit {
 namespace {
@@ -94,6 +96,48 @@ class GeneratedCudaBackend : public CudaBackend {
     }
     Shape domain = outputs.empty() ? Shape{} : outputs[0].shape;
     return codegen::run_pointwise(plan->graph, plan->kernel, domain, values);
+  }
+
+  // Autograd's fused linear layers: one cuBLASLt call each, or nullopt (with the rule on
+  // KILN_LOG=fusion) and the caller runs primitive ops.
+  std::optional<LinearForwardResult> linear_forward(const LinearForwardCall& call) override {
+    if (call.x.numel() == 0 || call.weight.numel() == 0) return std::nullopt;  // ops handle empties
+    NoGradGuard no_grad;  // the weight's transposed view must not become autograd history
+    codegen::LtForward problem;
+    problem.a = call.x;
+    problem.b = transpose(call.weight, 0, 1);
+    problem.bias = call.bias;
+    problem.act = call.act;
+    problem.save_aux = call.save_aux;
+    std::string why;
+    auto r = codegen::try_lt_forward(problem, &why);
+    if (!r) {
+      codegen::log_lt_fallback(fmt::format("eager linear ({})", activation_name(call.act)), why);
+      return std::nullopt;
+    }
+    return LinearForwardResult{r->out, r->aux, r->aux_ld};
+  }
+
+  std::optional<LinearBackwardResult> linear_backward(const LinearBackwardCall& call) override {
+    // An empty product would leave a bias gradient unwritten: the ops write its zeros.
+    if (call.a.numel() == 0 || call.b.numel() == 0) return std::nullopt;
+    codegen::LtBackward problem;
+    problem.a = call.a;
+    problem.b = call.b;
+    problem.act = call.act;
+    problem.aux = call.aux;
+    problem.aux_ld = call.aux_ld;
+    problem.bias_grad = call.bias_grad;
+    std::string why;
+    auto r = codegen::try_lt_backward(problem, &why);
+    if (!r) {
+      codegen::log_lt_fallback(
+          fmt::format("eager linear backward ({}{})", activation_name(call.act),
+                      call.bias_grad ? ", bias gradient" : ""),
+          why);
+      return std::nullopt;
+    }
+    return LinearBackwardResult{r->out, r->bias_grad};
   }
 
  private:

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "runtime/linear_epilogue.h"
 #include "runtime/op.h"
 #include "runtime/tensor.h"
 
@@ -29,6 +31,16 @@ class Backend {
   // Writes `src` into `dst`: equal shapes, any strides, converting dtype. Each of the two is on
   // this backend's device type or on the CPU.
   virtual void copy_into(const Tensor& dst, const Tensor& src) = 0;
+
+  // matmul + bias + activation as one library call (runtime/linear_epilogue.h), or nullopt when
+  // this backend has no such call for these operands: the caller then runs the same math as
+  // primitive ops. Autograd reaches cuBLASLt's epilogues through these without including jit/.
+  virtual std::optional<LinearForwardResult> linear_forward(const LinearForwardCall&) {
+    return std::nullopt;
+  }
+  virtual std::optional<LinearBackwardResult> linear_backward(const LinearBackwardCall&) {
+    return std::nullopt;
+  }
 };
 
 // Installs `backend` (which must outlive every tensor) for a device type, replacing one of

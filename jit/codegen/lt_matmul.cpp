@@ -287,17 +287,6 @@ void execute(const lt::MatmulSpec& s, const Tensor& a, const Tensor& b, const Te
 
 }  // namespace
 
-std::string_view activation_name(Activation act) {
-  switch (act) {
-    case Activation::relu:
-      return "relu";
-    case Activation::gelu_tanh:
-      return "gelu_tanh";
-    default:
-      return "none";
-  }
-}
-
 cublasLtEpilogue_t forward_epilogue(bool bias, Activation act, bool save_aux) {
   switch (act) {
     case Activation::relu:

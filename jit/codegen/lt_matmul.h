@@ -10,12 +10,14 @@
 #include <string>
 
 #include "runtime/cuda/blaslt/descriptors.h"
+#include "runtime/linear_epilogue.h"
 #include "runtime/tensor.h"
 
 namespace kiln::jit::codegen {
 
-enum class Activation : std::uint8_t { none, relu, gelu_tanh };
-std::string_view activation_name(Activation act);
+// The runtime-level enum (autograd describes its calls with it too).
+using kiln::Activation;
+using kiln::activation_name;
 
 // out = act(a @ b + bias): a [..., M, K], b [..., K, N] (batch dims broadcast), bias [N].
 struct LtForward {
