@@ -272,6 +272,43 @@ BOOST_AUTO_TEST_CASE(a_trace_records_the_primitives) {
   BOOST_TEST(relative_error(got, gelu(linear(x, w, b), GeluApproximation::tanh)) <= 1e-5);
 }
 
+BOOST_AUTO_TEST_CASE(a_compiled_function_that_needs_gradients_keeps_the_library_calls) {
+  // A PyTorch user's layer, written with the primitives: when gradients are needed the compiled
+  // function runs node by node, and each matmul + bias + activation there is one autograd
+  // linear: 1 call forward, 2 backward (dW with db, dX), as eagerly.
+  auto fn = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return gelu(matmul(x, w.transpose(0, 1)) + b, GeluApproximation::tanh);
+  };
+  auto f = jit::compile(fn);
+  Tensor x0 = randn({6, 16}), w0 = randn({8, 16}), b0 = randn({8}), gy = randn({6, 8});
+  Tensor x = leaf(x0, DType::f32, Device::cpu()), w = leaf(w0, DType::f32, Device::cpu()),
+         b = leaf(b0, DType::f32, Device::cpu());
+  Tensor want = fn(x, w, b);
+  want.backward(gy);
+  Tensor xd = leaf(x0, DType::f32, Device::cuda()), wd = leaf(w0, DType::f32, Device::cuda()),
+         bd = leaf(b0, DType::f32, Device::cuda());
+  Tensor got;
+  Counts forward = count([&] { got = f(xd, wd, bd); });
+  BOOST_TEST(forward.calls == 1);
+  BOOST_TEST(forward.kernels == 0);  // node by node it would be GEMM + add + gelu kernels
+  BOOST_TEST(grad_fn_name(got) != "");
+  Counts backward = count([&] { got.backward(gy.to(Device::cuda())); });
+  BOOST_TEST(backward.calls == 2);
+  BOOST_TEST(relative_error(got, want) <= 1e-5);
+  BOOST_TEST(relative_error(xd.grad(), x.grad()) <= 5e-5);
+  BOOST_TEST(relative_error(wd.grad(), w.grad()) <= 5e-5);
+  BOOST_TEST(relative_error(bd.grad(), b.grad()) <= 5e-5);
+  // An intermediate the function returns is not folded into a run: the values stay right.
+  auto g = jit::compile([](const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor z = matmul(x, w.transpose(0, 1)) + b;
+    return std::vector<Tensor>{z, relu(z)};
+  });
+  auto both = g(xd, wd, bd);
+  Tensor z = matmul(x0, w0.transpose(0, 1)) + b0;
+  BOOST_TEST(relative_error(both[0], z) <= 1e-5);
+  BOOST_TEST(relative_error(both[1], relu(z)) <= 1e-5);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(blaslt_feed_forward)
