@@ -9,28 +9,12 @@
 #include "graph/fusion.h"
 #include "jit/codegen/pointwise.h"
 #include "jit/compile.h"
+#include "support/device_compare.h"
 #include "support/op_samples.h"
 
 using namespace kiln;
 
 namespace {
-
-// Tolerance of a generated kernel against the CPU: CUDA's f32 transcendentals are within a
-// few ulps of libm's; f16/bf16 kernels keep f32 intermediates where eager rounds per op.
-double tolerance(DType t) {
-  switch (t) {
-    case DType::f16:
-      return 2e-3;
-    case DType::bf16:
-      return 1.6e-2;
-    case DType::f32:
-      return 2e-6;
-    case DType::f64:
-      return 1e-13;
-    default:
-      return 0;
-  }
-}
 
 bool close(const Tensor& got, const Tensor& want, DType t, std::string& why) {
   if (got.shape() != want.shape() || got.dtype() != want.dtype()) {
@@ -41,7 +25,7 @@ bool close(const Tensor& got, const Tensor& want, DType t, std::string& why) {
   Tensor g = got.to(DType::f64).contiguous(), w = want.to(DType::f64).contiguous();
   const double* a = static_cast<const double*>(g.raw_data());
   const double* b = static_cast<const double*>(w.raw_data());
-  double tol = tolerance(t);
+  double tol = test::pointwise_tolerance(t);
   for (std::int64_t i = 0; i < g.numel(); ++i) {
     bool both_nan = std::isnan(a[i]) && std::isnan(b[i]);
     bool same_inf = std::isinf(a[i]) && a[i] == b[i];

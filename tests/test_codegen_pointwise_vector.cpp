@@ -25,22 +25,6 @@ namespace {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-// Generated f16/bf16 kernels keep f32 intermediates where the CPU rounds per op.
-double tolerance(DType t) {
-  switch (t) {
-    case DType::f16:
-      return 2e-3;
-    case DType::bf16:
-      return 1.6e-2;
-    case DType::f32:
-      return 2e-6;
-    case DType::f64:
-      return 1e-13;
-    default:
-      return 0;
-  }
-}
-
 // What the generated kernels of one call did: summed over the launches of kernels kiln
 // generated for the function (their names start with "k_").
 struct Run {
@@ -90,7 +74,7 @@ Run check(const Fn& fn, const std::vector<Tensor>& inputs, DType dtype) {
   for (const auto& t : inputs) on_cpu.push_back(t.to(Device::cpu()));
   Tensor want = fn(on_cpu);
   BOOST_TEST((r.out.dtype() == want.dtype()));
-  BOOST_TEST(relative_error(r.out, want) <= tolerance(dtype));
+  BOOST_TEST(relative_error(r.out, want) <= test::pointwise_tolerance(dtype));
   BOOST_TEST(r.kernels == 1);
   return r;
 }
@@ -227,7 +211,7 @@ BOOST_AUTO_TEST_CASE(a_dynamic_dim_compiled_once_serves_vector_and_scalar_sizes)
       jit::mark_dynamic(xd, 1);
       jit::mark_dynamic(bd, 0);
       Tensor got = f(xd, bd);
-      BOOST_TEST(relative_error(got, gelu(x + b)) <= tolerance(DType::f32));
+      BOOST_TEST(relative_error(got, gelu(x + b)) <= test::pointwise_tolerance(DType::f32));
       if (compiles < 0) compiles = stats.compiles;  // after the first call
       BOOST_TEST(stats.compiles == compiles);
     }

@@ -27,4 +27,21 @@ inline double relative_error(const Tensor& got, const Tensor& want) {
   return worst;
 }
 
+// Tolerance of a generated pointwise kernel against the CPU: CUDA's f32 transcendentals are
+// within a few ulps of libm's; f16/bf16 kernels keep f32 intermediates where eager rounds per op.
+inline double pointwise_tolerance(DType t) {
+  switch (t) {
+    case DType::f16:
+      return 2e-3;
+    case DType::bf16:
+      return 1.6e-2;
+    case DType::f32:
+      return 2e-6;
+    case DType::f64:
+      return 1e-13;
+    default:
+      return 0;
+  }
+}
+
 }  // namespace kiln::test
