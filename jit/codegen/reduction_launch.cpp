@@ -1,5 +1,6 @@
-// Launching row-reduction kernels (see reduction.h): the index struct, the block size, how many
-// blocks a row is split over, the two-stage scratch buffers, and the error flag of a row select.
+// Launching reduction kernels (see reduction.h): the schedule (a block or a warp per row, or the
+// outer schedule), the index struct, the block size, how many blocks a row is split over, the
+// two-stage scratch buffers, and the device check of a row select.
 #include <fmt/format.h>
 
 #include <algorithm>
