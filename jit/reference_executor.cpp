@@ -25,18 +25,12 @@ struct LinearRun {
 // of (skipped when that run runs), else -1.
 std::vector<std::optional<LinearRun>> linear_runs(const graph::Graph& g,
                                                   std::vector<int>& absorbed_a) {
-  std::vector<int> readers(g.values.size(), 0);
-  for (const auto& n : g.nodes)
-    for (int v : n.inputs) ++readers[v];
-  for (int v : g.outputs) ++readers[v];  // a returned value is read by the caller
-  // The node reading `v`, when it is its only reader.
-  auto only_reader = [&](int v) {
-    if (readers[v] != 1) return -1;
-    for (std::size_t i = 0; i < g.nodes.size(); ++i)
-      for (int u : g.nodes[i].inputs)
-        if (u == v) return static_cast<int>(i);
-    return -1;
-  };
+  // Per value: how many nodes (and the caller, for a returned value) read it, and one reader.
+  std::vector<int> readers(g.values.size(), 0), reader(g.values.size(), -1);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    for (int v : g.nodes[i].inputs) ++readers[v], reader[v] = static_cast<int>(i);
+  for (int v : g.outputs) ++readers[v];
+  auto only_reader = [&](int v) { return readers[v] == 1 ? reader[v] : -1; };
   std::vector<std::optional<LinearRun>> runs(g.nodes.size());
   for (std::size_t m = 0; m < g.nodes.size(); ++m) {
     const graph::Node& mm = g.nodes[m];
