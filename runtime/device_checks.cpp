@@ -68,7 +68,7 @@ void drain_and_raise(std::unique_lock<std::mutex>& lock) {
 
 }  // namespace
 
-cuda::DevicePtr reserve_device_check(DeviceCheckRaiser raise) {
+DeviceCheck reserve_device_check(DeviceCheckRaiser raise) {
   PendingChecks& p = pending();
   std::unique_lock lock(p.mutex);
   if (!p.flags.defined())
@@ -79,10 +79,11 @@ cuda::DevicePtr reserve_device_check(DeviceCheckRaiser raise) {
   }
   cuda::DevicePtr slot = address(p.flags) + p.raisers.size() * kSlotBytes;
   p.raisers.push_back(std::move(raise));
-  return slot;
+  return DeviceCheck(std::move(lock), slot);
 }
 
-void device_check_launched() {
+void DeviceCheck::launched() {
+  if (lock_.owns_lock()) lock_.unlock();
   if (sync_checks()) run_device_checks();
 }
 

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <span>
 #include <string_view>
 
@@ -19,11 +20,22 @@ namespace kiln {
 // Throws the error a set flag stands for; gets the flag's words: [set, detail].
 using DeviceCheckRaiser = std::function<void(std::span<const std::int64_t> words)>;
 
-// Two zeroed i64 words in device memory for the kernel about to be launched to set (word 0
-// non-zero: the error `raise` throws). Call device_check_launched() once it is launched.
-cuda::DevicePtr reserve_device_check(DeviceCheckRaiser raise);
-// Under KILN_SYNC_CHECKS, reads the flags now; otherwise nothing.
-void device_check_launched();
+// A flag reserved for the kernel about to be launched: two zeroed i64 words in device memory
+// (word 0 non-zero: the error `raise` throws). The pending checks stay locked until launched()
+// or destruction, so a sync on another thread never reads the slot before its kernel is issued.
+class DeviceCheck {
+ public:
+  DeviceCheck(std::unique_lock<std::mutex> lock, cuda::DevicePtr flag)
+      : lock_(std::move(lock)), flag_(flag) {}
+  cuda::DevicePtr flag() const { return flag_; }
+  // The kernel is issued: unlocks, and under KILN_SYNC_CHECKS reads the flags now.
+  void launched();
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+  cuda::DevicePtr flag_;
+};
+DeviceCheck reserve_device_check(DeviceCheckRaiser raise);
 
 // Reads every pending flag (one copy: a sync) and raises the error of the first one set, in
 // launch order. Copies from a CUDA device to the host call it first; every pending check is

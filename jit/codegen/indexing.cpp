@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "jit/codegen/cuda_expr.h"
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/launch_stats.h"
@@ -162,16 +164,17 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
   // the others never touch theirs.
   bool checks = kernel.op == OpId::gather || kernel.op == OpId::index_select ||
                 kernel.op == OpId::scatter_add || kernel.op == OpId::index_add;
-  cuda::DevicePtr error_ptr = 0;
+  std::optional<DeviceCheck> check;
   if (checks) {
     std::int64_t size = kernel.op == OpId::gather || kernel.op == OpId::index_select
                             ? inputs[0].shape()[dim]
                             : out_meta.shape[dim];
-    error_ptr = reserve_device_check([op = kernel.op, dim, size](std::span<const std::int64_t> e) {
+    check = reserve_device_check([op = kernel.op, dim, size](std::span<const std::int64_t> e) {
       throw IndexError(fmt::format("{}: index {} is out of range for dim {} of size {}{}", op, e[1],
                                    dim, size, device_check_note()));
     });
   }
+  cuda::DevicePtr error_ptr = check ? check->flag() : 0;
   std::vector<cuda::DevicePtr> pointers;
   for (const auto& t : inputs) pointers.push_back(reinterpret_cast<cuda::DevicePtr>(t.raw_data()));
   pointers.push_back(reinterpret_cast<cuda::DevicePtr>(out.raw_data()));
@@ -185,7 +188,7 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
   unsigned block = 256;
   launch_generated(kernel.name, kernel.source, {grid_stride_blocks(n, block), 1, 1}, {block, 1, 1},
                    params.data(), read, tensor_bytes(out));
-  if (checks) device_check_launched();
+  if (check) check->launched();
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/kernel_values.h"
@@ -141,12 +142,14 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   for (auto& number : numbers) params.push_back(number.data());
   for (std::size_t i = first_write; i < pointers.size(); ++i) params.push_back(&pointers[i]);
   // A row select's out-of-range index: [flag, index], set by the kernel (device_checks.h).
+  std::optional<DeviceCheck> check;
   cuda::DevicePtr error_ptr = 0;
   if (kernel.checks_index) {
-    error_ptr = reserve_device_check([dim = reduced.at(0), cols](std::span<const std::int64_t> e) {
+    check = reserve_device_check([dim = reduced.at(0), cols](std::span<const std::int64_t> e) {
       throw IndexError(fmt::format("gather: index {} is out of range for dim {} of size {}{}", e[1],
                                    dim, cols, device_check_note()));
     });
+    error_ptr = check->flag();
     params.push_back(&error_ptr);
   }
   // Few long rows (a full reduction is one) split over blocks: each folds a chunk of columns,
@@ -194,7 +197,7 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
     launch_generated(kernel.name, source,
                      {static_cast<unsigned>(std::min<long long>(rows * splits, sms * 16)), 1, 1},
                      {block, 1, 1}, params.data(), read, written);
-  if (kernel.checks_index) device_check_launched();
+  if (check) check->launched();
   return outs;
 }
 
