@@ -121,15 +121,8 @@ class GeneratedCudaBackend : public CudaBackend {
   std::optional<LinearBackwardResult> linear_backward(const LinearBackwardCall& call) override {
     // An empty product would leave a bias gradient unwritten: the ops write its zeros.
     if (call.a.numel() == 0 || call.b.numel() == 0) return std::nullopt;
-    codegen::LtBackward problem;
-    problem.a = call.a;
-    problem.b = call.b;
-    problem.act = call.act;
-    problem.aux = call.aux;
-    problem.aux_ld = call.aux_ld;
-    problem.bias_grad = call.bias_grad;
     std::string why;
-    auto r = codegen::try_lt_backward(problem, &why);
+    auto r = codegen::try_lt_backward(call, &why);
     if (!r) {
       codegen::log_lt_fallback(
           fmt::format("eager linear backward ({}{})", activation_name(call.act),

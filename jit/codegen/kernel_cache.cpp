@@ -109,8 +109,8 @@ void prepare_kernels(const std::vector<KernelSource>& kernels) {
       requests.push_back(request(k->name, k->source));
     else
       alone.push_back(k);
-  if (requests.size() < 2) {
-    alone.insert(alone.begin(), to_compile.begin(), to_compile.begin() + requests.size());
+  if (requests.size() == 1) {  // a program of one: the plain path, with its cross-process lock
+    alone.insert(alone.begin(), to_compile.front());
     requests.clear();
   }
   cache::CompileProgress progress(static_cast<int>(to_compile.size()));

@@ -305,14 +305,19 @@ std::string lt_rule_failure(const LtForward& problem) {
   return map_problem(forward_problem(problem), m);
 }
 
+namespace {
+// Whether a rule failed; if so, says which in `why` and counts the fallback.
+bool refused(const std::string& failed, std::string* why) {
+  if (failed.empty()) return false;
+  if (why) *why = failed;
+  ++lt_stats().fallbacks;
+  return true;
+}
+}  // namespace
+
 std::optional<LtResult> try_lt_forward(const LtForward& p, std::string* why) {
   Mapping m;
-  std::string failed = map_problem(forward_problem(p), m);
-  if (!failed.empty()) {
-    if (why) *why = failed;
-    ++lt_stats().fallbacks;
-    return std::nullopt;
-  }
+  if (refused(map_problem(forward_problem(p), m), why)) return std::nullopt;
   DType dt = p.a.dtype();
   LtResult r;
   r.out = empty(m.out_shape, dt, Device::cuda());
@@ -352,11 +357,7 @@ std::optional<LtGrad> try_lt_backward(const LtBackward& g, std::string* why) {
   std::string failed = map_problem(p, m);
   if (failed.empty() && g.bias_grad && m.batches > 1)
     failed = "a bias gradient over batches that do not fold into rows";
-  if (!failed.empty()) {
-    if (why) *why = failed;
-    ++lt_stats().fallbacks;
-    return std::nullopt;
-  }
+  if (refused(failed, why)) return std::nullopt;
   DType dt = g.a.dtype();
   LtGrad r;
   r.out = empty(m.out_shape, dt, Device::cuda());

@@ -46,19 +46,13 @@ std::string lt_rule_failure(const LtForward& problem);
 // Runs it; nullopt with `*why` set when a rule fails.
 std::optional<LtResult> try_lt_forward(const LtForward& problem, std::string* why);
 
-// The backward forms: out = a @ b, then
+// The backward forms, as autograd asks for them (runtime/linear_epilogue.h): out = a @ b, then
 //  - act relu / gelu_tanh: times act'(pre-activation), read from the forward's `aux` (DRELU,
 //    DGELU), and with bias_grad the bias gradient of that result, summed over its rows
 //    (DRELU_BGRAD, DGELU_BGRAD): dz = (dy @ W) * gelu'(z) and db = sum(dz) in one call;
 //  - act none with bias_grad: the sum over k of each row of `a` (BGRADB; a = dy^T gives
 //    db = sum of dy's rows next to dW = dy^T @ x).
-struct LtBackward {
-  Tensor a, b;
-  Activation act = Activation::none;
-  Tensor aux;  // LtResult::aux of the forward
-  std::int64_t aux_ld = 0;
-  bool bias_grad = false;
-};
+using LtBackward = LinearBackwardCall;
 struct LtGrad {
   Tensor out;
   Tensor bias_grad;
