@@ -35,6 +35,19 @@ extern "C" __global__ void banks(float* out, int stride) {
   __syncthreads();
   out[threadIdx.x] = s[i];
 }
+extern "C" __global__ void wrapped(const float4* in, float4* out) {
+  out[blockIdx.x * blockDim.x + threadIdx.x] = in[threadIdx.x % 16];
+}
+extern "C" __global__ void diverge(const float* in, float* out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  out[i] = i % 2 == 0 ? 1.0f : in[i];
+}
+extern "C" __global__ void shared_vector4(float4* out) {
+  __shared__ float4 s[256];
+  s[threadIdx.x] = make_float4(threadIdx.x, 1, 2, 3);
+  __syncthreads();
+  out[threadIdx.x] = s[255 - threadIdx.x];
+}
 extern "C" __global__ void count(int* counter) {
   atomicAdd(counter, 1);
 }
@@ -107,6 +120,41 @@ BOOST_AUTO_TEST_CASE(shared_bank_conflicts_follow_the_stride) {
       BOOST_TEST(p.bank_conflicts == 16u * static_cast<unsigned>(conflicts));
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_request_pays_for_each_distinct_sector_once) {
+  Gpu gpu;
+  std::string ptx = compile(kKernels);
+  DevicePtr in = gpu.upload(std::vector<float>(1024, 1.0f)), out = gpu.zeros<float>(1024);
+  // Lanes 16-31 read again the 16 float4 (256 bytes, 8 sectors) that lanes 0-15 read.
+  auto w = profile(gpu, ptx, "wrapped", Dim3{1}, Dim3{256}, in, out);
+  BOOST_TEST(w.load_requests == 8u);
+  BOOST_TEST(w.load_bytes == 256u * 16u);
+  BOOST_TEST(w.load_sectors == 8u * 8u);
+  BOOST_TEST(w.dram_load_sectors == 8u);
+  BOOST_TEST(w.store_sectors == 8u * 16u);
+
+  // Even lanes store at once, odd lanes load first: a warp's first request mixes 16 stores and
+  // 16 loads, 8 bytes apart, so 4 sectors of each; the odd lanes' stores add 4 more.
+  auto d = profile(gpu, ptx, "diverge", Dim3{1}, Dim3{64}, in, out);
+  BOOST_TEST(d.load_bytes == 32u * 4u);
+  BOOST_TEST(d.store_bytes == 64u * 4u);
+  BOOST_TEST(d.load_sectors == 2u * 4u);
+  BOOST_TEST(d.store_sectors == 2u * 8u);
+}
+
+BOOST_AUTO_TEST_CASE(wide_shared_accesses_take_a_wavefront_per_word_in_a_bank) {
+  Gpu gpu;
+  std::string ptx = compile(kKernels);
+  DevicePtr out = gpu.zeros<float>(1024);
+  // A warp's 32 float4 are 128 consecutive words, 4 in every bank: 4 wavefronts, 3 beyond the
+  // first, for the store and for the (reversed, still consecutive) load of each of 8 warps.
+  auto p = profile(gpu, ptx, "shared_vector4", Dim3{1}, Dim3{256}, out);
+  BOOST_TEST(p.shared_requests == 16u);
+  BOOST_TEST(p.bank_conflicts == 16u * 3u);
+  std::vector<float> got = gpu.download<float>(out, 1024);
+  BOOST_TEST(got[0] == 255.0f);
+  BOOST_TEST(got[4 * 255] == 0.0f);
 }
 
 BOOST_AUTO_TEST_CASE(atomics_are_counted_per_thread) {

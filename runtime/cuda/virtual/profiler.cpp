@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -127,18 +128,35 @@ std::string profile_table(const std::vector<KernelProfile>& profiles) {
   return out;
 }
 
-void profile_access(ThreadState& t, Space space, std::uint64_t addr, unsigned size, Access access) {
-  bool shared = space == Space::shared;
-  if (space == Space::generic) {
-    if (addr - kSharedWindow < kWindowSize)
-      shared = true, addr -= kSharedWindow;
-    else if (addr >= kSharedWindow)
-      return;  // local, param or constant
-  } else if (space != Space::global && !shared) {
+// A lane's n-th access is its warp's n-th request; most lanes extend the run of the lane before,
+// and their bytes are counted with the run's.
+void profile_global_access(ThreadState& t, std::uint64_t addr, unsigned size, Access access) {
+  LaunchProfiler& p = *t.launch->profiler;
+  bool store = access == Access::store;
+  p.p_.atomics += access == Access::atomic;
+  std::uint32_t seq = p.global_seq_[t.linear]++;
+  std::vector<LaunchProfiler::GlobalRequest>& requests = p.warps_[t.warp].global;
+  if (seq < requests.size() && requests[seq].end == addr && requests[seq].store == store)
+      [[likely]] {
+    requests[seq].end += size;
     return;
   }
-  t.launch->profiler->access(t, shared, addr, size, access == Access::store,
-                             access == Access::atomic);
+  p.global_request(requests, seq, addr, size, store);
+}
+
+void profile_shared_access(ThreadState& t, std::uint64_t offset, unsigned size, Access access) {
+  LaunchProfiler& p = *t.launch->profiler;
+  p.p_.atomics += access == Access::atomic;
+  auto begin = static_cast<std::uint32_t>(offset >> 2);
+  auto end = static_cast<std::uint32_t>(((offset + size - 1) >> 2) + 1);
+  std::uint32_t seq = p.shared_seq_[t.linear]++;
+  std::vector<LaunchProfiler::SharedRequest>& requests = p.warps_[t.warp].shared;
+  if (seq < requests.size() && requests[seq].end == begin &&
+      requests[seq].listed == LaunchProfiler::kNotListed) [[likely]] {
+    requests[seq].end = end;
+    return;
+  }
+  p.shared_request(requests, seq, begin, end);
 }
 
 LaunchProfiler::LaunchProfiler(std::uint32_t block_threads)
@@ -146,25 +164,41 @@ LaunchProfiler::LaunchProfiler(std::uint32_t block_threads)
       global_seq_(block_threads, 0),
       shared_seq_(block_threads, 0) {}
 
-void LaunchProfiler::access(ThreadState& t, bool shared, std::uint64_t addr, unsigned size,
-                            bool store, bool atomic) {
-  if (atomic) ++p_.atomics;
-  WarpRecords& w = warps_[t.warp];
-  if (shared) {
-    std::uint32_t seq = shared_seq_[t.linear]++;
-    if (seq >= w.shared.size()) w.shared.resize(seq + 1);
-    SharedRequest& r = w.shared[seq];
-    if (r.count == 0) ++p_.shared_requests;
-    for (std::uint64_t word = addr >> 2; word <= (addr + size - 1) >> 2 && r.count < 64; ++word)
-      r.words[r.count++] = static_cast<std::uint32_t>(word);
+void LaunchProfiler::global_request(std::vector<GlobalRequest>& requests, std::uint32_t seq,
+                                    std::uint64_t addr, unsigned size, bool store) {
+  if (seq == requests.size()) {
+    ++(store ? p_.store_requests : p_.load_requests);
+    requests.push_back(GlobalRequest{.begin = addr, .end = addr + size, .store = store});
     return;
   }
-  (store ? p_.store_bytes : p_.load_bytes) += size;
-  std::uint32_t seq = global_seq_[t.linear]++;
-  if (seq >= w.global.size()) w.global.resize(seq + 1);
-  GlobalRequest& r = w.global[seq];
-  if (r.seen == 0) ++(store ? p_.store_requests : p_.load_requests);
-  for (std::uint64_t sector = addr >> 5; sector <= (addr + size - 1) >> 5; ++sector) {
+  GlobalRequest& r = requests[seq];
+  if (addr >= r.begin && addr + size <= r.end && store == r.store) {
+    (store ? p_.store_bytes : p_.load_bytes) += size;  // a lane inside the run
+    return;
+  }
+  count_sectors(r);
+  r.begin = addr;
+  r.end = addr + size;
+  r.store = store;
+}
+
+void LaunchProfiler::count_sectors(GlobalRequest& r) {
+  (r.store ? p_.store_bytes : p_.load_bytes) += r.end - r.begin;
+  std::uint64_t first = r.begin >> 5, last = (r.end - 1) >> 5;
+  if (r.seen == 0) {
+    // The request's first run: every sector in it is new to the request. Counted at once, and
+    // remembered as the loop below would have left them.
+    std::uint64_t n = last - first + 1;
+    for (std::uint64_t i = n > 4 ? n - 4 : 0; i < n; ++i) r.recent[i % 4] = first + i;
+    r.next = static_cast<std::uint8_t>(n % 4);
+    r.seen = static_cast<std::uint8_t>(std::min<std::uint64_t>(n, 255));
+    r.last = last;
+    (r.store ? p_.store_sectors : p_.load_sectors) += n;
+    (r.store ? p_.dram_store_sectors : p_.dram_load_sectors) +=
+        (r.store ? stored_ : loaded_).insert_range(first, last);
+    return;
+  }
+  for (std::uint64_t sector = first; sector <= last; ++sector) {
     if (sector == r.last) continue;
     r.last = sector;
     unsigned known = std::min<unsigned>(r.seen, 4);
@@ -172,46 +206,90 @@ void LaunchProfiler::access(ThreadState& t, bool shared, std::uint64_t addr, uns
     r.recent[r.next] = sector;
     r.next = (r.next + 1) % 4;
     r.seen = static_cast<std::uint8_t>(std::min(r.seen + 1, 255));
-    ++(store ? p_.store_sectors : p_.load_sectors);
-    if ((store ? stored_ : loaded_).insert(sector))
-      ++(store ? p_.dram_store_sectors : p_.dram_load_sectors);
+    ++(r.store ? p_.store_sectors : p_.load_sectors);
+    if ((r.store ? stored_ : loaded_).insert(sector))
+      ++(r.store ? p_.dram_store_sectors : p_.dram_load_sectors);
   }
 }
 
-bool LaunchProfiler::SectorSet::insert(std::uint64_t sector) {
-  constexpr int kPageShift = 15;  // 2^15 sectors = 1 MiB
-  std::uint64_t page = sector >> kPageShift;
-  if (page != last_page_) {
-    auto& bits = pages_[page];
+void LaunchProfiler::shared_request(std::vector<SharedRequest>& requests, std::uint32_t seq,
+                                    std::uint32_t begin, std::uint32_t end) {
+  if (seq == requests.size()) {
+    ++p_.shared_requests;
+    requests.push_back(SharedRequest{.begin = begin, .end = end});
+    return;
+  }
+  SharedRequest& r = requests[seq];
+  if (r.listed == kNotListed) {
+    if (begin >= r.begin && end <= r.end) return;
+    r.listed = static_cast<std::uint32_t>(lists_.size());
+    list_words(lists_.emplace_back(), r.begin, r.end);
+  }
+  list_words(lists_[r.listed], begin, end);
+}
+
+void LaunchProfiler::list_words(WordList& list, std::uint32_t begin, std::uint32_t end) {
+  for (std::uint32_t word = begin; word < end && list.count < WordList::kCapacity; ++word)
+    list.words[list.count++] = word;
+}
+
+std::vector<std::uint64_t>& LaunchProfiler::SectorSet::page(std::uint64_t index) {
+  if (index != last_page_) {
+    auto& bits = pages_[index];
     if (bits.empty()) bits.assign((1u << kPageShift) / 64, 0);
-    last_page_ = page;
+    last_page_ = index;
     last_ = &bits;
   }
+  return *last_;
+}
+
+bool LaunchProfiler::SectorSet::insert(std::uint64_t sector) {
   std::uint64_t i = sector & ((1u << kPageShift) - 1);
-  std::uint64_t& word = (*last_)[i / 64];
+  std::uint64_t& word = page(sector >> kPageShift)[i / 64];
   std::uint64_t bit = 1ull << (i % 64);
   bool fresh = !(word & bit);
   word |= bit;
   return fresh;
 }
 
+std::uint64_t LaunchProfiler::SectorSet::insert_range(std::uint64_t first, std::uint64_t last) {
+  std::uint64_t fresh = 0;
+  while (first <= last) {
+    // The bits of [first, last] in first's 64-sector word.
+    std::uint64_t i = first & ((1u << kPageShift) - 1);
+    std::uint64_t count = std::min<std::uint64_t>(64 - i % 64, last - first + 1);
+    std::uint64_t mask = (count == 64 ? ~0ull : ((1ull << count) - 1)) << (i % 64);
+    std::uint64_t& word = page(first >> kPageShift)[i / 64];
+    fresh += static_cast<std::uint64_t>(std::popcount(mask & ~word));
+    word |= mask;
+    first += count;
+  }
+  return fresh;
+}
+
 void LaunchProfiler::end_block() {
   for (auto& w : warps_) {
+    for (auto& r : w.global) count_sectors(r);
     for (const auto& r : w.shared) {
-      if (r.count == 0) continue;
-      // One wavefront per distinct word in the busiest bank.
-      std::uint32_t words[64];
-      std::copy(r.words, r.words + r.count, words);
-      std::sort(words, words + r.count);
-      std::uint8_t per_bank[32] = {};
-      std::uint8_t worst = 0;
-      for (std::uint8_t i = 0; i < r.count; ++i)
-        if (i == 0 || words[i] != words[i - 1]) worst = std::max(worst, ++per_bank[words[i] % 32]);
+      // One wavefront per distinct word in the busiest bank. A run of n words puts ceil(n / 32)
+      // of them in its busiest bank.
+      if (r.listed == kNotListed) {
+        p_.bank_conflicts += (r.end - r.begin + 31) / 32 - 1;
+        continue;
+      }
+      WordList& list = lists_[r.listed];
+      std::sort(list.words, list.words + list.count);
+      unsigned per_bank[32] = {};
+      unsigned worst = 0;
+      for (unsigned i = 0; i < list.count; ++i)
+        if (i == 0 || list.words[i] != list.words[i - 1])
+          worst = std::max(worst, ++per_bank[list.words[i] % 32]);
       p_.bank_conflicts += worst - 1u;
     }
     w.global.clear();
     w.shared.clear();
   }
+  lists_.clear();
   std::fill(global_seq_.begin(), global_seq_.end(), 0);
   std::fill(shared_seq_.begin(), shared_seq_.end(), 0);
 }

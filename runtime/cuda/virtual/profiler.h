@@ -7,7 +7,9 @@
 // A warp-level request is a warp's n-th global (or shared) access: threads of a warp run one
 // after another here, and a converged warp's threads issue the same sequence of accesses, so
 // their n-th accesses are what the hardware coalesces into one request. Divergent code is
-// approximated the same way.
+// approximated the same way. A request is charged each distinct sector once: exactly when its
+// lanes' bytes form one run (coalesced, broadcast and wrapped accesses), and otherwise by
+// remembering its last four sectors.
 #pragma once
 
 #include <cstdint>
@@ -30,10 +32,12 @@ struct KernelProfile {
   // working set (an H100's L2 is 50 MB), where the sectors above are what L1 serves.
   std::uint64_t dram_load_sectors = 0, dram_store_sectors = 0;
   std::uint64_t shared_requests = 0;
-  std::uint64_t bank_conflicts = 0;  // extra shared-memory wavefronts beyond one per request
-  std::uint64_t atomics = 0;         // thread-level atomic operations (global and shared)
-  double interpret_ms = 0;           // host time the interpreter spent
-  std::uint64_t launches = 1;        // more than one once a long run's records are merged
+  // Shared-memory wavefronts beyond one per request. A request takes as many as its busiest bank
+  // has distinct words, so 32 lanes' 8- or 16-byte accesses take 2 or 4.
+  std::uint64_t bank_conflicts = 0;
+  std::uint64_t atomics = 0;   // thread-level atomic operations (global and shared)
+  double interpret_ms = 0;     // host time the interpreter spent
+  std::uint64_t launches = 1;  // more than one once a long run's records are merged
 
   std::uint64_t dram_bytes() const { return 32 * (dram_load_sectors + dram_store_sectors); }
   // A roofline estimate for an H100 SXM (3.35 TB/s; 132 SMs x 4 schedulers issuing one warp
@@ -51,29 +55,49 @@ std::string profile_table(const std::vector<KernelProfile>& profiles);
 
 // ---- used by the interpreter -----------------------------------------------------------------
 
-struct ThreadState;
 void record_profile(KernelProfile profile);
 
+struct ThreadState;
+enum class Access : std::uint8_t;  // thread.h
+
 // One launch's in-flight counters and its per-warp request records (reset per block).
+//
+// Most warps' lanes access neighbouring bytes in lane order, so a request keeps the run of bytes
+// its lanes have covered so far: a lane that extends the run, or falls inside it, costs a compare
+// and an add. Only a lane that breaks the run has the run's sectors counted (global) or its words
+// listed (shared); the rest is counted once per block, in end_block.
 class LaunchProfiler {
  public:
   LaunchProfiler(std::uint32_t block_threads);
-  void access(ThreadState& t, bool shared, std::uint64_t addr, unsigned size, bool store,
-              bool atomic);
+  // The interpreter's hooks (thread.h): the common case, a lane that extends its request's run,
+  // is handled in them; the rest calls global_request / shared_request.
+  friend void profile_global_access(ThreadState& t, std::uint64_t addr, unsigned size,
+                                    Access access);
+  friend void profile_shared_access(ThreadState& t, std::uint64_t offset, unsigned size,
+                                    Access access);
+
   void end_block();
   KernelProfile& result() { return p_; }
 
  private:
   struct GlobalRequest {
-    std::uint64_t recent[4];  // sectors seen, the last four (a warp's sectors arrive in order)
+    std::uint64_t begin, end;  // the run of bytes the lanes so far have covered
+    bool store;                // the run's kind: a lane of the other kind starts a new run
     std::uint8_t seen = 0, next = 0;
-    std::uint64_t last = ~0ull;  // the newest of them: neighbouring lanes mostly share it
+    std::uint64_t recent[4] = {};  // sectors counted, the last four (runs arrive in order)
+    std::uint64_t last = ~0ull;    // the newest of them
   };
   struct SharedRequest {
-    // The 4-byte words the warp's threads touched, as they came (deduplicated by end_block: a
-    // search per access cost more than the rest of the profiler). The first 64 are kept.
-    std::uint32_t words[64];
-    std::uint8_t count = 0;
+    std::uint32_t begin, end;           // the run of 4-byte words the lanes so far have covered
+    std::uint32_t listed = kNotListed;  // once a lane breaks the run: its index in lists_
+  };
+  static constexpr std::uint32_t kNotListed = ~0u;
+  // A broken run's words, as they came (deduplicated by end_block): up to 32 lanes' 16 bytes.
+  struct WordList {
+    static constexpr unsigned kCapacity = 128;
+    WordList() {}  // words stay unset
+    unsigned count = 0;
+    std::uint32_t words[kCapacity];
   };
   struct WarpRecords {
     std::vector<GlobalRequest> global;
@@ -83,13 +107,28 @@ class LaunchProfiler {
   class SectorSet {
    public:
     bool insert(std::uint64_t sector);  // true when new
+    // Inserts sectors [first, last]; returns how many were new.
+    std::uint64_t insert_range(std::uint64_t first, std::uint64_t last);
+
    private:
+    static constexpr int kPageShift = 15;  // 2^15 sectors = 1 MiB
+    std::vector<std::uint64_t>& page(std::uint64_t index);
     std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> pages_;
     std::uint64_t last_page_ = ~0ull;
     std::vector<std::uint64_t>* last_ = nullptr;
   };
+  // The rest of an access: the first lane opens the request; a lane that breaks the run has
+  // the run counted (global: its sectors and bytes) or listed (shared).
+  void global_request(std::vector<GlobalRequest>& requests, std::uint32_t seq, std::uint64_t addr,
+                      unsigned size, bool store);
+  void shared_request(std::vector<SharedRequest>& requests, std::uint32_t seq, std::uint32_t begin,
+                      std::uint32_t end);
+  void count_sectors(GlobalRequest& r);  // of r's run [begin, end)
+  static void list_words(WordList& list, std::uint32_t begin, std::uint32_t end);
+
   SectorSet loaded_, stored_;
   std::vector<WarpRecords> warps_;
+  std::vector<WordList> lists_;                         // this block's broken shared runs
   std::vector<std::uint32_t> global_seq_, shared_seq_;  // per thread: its accesses so far
   KernelProfile p_;
 };

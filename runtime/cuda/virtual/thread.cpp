@@ -95,6 +95,7 @@ std::uint8_t* resolve_slow(ThreadState& t, const Instr& in, Space space, std::ui
       l.hit_shadow[l.hit_next] = a->shadow.get();
       l.hit_next = (l.hit_next + 1) % LaunchContext::kHitEntries;
       if (l.global) check_global_access(t, in, addr, size, access, a->base, a->shadow.get());
+      if (l.profiler) profile_global_access(t, addr, size, access);
       return reinterpret_cast<std::uint8_t*>(addr);
     }
     case Space::shared:
@@ -102,6 +103,7 @@ std::uint8_t* resolve_slow(ThreadState& t, const Instr& in, Space space, std::ui
         window_fault(t, in, space, addr, off, size, access, t.block->shared_bytes,
                      "shared memory (static + dynamic) of this block");
       if (t.block->shadow) check_shared_access(t, in, off, size, access);
+      if (t.launch->profiler) profile_shared_access(t, off, size, access);
       return t.block->shared.data() + off;
     case Space::local:
       if (off + size > t.local_top || off + size < off)

@@ -47,8 +47,7 @@ struct LaunchContext {
   }
 };
 
-struct SharedShadow;   // shared_check.h
-class LaunchProfiler;  // profiler.h
+struct SharedShadow;  // shared_check.h
 
 struct BlockContext {
   Dim3 ctaid;
@@ -160,26 +159,30 @@ void check_global_access(ThreadState& t, const Instr& in, std::uint64_t addr, un
 void check_local_access(ThreadState& t, const Instr& in, std::uint64_t offset, unsigned size,
                         Access access);  // global_check.h
 
+// Count a global or shared access that resolved (profiler.h). Out of line, so that the plain
+// path keeps its registers; param and local accesses never reach the profiler.
+void profile_global_access(ThreadState& t, std::uint64_t addr, unsigned size, Access access);
+void profile_shared_access(ThreadState& t, std::uint64_t offset, unsigned size, Access access);
+
 // Host pointer for `size` bytes at `addr` in `space`, after checking bounds, liveness and
 // alignment (size is a power of two: the element or whole-vector size).
-void profile_access(ThreadState& t, Space space, std::uint64_t addr, unsigned size,
-                    Access access);  // profiler.h
-
 inline std::uint8_t* resolve(ThreadState& t, const Instr& in, Space space, std::uint64_t addr,
                              unsigned size, Access access) {
-  if (t.launch->profiler) [[unlikely]]
-    profile_access(t, space, addr, size, access);
   if ((space == Space::global || (space == Space::generic && addr < kSharedWindow)) &&
       (addr & (size - 1)) == 0) {
     const LaunchContext& l = *t.launch;
     for (int i = 0; i < LaunchContext::kHitEntries; ++i)
       if (addr >= l.hit_lo[i] && addr + size <= l.hit_hi[i]) {
         if (l.global) check_global_access(t, in, addr, size, access, l.hit_lo[i], l.hit_shadow[i]);
+        if (l.profiler) [[unlikely]]
+          profile_global_access(t, addr, size, access);
         return reinterpret_cast<std::uint8_t*>(addr);
       }
   }
   if (space == Space::shared && addr + size <= t.block->shared_bytes && (addr & (size - 1)) == 0) {
     if (t.block->shadow) check_shared_access(t, in, addr, size, access);
+    if (t.launch->profiler) [[unlikely]]
+      profile_shared_access(t, addr, size, access);
     return t.block->shared.data() + addr;
   }
   if (space == Space::local && addr + size <= t.local_top && (addr & (size - 1)) == 0) {
