@@ -1,4 +1,4 @@
-// A helper process for test_cache: compiles kernels through the kernel cache the way kiln does
+// A helper process for test_cache_tool: compiles kernels through the kernel cache the way kiln does
 // and prints what it took, so tests can run several processes on one cache directory.
 //   kiln_cache_worker kernels FIRST COUNT [REPEAT]  COUNT distinct kernels (FIRST...), each
 //                                                    looked up REPEAT times (default 1); kernel
