@@ -16,6 +16,7 @@
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/kernel_values.h"
 #include "jit/codegen/launch_stats.h"
+#include "jit/codegen/reduction_combine.h"
 #include "jit/codegen/templates.h"
 #include "runtime/dispatch.h"
 
@@ -41,17 +42,6 @@ struct ValueInfo {
   int rank = 0;            // of its shape, for the frame of external reads
   bool broadcast = false;  // a cast of inputs, recomputed in the frame of each read
 };
-
-bool is_arg_reduction(OpId op) {
-  return op == OpId::argmax || op == OpId::argmin || op == OpId::max_dim || op == OpId::min_dim;
-}
-
-// The register type reductions of `op` accumulate in, for an output (or, for arg reductions,
-// input) dtype `t`.
-DType accumulator_dtype(OpId op, DType t) {
-  DType a = compute_dtype(t);
-  return a == DType::bool_ && op != OpId::sum ? DType::i64 : a;
-}
 
 class ReductionRenderer {
  public:
@@ -289,28 +279,7 @@ class ReductionRenderer {
     DType a = accumulator_dtype(n.op, arg ? info_.at(x).dtype : out);
     std::string A = register_type(a), acc = fmt::format("acc{}", n.outputs[0]);
     std::string value = convert_expr(info_.at(x).dtype, a, in);
-    bool is_max = n.op == OpId::amax || n.op == OpId::argmax || n.op == OpId::max_dim;
-    std::string init, combine;
-    switch (n.op) {
-      case OpId::sum:
-        init = "(" + A + ")(0)";
-        combine = fmt::format("[]({0} p, {0} q) {{ return p + q; }}", A);
-        break;
-      case OpId::prod:
-        init = "(" + A + ")(1)";
-        combine = fmt::format("[]({0} p, {0} q) {{ return p * q; }}", A);
-        break;
-      default:
-        init = infinity(a, is_max);
-        // NaN propagates (amax) or wins (arg reductions); ties keep the first index.
-        combine = arg ? fmt::format(
-                            "[]({0} p, long long ip, {0} q, long long iq) {{ return p != p "
-                            "? (q == q || ip < iq) : (q == q && (p {1} q || (p == q && "
-                            "ip < iq))); }}",
-                            A, is_max ? ">" : "<")
-                      : fmt::format("[]({0} p, {0} q) {{ return (p != p || p {1} q) ? p : q; }}", A,
-                                    is_max ? ">" : "<");
-    }
+    auto [init, combine] = reduction_combine(n.op, a);
     Data accumulator;
     accumulator.set("type", A);
     accumulator.set("var", acc);
