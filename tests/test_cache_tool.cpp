@@ -4,9 +4,9 @@
 
 #include <sys/wait.h>
 
+#include <cctype>
 #include <cstdio>
 #include <map>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -31,11 +31,19 @@ Run run(const std::string& command) {
   return kiln::test::run_command(command);
 }
 
+// The `name=number` pairs a worker prints. Parsed by hand: std::regex trips GCC 12's
+// -Wmaybe-uninitialized in the sanitized build.
 std::map<std::string, long> counters(const std::string& output) {
   std::map<std::string, long> out;
-  std::regex re("(\\w+)=(\\d+)");
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
-    out[(*it)[1]] = std::stol((*it)[2]);
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (std::size_t eq = output.find('='); eq != std::string::npos; eq = output.find('=', eq + 1)) {
+    std::size_t name = eq, digits = eq + 1;
+    while (name > 0 && word(output[name - 1])) --name;
+    while (digits < output.size() && std::isdigit(static_cast<unsigned char>(output[digits])))
+      ++digits;
+    if (name < eq && digits > eq + 1)
+      out[output.substr(name, eq - name)] = std::stol(output.substr(eq + 1, digits - eq - 1));
+  }
   return out;
 }
 
