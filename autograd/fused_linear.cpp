@@ -12,6 +12,14 @@ namespace kiln {
 namespace {
 
 // The same checks on every path, so CPU, CUDA and traced calls fail alike.
+void check_bias(std::string_view op, const Tensor& bias, const Tensor& weight) {
+  if (!bias.defined()) return;
+  const Shape& ws = weight.impl().shape;
+  KILN_CHECK_AS(ShapeError, bias.dim() == 1 && bias.impl().shape[0] == ws[0],
+                "{}: bias of shape {} does not match weight of shape {} (expected [{}])", op,
+                shape_str(bias.impl().shape), shape_str(ws), ws[0]);
+}
+
 void check_linear(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const Shape& ws = weight.impl().shape;
   KILN_CHECK_AS(ShapeError, weight.dim() == 2, "{}: weight must be 2-D, got shape {}", op,
@@ -19,10 +27,7 @@ void check_linear(std::string_view op, const Tensor& x, const Tensor& weight, co
   KILN_CHECK_AS(ShapeError, x.dim() >= 1 && x.impl().shape.back() == ws[1],
                 "{}: input of shape {} does not match weight of shape {} (in_features {})", op,
                 shape_str(x.impl().shape), shape_str(ws), ws[1]);
-  if (bias.defined())
-    KILN_CHECK_AS(ShapeError, bias.dim() == 1 && bias.impl().shape[0] == ws[0],
-                  "{}: bias of shape {} does not match weight of shape {} (expected [{}])", op,
-                  shape_str(bias.impl().shape), shape_str(ws), ws[0]);
+  check_bias(op, bias, weight);
 }
 
 Tensor apply_activation(const Tensor& x, Activation act) {
@@ -59,11 +64,7 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
                 "feed_forward: second weight of shape {} does not take the first layer's {} "
                 "outputs (first weight {})",
                 shape_str(w2.impl().shape), w1.impl().shape[0], shape_str(w1.impl().shape));
-  if (b2.defined())
-    KILN_CHECK_AS(ShapeError, b2.dim() == 1 && b2.impl().shape[0] == w2.impl().shape[0],
-                  "feed_forward: second bias of shape {} does not match weight of shape {} "
-                  "(expected [{}])",
-                  shape_str(b2.impl().shape), shape_str(w2.impl().shape), w2.impl().shape[0]);
+  check_bias("feed_forward (second layer)", b2, w2);
   if (auto y = autograd::try_fused_feed_forward(x, w1, b1, w2, b2, act)) return *y;
   return linear(linear(x, w1, b1, act), w2, b2);  // each layer may still be one library call
 }
