@@ -40,8 +40,8 @@ std::vector<std::string> normalized_options(std::span<const std::string> options
 std::string kernel_key(const KeyInputs& in) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_128bits_reset(state);
-  add_field(state, "kiln-kernel-key-1");
-  add_field(state, in.source);
+  add_field(state, "kiln-kernel-key-2");
+  add_field(state, kernel_code(in.source));
   auto options = normalized_options(in.options);
   add_field(state, std::to_string(options.size()));
   for (const auto& o : options) add_field(state, o);
@@ -51,6 +51,21 @@ std::string kernel_key(const KeyInputs& in) {
   std::string key = hex(XXH3_128bits_digest(state));
   XXH3_freeState(state);
   return key;
+}
+
+std::string kernel_code(std::string_view source) {
+  std::string code;
+  code.reserve(source.size());
+  while (!source.empty()) {
+    std::size_t end = source.find('\n');
+    std::string_view line = source.substr(0, end);
+    source.remove_prefix(end == std::string_view::npos ? source.size() : end + 1);
+    std::size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string_view::npos || line.substr(first).starts_with("//")) continue;
+    code += line;
+    code += '\n';
+  }
+  return code;
 }
 
 std::string checksum(std::string_view data) {

@@ -11,11 +11,10 @@
 
 #include "autograd/ops.h"
 #include "graph/fusion.h"
+#include "jit/codegen/group_kernel.h"
 #include "jit/codegen/indexing.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/matmul.h"
-#include "jit/codegen/pointwise.h"
-#include "jit/codegen/reduction.h"
 #include "runtime/backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/dispatch.h"
@@ -90,12 +89,11 @@ class GeneratedCudaBackend : public CudaBackend {
       codegen::log_lt_fallback("eager matmul", why);
       return {codegen::run_matmul(*plan->matmul, inputs[0], inputs[1], outputs[0])};
     }
-    if (plan->reduction) {
-      Shape domain = inputs[0].shape();  // a reduction iterates over its input
-      return codegen::run_reduction(plan->graph, *plan->reduction, domain, values);
-    }
-    Shape domain = outputs.empty() ? Shape{} : outputs[0].shape;
-    return codegen::run_pointwise(plan->graph, plan->kernel, domain, values);
+    // A reduction iterates over its input, a pointwise op over its output.
+    Shape domain = plan->reduces ? inputs[0].shape()
+                   : outputs.empty() ? Shape{}
+                                     : outputs[0].shape;
+    return plan->kernel->run(plan->graph, domain, values, {});
   }
 
   // Autograd's fused linear layers: one cuBLASLt call each, or nullopt (with the rule on
@@ -136,8 +134,8 @@ class GeneratedCudaBackend : public CudaBackend {
  private:
   struct Plan {
     graph::Graph graph;
-    codegen::PointwiseKernel kernel;
-    std::optional<codegen::ReductionKernel> reduction;
+    std::optional<codegen::GroupKernel> kernel;  // pointwise, reduction or normalization
+    bool reduces = false;
     std::optional<codegen::MatmulKernel> matmul;
     std::optional<codegen::IndexingKernel> indexing;
     bool on_host = false;  // code generation does not cover it: the CPU kernel, then a copy
@@ -176,7 +174,8 @@ class GeneratedCudaBackend : public CudaBackend {
     }
     if (group.kind == graph::FusionKind::reduction ||
         group.kind == graph::FusionKind::normalization) {
-      plan->reduction = codegen::render_reduction(plan->graph, group);
+      plan->kernel.emplace(plan->graph, group);
+      plan->reduces = true;
       plans_.emplace(key, plan);
       return plan;
     }
@@ -190,7 +189,7 @@ class GeneratedCudaBackend : public CudaBackend {
           inputs.empty() ? "cuda" : inputs[0].device().str(), fmt::join(shapes, ", ")));
     }
     try {
-      plan->kernel = codegen::render_pointwise(plan->graph, group);
+      plan->kernel.emplace(plan->graph, group);
     } catch (const Error& e) {
       if (std::string_view(e.what()).find("not covered by code generation yet") ==
           std::string_view::npos)

@@ -24,18 +24,11 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
     try {
       switch (group.kind) {
         case graph::FusionKind::pointwise:
-          step.pointwise = codegen::render_pointwise(g, group);
-          step.kind = Step::Kind::pointwise;
-          step.note = fmt::format("kernel {} (pointwise, {} nodes)", step.pointwise->name,
-                                  group.nodes.size());
-          break;
         case graph::FusionKind::reduction:
         case graph::FusionKind::normalization:
-          step.reduction = codegen::render_reduction(g, group);
-          step.kind = Step::Kind::reduction;
-          step.note = fmt::format("kernel {} ({}, {} nodes, {} pass(es))", step.reduction->name,
-                                  graph::fusion_kind_name(group.kind), group.nodes.size(),
-                                  step.reduction->passes);
+          step.kernel.emplace(g, group);
+          step.kind = Step::Kind::kernel;
+          step.note = step.kernel->description(group);
           break;
         case graph::FusionKind::view:
           step.kind = Step::Kind::host;
@@ -48,8 +41,7 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
       }
     } catch (const Error& e) {
       step.kind = Step::Kind::eager;
-      step.pointwise.reset();
-      step.reduction.reset();
+      step.kernel.reset();
       step.note = fmt::format("eager {}: {}", group.name, e.what());
     }
     steps_.push_back(std::move(step));
@@ -68,11 +60,9 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
   plan_releases(g, partition);
   // Compile (or load from the disk cache) every kernel now rather than at each first launch:
   // one progress bar for the lot, and the first call's launches run back to back.
-  std::vector<codegen::KernelSource> kernels;
-  for (const auto& s : steps_) {
-    if (s.pointwise) kernels.push_back({s.pointwise->name, s.pointwise->source});
-    if (s.reduction) kernels.push_back({s.reduction->name, codegen::expected_source(*s.reduction)});
-  }
+  std::vector<const codegen::KernelHandle*> kernels;
+  for (const auto& s : steps_)
+    if (s.kernel) kernels.push_back(&s.kernel->expected_kernel());
   if (!kernels.empty()) codegen::prepare_kernels(kernels);
 }
 
@@ -106,7 +96,7 @@ void KernelPlan::plan_releases(const graph::Graph& g, const graph::Partition& pa
 int KernelPlan::kernel_count() const {
   int n = 0;
   for (const auto& s : steps_)
-    n += (s.kind == Step::Kind::pointwise || s.kind == Step::Kind::reduction) && s.absorbed_by < 0;
+    n += s.kind == Step::Kind::kernel && s.absorbed_by < 0;
   return n;
 }
 
@@ -150,20 +140,14 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
       release();
       continue;
     }
-    if (step.pointwise || step.reduction) {
-      Shape domain = concrete(step.domain);
-      auto outs = step.pointwise
-                      ? codegen::run_pointwise(g, *step.pointwise, domain, values, symbol_values)
-                      : codegen::run_reduction(g, *step.reduction, domain, values, symbol_values);
-      const auto& writes = step.pointwise ? step.pointwise->writes : step.reduction->writes;
+    if (step.kernel) {
+      auto outs = step.kernel->run(g, concrete(step.domain), values, symbol_values);
+      const auto& writes = step.kernel->writes();
       for (std::size_t i = 0; i < writes.size(); ++i) values[writes[i]] = std::move(outs[i]);
-      if (check) {
-        const std::string& name = step.pointwise ? step.pointwise->name : step.reduction->name;
-        check_step_accuracy(
-            g, step.nodes, values, symbol_values,
-            fmt::format("kernel {} (group {})", name, step.group),
-            step.pointwise ? step.pointwise->source : codegen::expected_source(*step.reduction));
-      }
+      if (check)
+        check_step_accuracy(g, step.nodes, values, symbol_values,
+                            fmt::format("kernel {} (group {})", step.kernel->name(), step.group),
+                            step.kernel->expected_source());
       release();
       continue;
     }

@@ -12,8 +12,7 @@
 #include "graph/fusion.h"
 #include "graph/graph.h"
 #include "jit/call_args.h"
-#include "jit/codegen/pointwise.h"
-#include "jit/codegen/reduction.h"
+#include "jit/codegen/group_kernel.h"
 
 namespace kiln::jit {
 namespace codegen {
@@ -41,12 +40,11 @@ class KernelPlan {
 
  private:
   struct Step {
-    enum class Kind { pointwise, reduction, host, eager } kind;
+    enum class Kind { kernel, host, eager } kind;
     int group = -1;
     std::vector<int> nodes;
     std::vector<SymExpr> domain;
-    std::optional<codegen::PointwiseKernel> pointwise;
-    std::optional<codegen::ReductionKernel> reduction;
+    std::optional<codegen::GroupKernel> kernel;
     std::string note;  // what it is, or why code generation does not cover it
     // Values no later step reads: dropped after this one, so that the caching allocator hands
     // their blocks to later kernels.

@@ -47,7 +47,7 @@ bool has_indexing_kernel(OpId op) {
 IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Tensor> inputs,
                                const TensorMeta& out) {
   KILN_CHECK(has_indexing_kernel(op), "codegen: {} has no indexing kernel", op);
-  IndexingKernel k{op, fmt::format("k_{}", op), ""};
+  std::string name = fmt::format("k_{}", op);
   Data d, params(Data::type::list);
   bool fp16 = out.dtype == DType::f16, bf16 = out.dtype == DType::bf16;
   std::vector<std::string> types;
@@ -102,7 +102,7 @@ IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Te
   d.set("acc", register_type(acc));
   d.set("store", stored(acc, out.dtype, "sum"));
   d.set(std::string(op_name(op)), true);
-  d.set("name", k.name);
+  d.set("name", name);
   d.set("description",
         fmt::format("{}({}) -> {}", op, fmt::join(types, ", "), dtype_name(out.dtype)));
   d.set("rank", std::to_string(rank_of(out)));
@@ -110,8 +110,7 @@ IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Te
   d.set("params", params);
   d.set("fp16", fp16);
   d.set("bf16", bf16);
-  k.source = render_template("indexing.cu.mustache", d);
-  return k;
+  return IndexingKernel{op, KernelHandle(name, render_template("indexing.cu.mustache", d))};
 }
 
 Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
@@ -186,8 +185,8 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
   std::int64_t read = 0;
   for (const auto& t : inputs) read += tensor_bytes(t);
   unsigned block = 256;
-  launch_generated(kernel.name, kernel.source, {grid_stride_blocks(n, block), 1, 1}, {block, 1, 1},
-                   params.data(), read, tensor_bytes(out));
+  kernel.kernel.launch({grid_stride_blocks(n, block), 1, 1}, {block, 1, 1}, params.data(), read,
+                       tensor_bytes(out));
   if (check) check->launched();
   return out;
 }

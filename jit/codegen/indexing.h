@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 
+#include "jit/codegen/kernel_cache.h"
 #include "runtime/op.h"
 #include "runtime/tensor.h"
 
@@ -13,8 +14,7 @@ namespace kiln::jit::codegen {
 
 struct IndexingKernel {
   OpId op;
-  std::string name;
-  std::string source;
+  KernelHandle kernel;
 };
 
 bool has_indexing_kernel(OpId op);

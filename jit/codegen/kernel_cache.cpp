@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "cache/batch_compile.h"
+#include "cache/kernel_key.h"
 #include "cache/kernel_store.h"
 #include "cache/progress.h"
 #include "jit/codegen/codegen_version.h"
@@ -18,6 +19,12 @@
 #include "jit/nvrtc/nvrtc.h"
 
 namespace kiln::jit::codegen {
+
+struct KernelHandle::State {
+  std::string name, source;
+  std::atomic<cuda::Function> function{nullptr};
+};
+
 namespace {
 
 std::mutex& memory_mutex() {
@@ -25,7 +32,7 @@ std::mutex& memory_mutex() {
   return mutex;
 }
 
-// Loaded functions by source: a memory hit costs one hash of the source.
+// Loaded functions by kernel code (cache::kernel_code): taken once per handle, when it resolves.
 std::unordered_map<std::string, cuda::Function>& memory() {
   static std::unordered_map<std::string, cuda::Function> functions;
   return functions;
@@ -43,9 +50,10 @@ std::unordered_map<std::string, cuda::Module>& modules() {
   return loaded;
 }
 
-// Loads `image` (once per distinct image) and remembers the function; the memory mutex is held.
+// Loads `image` (once per distinct image) and remembers the function under `code`; the memory
+// mutex is held.
 cuda::Function remember(const std::string& name, const std::string& source,
-                        const cache::KernelImage& image) {
+                        const std::string& code, const cache::KernelImage& image) {
   cuda::Backend& be = cuda::backend();
   auto loaded = modules().find(image.image);
   bool first_of_image = loaded == modules().end();
@@ -71,50 +79,104 @@ cuda::Function remember(const std::string& name, const std::string& source,
           module.target.cubin ? "" : " (a PTX target: ptxas reports resources for cubins)"));
     }
   }
-  memory().emplace(source, fn);
+  memory().emplace(code, fn);
   return fn;
+}
+
+// The function of `code` if memory holds it; the memory mutex is held.
+cuda::Function in_memory(const std::string& code) {
+  auto it = memory().find(code);
+  if (it == memory().end()) return nullptr;
+  ++launch_stats().cache_hits;
+  return it->second;
 }
 
 }  // namespace
 
-cuda::Function compiled_function(const std::string& name, const std::string& source) {
-  std::lock_guard lock(memory_mutex());
-  auto it = memory().find(source);
-  if (it != memory().end()) {
-    ++launch_stats().cache_hits;
-    return it->second;
-  }
-  return remember(name, source, cache::fetch_or_compile(request(name, source)));
+KernelHandle::KernelHandle(std::string name, std::string source)
+    : state_(std::make_shared<State>()) {
+  state_->name = std::move(name);
+  state_->source = std::move(source);
 }
 
-void prepare_kernels(const std::vector<KernelSource>& kernels) {
+const std::string& KernelHandle::name() const {
+  static const std::string none;
+  return state_ ? state_->name : none;
+}
+
+const std::string& KernelHandle::source() const {
+  static const std::string none;
+  return state_ ? state_->source : none;
+}
+
+bool KernelHandle::resolved() const {
+  return state_ && state_->function.load(std::memory_order_acquire) != nullptr;
+}
+
+cuda::Function KernelHandle::function() const {
+  KILN_CHECK(state_, "codegen: launch of an empty kernel handle");
+  if (cuda::Function fn = state_->function.load(std::memory_order_acquire)) return fn;
   std::lock_guard lock(memory_mutex());
-  // Memory and disk first: only what neither holds counts towards the progress bar.
-  std::vector<const KernelSource*> to_compile;
-  for (const auto& k : kernels) {
-    if (memory().count(k.source)) continue;
-    if (auto image = cache::fetch_from_disk(request(k.name, k.source)))
-      remember(k.name, k.source, *image);
-    else if (std::none_of(to_compile.begin(), to_compile.end(),
-                          [&](const KernelSource* s) { return s->source == k.source; }))
-      to_compile.push_back(&k);
+  if (cuda::Function fn = state_->function.load(std::memory_order_relaxed)) return fn;
+  std::string code = cache::kernel_code(state_->source);
+  cuda::Function fn = in_memory(code);
+  if (!fn)
+    fn = remember(state_->name, state_->source, code,
+                  cache::fetch_or_compile(request(state_->name, state_->source)));
+  state_->function.store(fn, std::memory_order_release);
+  return fn;
+}
+
+void prepare_kernels(std::span<const KernelHandle* const> kernels) {
+  std::lock_guard lock(memory_mutex());
+  // Memory and disk first: only what neither holds counts towards the progress bar, and a code
+  // several handles share is compiled once.
+  struct Miss {
+    const KernelHandle* handle;
+    std::string code;
+    std::vector<const KernelHandle*> same;  // later handles with the same code
+  };
+  std::vector<Miss> to_compile;
+  auto set = [](const KernelHandle& h, cuda::Function fn) {
+    h.state_->function.store(fn, std::memory_order_release);
+  };
+  for (const KernelHandle* k : kernels) {
+    if (k->empty() || k->resolved()) continue;
+    std::string code = cache::kernel_code(k->source());
+    if (cuda::Function fn = in_memory(code)) {
+      set(*k, fn);
+      continue;
+    }
+    auto pending = std::find_if(to_compile.begin(), to_compile.end(),
+                                [&](const Miss& m) { return m.code == code; });
+    if (pending != to_compile.end()) {
+      pending->same.push_back(k);
+      continue;
+    }
+    if (auto image = cache::fetch_from_disk(request(k->name(), k->source())))
+      set(*k, remember(k->name(), k->source(), code, *image));
+    else
+      to_compile.push_back({k, std::move(code), {}});
   }
+  auto resolve = [&](const Miss& m, const cache::KernelImage& image) {
+    cuda::Function fn = remember(m.handle->name(), m.handle->source(), m.code, image);
+    set(*m.handle, fn);
+    for (const KernelHandle* h : m.same) set(*h, fn);
+  };
   // The misses compile as one NVRTC program (cache/batch_compile.h), kernels of a name already
   // in it one by one; a program that fails compiles again kernel by kernel to name the culprit.
-  std::vector<const KernelSource*> alone;
-  std::vector<cache::KernelRequest> requests;
+  std::vector<const Miss*> together, alone;
   std::set<std::string> names;
-  for (const KernelSource* k : to_compile)
-    if (names.insert(k->name).second)
-      requests.push_back(request(k->name, k->source));
-    else
-      alone.push_back(k);
-  if (requests.size() == 1) {  // a program of one: the plain path, with its cross-process lock
-    alone.insert(alone.begin(), to_compile.front());
-    requests.clear();
+  for (const Miss& m : to_compile)
+    (names.insert(m.handle->name()).second ? together : alone).push_back(&m);
+  if (together.size() == 1) {  // a program of one: the plain path, with its cross-process lock
+    alone.insert(alone.begin(), together.front());
+    together.clear();
   }
   cache::CompileProgress progress(static_cast<int>(to_compile.size()));
-  if (!requests.empty()) {
+  if (!together.empty()) {
+    std::vector<cache::KernelRequest> requests;
+    for (const Miss* m : together) requests.push_back(request(m->handle->name(), m->handle->source()));
     std::vector<const cache::KernelRequest*> batch;
     for (const auto& r : requests) batch.push_back(&r);
     progress.start(fmt::format("{} kernels in one program", batch.size()));
@@ -125,31 +187,31 @@ void prepare_kernels(const std::vector<KernelSource>& kernels) {
       for (const auto& r : requests)
         images.push_back(cache::fetch_or_compile(r));  // raises for the kernel at fault
     }
-    for (std::size_t i = 0; i < requests.size(); ++i)
-      remember(requests[i].name, requests[i].source, images[i]);
+    for (std::size_t i = 0; i < together.size(); ++i) resolve(*together[i], images[i]);
   }
-  for (const KernelSource* k : alone) {
-    progress.start(k->name);
-    remember(k->name, k->source, cache::fetch_or_compile(request(k->name, k->source)));
+  for (const Miss* m : alone) {
+    progress.start(m->handle->name());
+    resolve(*m, cache::fetch_or_compile(request(m->handle->name(), m->handle->source())));
   }
   progress.finish();
 }
 
-void launch_generated(const std::string& name, const std::string& source, cuda::Dim3 grid,
-                      cuda::Dim3 block, void** params, std::int64_t bytes_read,
-                      std::int64_t bytes_written) {
-  cuda::Function fn = compiled_function(name, source);
+void KernelHandle::launch(cuda::Dim3 grid, cuda::Dim3 block, void** params,
+                          std::int64_t bytes_read, std::int64_t bytes_written) const {
+  cuda::Function fn = function();
   auto& stats = launch_stats();
-  ++stats.launches;
-  stats.bytes_read += bytes_read;
-  stats.bytes_written += bytes_written;
+  stats.launches.fetch_add(1, std::memory_order_relaxed);
+  stats.bytes_read.fetch_add(bytes_read, std::memory_order_relaxed);
+  stats.bytes_written.fetch_add(bytes_written, std::memory_order_relaxed);
   if (!stats.timing.load(std::memory_order_relaxed))
     return cuda::backend().launch(fn, grid, block, 0, nullptr, params);
   auto start = std::chrono::steady_clock::now();
   cuda::backend().launch(fn, grid, block, 0, nullptr, params);
-  stats.launch_ns +=
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count();
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                 start)
+                .count();
+  stats.launch_ns += ns;
+  thread_launch_ns() += ns;
 }
 
 unsigned grid_stride_blocks(long long n, unsigned block) {
@@ -164,6 +226,11 @@ std::int64_t tensor_bytes(const Tensor& t) {
 LaunchStats& launch_stats() {
   static LaunchStats stats;
   return stats;
+}
+
+std::int64_t& thread_launch_ns() {
+  thread_local std::int64_t ns = 0;
+  return ns;
 }
 
 }  // namespace kiln::jit::codegen

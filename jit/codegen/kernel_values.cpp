@@ -11,8 +11,35 @@
 
 namespace kiln::jit::codegen {
 
+namespace {
+thread_local KernelNames* current_names = nullptr;
+
+int number_of(int value) {
+  return current_names ? current_names->number(value) : value;
+}
+}  // namespace
+
+KernelNames::KernelNames() : outer_(current_names) {
+  current_names = this;
+}
+
+KernelNames::~KernelNames() {
+  current_names = outer_;
+}
+
+int KernelNames::number(int value) {
+  for (const auto& [v, n] : numbers_)
+    if (v == value) return n;
+  numbers_.emplace_back(value, static_cast<int>(numbers_.size()));
+  return numbers_.back().second;
+}
+
 std::string var(int value) {
-  return fmt::format("v{}", value);
+  return fmt::format("v{}", number_of(value));
+}
+
+std::string acc_var(int value) {
+  return fmt::format("acc{}", number_of(value));
 }
 
 bool is_inlined(const graph::Graph& g, int v) {

@@ -13,7 +13,24 @@
 
 namespace kiln::jit::codegen {
 
-std::string var(int value);  // "v12": the register holding value 12
+// Registers are named per kernel, numbered in the order its renderer first names each value,
+// so that the same block rendered from two places of a graph (or from two graphs) is the same
+// code and so one compiled kernel (a kernel's identity is its code: cache::kernel_code). A
+// renderer holds one KernelNames while it renders; var() without one names by value number.
+class KernelNames {
+ public:
+  KernelNames();
+  ~KernelNames();
+  KernelNames(const KernelNames&) = delete;
+  KernelNames& operator=(const KernelNames&) = delete;
+  int number(int value);
+
+ private:
+  std::vector<std::pair<int, int>> numbers_;  // value -> its number, in naming order
+  KernelNames* outer_;
+};
+std::string var(int value);      // "v3": the register holding the value
+std::string acc_var(int value);  // "acc3": the accumulator of the reduction producing it
 bool is_inlined(const graph::Graph& g, int value);
 bool is_by_value(const graph::Graph& g, int value);
 // "%3: f32[2, 4] = add(%1, %2)": a node as the kernel's header comment lists it.

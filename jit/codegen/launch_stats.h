@@ -23,5 +23,7 @@ struct LaunchStats {
 };
 
 LaunchStats& launch_stats();
+// With `timing` set: this thread's share of launch_ns (benchmarks of several calling threads).
+std::int64_t& thread_launch_ns();
 
 }  // namespace kiln::jit::codegen

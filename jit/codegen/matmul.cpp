@@ -12,10 +12,9 @@ namespace kiln::jit::codegen {
 
 MatmulKernel render_matmul(DType a, DType b, DType out, int batch_rank) {
   DType acc = out == DType::f64 ? DType::f64 : is_integral(out) ? DType::i64 : DType::f32;
-  MatmulKernel k;
-  k.name = fmt::format("k_matmul_{}_{}_{}", dtype_name(a), dtype_name(b), dtype_name(out));
+  std::string name = fmt::format("k_matmul_{}_{}_{}", dtype_name(a), dtype_name(b), dtype_name(out));
   kainjow::mustache::data d;
-  d.set("name", k.name);
+  d.set("name", name);
   d.set("description", fmt::format("{} @ {} -> {}", dtype_name(a), dtype_name(b), dtype_name(out)));
   d.set("fp16", a == DType::f16 || b == DType::f16 || out == DType::f16);
   d.set("bf16", a == DType::bf16 || b == DType::bf16 || out == DType::bf16);
@@ -27,8 +26,7 @@ MatmulKernel render_matmul(DType a, DType b, DType out, int batch_rank) {
   d.set("a_load", load_expr(a, "a[a_base + row * ix.a_row_stride + ak * ix.a_col_stride]"));
   d.set("b_load", load_expr(b, "b[b_base + bk * ix.b_row_stride + col * ix.b_col_stride]"));
   d.set("store", store_expr(out, convert_expr(acc, out, "sum")));
-  k.source = render_template("matmul.cu.mustache", d);
-  return k;
+  return MatmulKernel{KernelHandle(name, render_template("matmul.cu.mustache", d))};
 }
 
 Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
@@ -64,10 +62,10 @@ Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
   auto po = reinterpret_cast<cuda::DevicePtr>(out.raw_data());
   void* params[] = {&pa, &pb, &po, packed.data()};
   constexpr unsigned tile = 16;
-  launch_generated(kernel.name, kernel.source,
-                   {static_cast<unsigned>((n + tile - 1) / tile),
-                    static_cast<unsigned>((m + tile - 1) / tile), static_cast<unsigned>(batches)},
-                   {tile, tile, 1}, params, tensor_bytes(a) + tensor_bytes(b), tensor_bytes(out));
+  kernel.kernel.launch({static_cast<unsigned>((n + tile - 1) / tile),
+                        static_cast<unsigned>((m + tile - 1) / tile), static_cast<unsigned>(batches)},
+                       {tile, tile, 1}, params, tensor_bytes(a) + tensor_bytes(b),
+                       tensor_bytes(out));
   return out;
 }
 

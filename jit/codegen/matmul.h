@@ -5,14 +5,14 @@
 
 #include <string>
 
+#include "jit/codegen/kernel_cache.h"
 #include "runtime/op.h"
 #include "runtime/tensor.h"
 
 namespace kiln::jit::codegen {
 
 struct MatmulKernel {
-  std::string name;
-  std::string source;
+  KernelHandle kernel;
 };
 
 // The kernel for operands of these dtypes and batch rank, writing `out`'s dtype.

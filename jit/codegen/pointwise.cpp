@@ -78,7 +78,7 @@ int vector_width(const graph::Graph& g, const PointwiseKernel& k) {
 
 // One launch of `kernel` over `piece`, its tensors at `reads` and `writes` (the piece's own
 // first elements); `bytes_read` and `bytes_written` are counted for it.
-void launch_piece(const PointwiseKernel& kernel, const IterPiece& piece,
+void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, const IterPiece& piece,
                   const std::vector<TensorAccess>& reads, const std::vector<TensorAccess>& writes,
                   std::vector<std::array<unsigned char, 8>>& numbers, std::int64_t bytes_read,
                   std::int64_t bytes_written) {
@@ -105,14 +105,14 @@ void launch_piece(const PointwiseKernel& kernel, const IterPiece& piece,
   params.push_back(&n);
   params.push_back(&vector_count);
   unsigned block = 256;
-  launch_generated(kernel.name, kernel.source,
-                   {grid_stride_blocks(vector_count > 0 ? vector_count : n, block), 1, 1},
-                   {block, 1, 1}, params.data(), bytes_read, bytes_written);
+  handle.launch({grid_stride_blocks(vector_count > 0 ? vector_count : n, block), 1, 1},
+                {block, 1, 1}, params.data(), bytes_read, bytes_written);
 }
 
 }  // namespace
 
 PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup& group) {
+  KernelNames names;
   KILN_CHECK(group.kind == graph::FusionKind::pointwise,
              "codegen: group '{}' is a {} group, not pointwise", group.name,
              graph::fusion_kind_name(group.kind));
@@ -288,7 +288,8 @@ bool set_pointwise_vectors(bool on) {
 
 std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values,
-                                  std::span<const std::int64_t> symbol_values) {
+                                  std::span<const std::int64_t> symbol_values,
+                                  const KernelHandle* handle) {
   apply_host_views(g, kernel.host_views, values, symbol_values);
   Shape dom = domain.empty() ? Shape{1} : domain;
   IterSpace space;
@@ -324,13 +325,15 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
   for (int v : kernel.reads) read += tensor_bytes(values.at(v));
   for (const auto& o : outs) written += tensor_bytes(o);
 
+  KernelHandle own;
+  if (!handle) handle = &(own = KernelHandle(kernel.name, kernel.source));
   // The plan's bytes are counted once, with its first launch.
   for (const IterPiece& piece : split_for_index(merge_dims(space), index_limit())) {
     std::vector<TensorAccess> piece_reads = reads, piece_writes = writes;
     for (std::size_t k = 0; k < reads.size(); ++k)
       piece_reads[k].address += piece.read_offsets[k] * reads[k].itemsize;
     for (auto& w : piece_writes) w.address += piece.first * w.itemsize;
-    launch_piece(kernel, piece, piece_reads, piece_writes, numbers, std::exchange(read, 0),
+    launch_piece(kernel, *handle, piece, piece_reads, piece_writes, numbers, std::exchange(read, 0),
                  std::exchange(written, 0));
   }
   return outs;

@@ -8,6 +8,7 @@
 
 #include "graph/fusion.h"
 #include "graph/graph.h"
+#include "jit/codegen/kernel_cache.h"
 
 namespace kiln::jit::codegen {
 
@@ -36,9 +37,12 @@ PointwiseKernel render_pointwise(const graph::Graph& graph, const graph::FusionG
 // values it writes, in `kernel.writes` order, as new contiguous CUDA tensors. The launch merges
 // dims, takes the vector path where every tensor is aligned for it, and is split where 32-bit
 // indices do not reach every element (see pointwise_layout.h).
+// `handle` is the kernel's resolved function (a plan's); without one, the kernel is looked up by
+// its code on each call.
 std::vector<Tensor> run_pointwise(const graph::Graph& graph, const PointwiseKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values,
-                                  std::span<const std::int64_t> symbol_values = {});
+                                  std::span<const std::int64_t> symbol_values = {},
+                                  const KernelHandle* handle = nullptr);
 
 // The element count and offset beyond which run_pointwise splits a launch (kIndexLimit). Tests
 // lower it to run the split on tensors the virtual GPU can hold; returns the previous limit.

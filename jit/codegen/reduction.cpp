@@ -277,7 +277,7 @@ class ReductionRenderer {
     bool arg = is_arg_reduction(n.op);
     DType out = info_.at(n.outputs[0]).dtype;
     DType a = accumulator_dtype(n.op, arg ? info_.at(x).dtype : out);
-    std::string A = register_type(a), acc = fmt::format("acc{}", n.outputs[0]);
+    std::string A = register_type(a), acc = acc_var(n.outputs[0]);
     std::string value = convert_expr(info_.at(x).dtype, a, in);
     auto [init, combine] = reduction_combine(n.op, a);
     Data accumulator;
@@ -380,7 +380,7 @@ class ReductionRenderer {
     std::string at = fmt::format("(long long)({})",
                                  read(index, false, info_.at(index).rank, row_loads_, row_loaded_));
     DType out = info_.at(n.outputs[0]).dtype, a = compute_dtype(out);
-    std::string A = register_type(a), acc = fmt::format("acc{}", n.outputs[0]);
+    std::string A = register_type(a), acc = acc_var(n.outputs[0]);
     Data accumulator;
     accumulator.set("type", A);
     accumulator.set("var", acc);
@@ -582,6 +582,7 @@ class ReductionRenderer {
 }  // namespace
 
 ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionGroup& group) {
+  KernelNames names;
   KILN_CHECK(
       group.kind == graph::FusionKind::reduction || group.kind == graph::FusionKind::normalization,
       "codegen: group '{}' is a {} group, not a reduction", group.name,

@@ -6,11 +6,13 @@
 // (the persistent schedule); a longer row's tail is re-read from memory in each pass.
 #pragma once
 
+#include <array>
 #include <span>
 #include <vector>
 
 #include "graph/fusion.h"
 #include "graph/graph.h"
+#include "jit/codegen/kernel_cache.h"
 
 namespace kiln::jit::codegen {
 
@@ -53,11 +55,15 @@ inline constexpr std::int64_t kWarpRowMaxCols = 256;
 
 // Which of a kernel's sources a launch runs.
 enum class ReductionSchedule { block_per_row, warp_per_row, outer };
+// A kernel's resolved functions (a plan's), indexed by ReductionSchedule; an empty one is looked
+// up by its code at each launch.
+using ReductionHandles = std::array<KernelHandle, 3>;
 // The schedule for `cols` columns over `rows` rows, `splits` blocks a row (block per row only).
 ReductionSchedule row_schedule(const ReductionKernel& k, long long cols, long long splits);
 const std::string& schedule_source(const ReductionKernel& k, ReductionSchedule schedule);
-// The source a launch at the traced sizes with contiguous inputs runs (what a plan compiles
-// ahead of its first call).
+// The schedule, and its source, that a launch at the traced sizes with contiguous inputs runs
+// (what a plan compiles ahead of its first call).
+ReductionSchedule expected_schedule(const ReductionKernel& k);
 const std::string& expected_source(const ReductionKernel& k);
 
 // Columns per thread a persistent row keeps in registers at most: beyond items * 1024 columns
@@ -76,6 +82,7 @@ ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionG
 // run_pointwise. Returns the written values in `kernel.writes` order.
 std::vector<Tensor> run_reduction(const graph::Graph& graph, const ReductionKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values,
-                                  std::span<const std::int64_t> symbol_values = {});
+                                  std::span<const std::int64_t> symbol_values = {},
+                                  const ReductionHandles* handles = nullptr);
 
 }  // namespace kiln::jit::codegen

@@ -60,14 +60,19 @@ const std::string& schedule_source(const ReductionKernel& k, ReductionSchedule s
       return k.warp_source;
     case ReductionSchedule::outer:
       return k.outer_source;
-    default:
-      return k.source;
+    case ReductionSchedule::block_per_row:
+      break;
   }
+  return k.source;
+}
+
+ReductionSchedule expected_schedule(const ReductionKernel& k) {
+  if (!k.outer_source.empty()) return ReductionSchedule::outer;
+  return row_schedule(k, k.traced_cols, 1);
 }
 
 const std::string& expected_source(const ReductionKernel& k) {
-  if (!k.outer_source.empty()) return k.outer_source;
-  return schedule_source(k, row_schedule(k, k.traced_cols, 1));
+  return schedule_source(k, expected_schedule(k));
 }
 
 unsigned reduction_block(long long cols) {
@@ -81,7 +86,8 @@ unsigned reduction_block(long long cols) {
 
 std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values,
-                                  std::span<const std::int64_t> symbol_values) {
+                                  std::span<const std::int64_t> symbol_values,
+                                  const ReductionHandles* handles) {
   apply_host_views(g, kernel.host_views, values, symbol_values);
   auto rank = static_cast<int>(domain.size());
   std::vector<int> kept, reduced(kernel.reduce_dims.begin(), kernel.reduce_dims.end());
@@ -184,19 +190,19 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   for (const auto& r : kernel.reads)
     read += tensor_bytes(values.at(r.value)) * (r.on_chip && on_chip ? 1 : r.passes);
   for (const auto& o : outs) written += tensor_bytes(o);
-  const std::string& source = schedule_source(kernel, schedule);
+  KernelHandle own;
+  const KernelHandle* handle = handles ? &(*handles)[static_cast<int>(schedule)] : nullptr;
+  if (!handle || handle->empty())
+    handle = &(own = KernelHandle(kernel.name, schedule_source(kernel, schedule)));
   if (outer)
-    launch_generated(kernel.name, source,
-                     {static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), 1},
-                     {32, block, 1}, params.data(), read, written);
+    handle->launch({static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), 1},
+                   {32, block, 1}, params.data(), read, written);
   else if (warp)
-    launch_generated(kernel.name, source,
-                     {static_cast<unsigned>(std::min<long long>((rows + 7) / 8, sms * 16)), 1, 1},
-                     {kWarpRowBlock, 1, 1}, params.data(), read, written);
+    handle->launch({static_cast<unsigned>(std::min<long long>((rows + 7) / 8, sms * 16)), 1, 1},
+                   {kWarpRowBlock, 1, 1}, params.data(), read, written);
   else
-    launch_generated(kernel.name, source,
-                     {static_cast<unsigned>(std::min<long long>(rows * splits, sms * 16)), 1, 1},
-                     {block, 1, 1}, params.data(), read, written);
+    handle->launch({static_cast<unsigned>(std::min<long long>(rows * splits, sms * 16)), 1, 1},
+                   {block, 1, 1}, params.data(), read, written);
   if (check) check->launched();
   return outs;
 }

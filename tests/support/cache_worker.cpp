@@ -39,7 +39,7 @@ void check_launch(int i) {
   be.copy_to_device(d, host, sizeof host);
   int n = 4;
   void* params[] = {&d, &n};
-  be.launch(jit::codegen::compiled_function(kernel_name(i), kernel_source(i)), {1, 1, 1},
+  be.launch(jit::codegen::KernelHandle(kernel_name(i), kernel_source(i)).function(), {1, 1, 1},
             {32, 1, 1}, 0, nullptr, params);
   float out[4];
   be.copy_to_host(out, d, sizeof out);
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
       int repeat = argc > 4 ? std::atoi(argv[4]) : 1;
       for (int r = 0; r < repeat; ++r)
         for (int i = first; i < first + count; ++i)
-          jit::codegen::compiled_function(kernel_name(i), kernel_source(i));
+          jit::codegen::KernelHandle(kernel_name(i), kernel_source(i)).function();
       check_launch(first);
     } else if (mode == "graph") {
       auto f = jit::compile([](const Tensor& x) { return softmax(relu(x * 2.0 + 1.0), -1) * x; });
