@@ -276,14 +276,25 @@ void CompiledFunctionCore::report(const Entry& e, std::size_t index) const {
 std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, InvokeRef invoke) {
   std::vector<std::int64_t> symbol_values;
   std::shared_ptr<const Entry> entry;
-  bool verify_now = false;
+  std::int64_t call = ++stats_.calls;
+  bool verify_now = options_.verify_every > 0 && call % options_.verify_every == 0;
+  if (verify_now) ++stats_.verifications;
+  // A warm call: the guard check under a shared lock, so threads calling one function do not
+  // wait for each other.
   {
-    std::lock_guard lock(mutex_);
-    ++stats_.calls;
-    if (options_.verify_every > 0 && stats_.calls % options_.verify_every == 0) {
-      verify_now = true;
-      ++stats_.verifications;
+    std::shared_lock lock(mutex_);
+    for (auto& e : entries_) {
+      if (e->guards.check(args, symbol_values)) {
+        ++e->hits;
+        ++stats_.hits;
+        entry = e;
+        break;
+      }
     }
+  }
+  if (!entry) {
+    std::unique_lock lock(mutex_);
+    // Another thread may have traced this call's entry meanwhile.
     for (auto& e : entries_) {
       if (e->guards.check(args, symbol_values)) {
         ++e->hits;
@@ -366,17 +377,14 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
   if (verify_now) verify(*entry, args, invoke, symbol_values);
   // Generated kernels record no autograd history: calls that need gradients run node by node.
   if (entry->plan && !(grad_enabled() && needs_grad(entry->graph, args))) {
-    {
-      std::lock_guard lock(mutex_);
-      ++stats_.kernel_calls;
-    }
+    ++stats_.kernel_calls;
     return entry->plan->run(entry->graph, args, symbol_values);
   }
   return run_reference(entry->graph, args, symbol_values);
 }
 
 int CompiledFunctionCore::lookup(std::span<const CallArg> args) const {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   thread_local std::vector<std::int64_t> symbol_values;
   for (std::size_t i = 0; i < entries_.size(); ++i)
     if (entries_[i]->guards.check(args, symbol_values)) return static_cast<int>(i);
@@ -398,20 +406,20 @@ std::string indent(const std::string& text, int by) {
 }  // namespace
 
 std::string CompiledFunctionCore::explain() const {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   std::string out = fmt::format(
       "compiled function '{}': {} calls, {} hits, {} compiles, {} eager calls, {} entries\n"
       "ran on: generated kernels for {} calls; the reference executor (node by node through "
       "autograd: inputs on the CPU, or gradients needed) for the others\n",
-      options_.name, stats_.calls, stats_.hits, stats_.compiles, stats_.eager_calls,
-      entries_.size(), stats_.kernel_calls);
+      options_.name, stats_.calls.get(), stats_.hits.get(), stats_.compiles.get(),
+      stats_.eager_calls.get(), entries_.size(), stats_.kernel_calls.get());
   if (options_.verify_every > 0)
     out += fmt::format("verifies captures every {} calls ({} so far)\n", options_.verify_every,
-                       stats_.verifications);
+                       stats_.verifications.get());
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = *entries_[i];
     out += fmt::format("entry {} ({} hits), traced because: {}\n  guards ({} checks):\n{}", i,
-                       e.hits, e.reason, e.guards.count(), indent(e.guards.str(), 2));
+                       e.hits.get(), e.reason, e.guards.count(), indent(e.guards.str(), 2));
     out += "  graph:\n" + indent(e.graph.str(), 4);
     out += "  fusion plan:\n" + indent(e.fusion.str(e.graph), 4);
     if (e.plan)
@@ -425,7 +433,7 @@ std::string CompiledFunctionCore::explain() const {
 }
 
 std::string CompiledFunctionCore::graph_dot(int entry) const {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   KILN_CHECK(!entries_.empty(), "graph_dot: '{}' has not been traced yet", options_.name);
   if (entry < 0) entry = static_cast<int>(entries_.size()) - 1;
   KILN_CHECK_AS(IndexError, entry < static_cast<int>(entries_.size()),
@@ -435,41 +443,47 @@ std::string CompiledFunctionCore::graph_dot(int entry) const {
 }
 
 std::size_t CompiledFunctionCore::num_entries() const {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   return entries_.size();
 }
 
 const graph::Graph& CompiledFunctionCore::graph(int entry) const {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   return entries_.at(entry)->graph;
 }
 
 const graph::Partition& CompiledFunctionCore::fusion(int entry) const {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   return entries_.at(entry)->fusion;
 }
 
 const KernelPlan* CompiledFunctionCore::plan(int entry) const {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   const auto& p = entries_.at(entry)->plan;
   return p ? &*p : nullptr;
 }
 
 const GuardSet& CompiledFunctionCore::guards(int entry) const {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   return entries_.at(entry)->guards;
 }
 
 std::vector<std::string> CompiledFunctionCore::recompile_reasons() const {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   std::vector<std::string> out;
   for (std::size_t i = 1; i < entries_.size(); ++i) out.push_back(entries_[i]->reason);
   return out;
 }
 
 CompiledStats CompiledFunctionCore::stats() const {
-  std::lock_guard lock(mutex_);
-  return stats_;
+  CompiledStats s;
+  s.calls = stats_.calls.get();
+  s.hits = stats_.hits.get();
+  s.compiles = stats_.compiles.get();
+  s.eager_calls = stats_.eager_calls.get();
+  s.verifications = stats_.verifications.get();
+  s.kernel_calls = stats_.kernel_calls.get();
+  return s;
 }
 
 }  // namespace kiln::jit

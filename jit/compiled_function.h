@@ -4,7 +4,9 @@
 #pragma once
 
 #include <memory>
+#include <atomic>
 #include <mutex>
+#include <shared_mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -74,6 +76,14 @@ class CompiledFunctionCore {
   const CompileOptions& options() const { return options_; }
 
  private:
+  // A count warm calls bump without the lock (relaxed: only read by stats() and explain()).
+  struct Counter {
+    std::atomic<std::int64_t> n{0};
+    Counter() = default;
+    Counter(Counter&& o) noexcept : n(o.n.load()) {}
+    std::int64_t operator++() { return n.fetch_add(1, std::memory_order_relaxed) + 1; }
+    std::int64_t get() const { return n.load(std::memory_order_relaxed); }
+  };
   struct Entry {
     GuardSet guards;
     graph::Graph graph;              // optimized: what runs
@@ -81,7 +91,7 @@ class CompiledFunctionCore {
     graph::Partition fusion;         // the kernels `graph` becomes
     std::optional<KernelPlan> plan;  // for graphs on CUDA tensors
     std::vector<std::vector<int>> arg_symbols;
-    std::int64_t hits = 0;
+    Counter hits;
     std::string reason;  // why it was traced
   };
   using DimSet = std::set<std::pair<int, int>>;  // (argument, dim)
@@ -97,11 +107,14 @@ class CompiledFunctionCore {
   void report(const Entry& e, std::size_t index) const;
 
   CompileOptions options_;
-  mutable std::mutex mutex_;
+  mutable std::shared_mutex mutex_;
   std::vector<std::shared_ptr<Entry>> entries_;
   DimSet dynamic_;      // dims made symbolic after size-induced recompiles
   DimSet specialized_;  // dims shown size-dependent: never symbolic again
-  CompiledStats stats_;
+  // Warm calls read entries_ under a shared lock; a miss (a trace) takes it exclusively.
+  struct Stats {
+    Counter calls, hits, compiles, eager_calls, verifications, kernel_calls;
+  } stats_;
   bool warned_limit_ = false;
   std::string last_reason_;
 };

@@ -21,6 +21,11 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
     step.group = static_cast<int>(i);
     step.nodes = group.nodes;
     step.domain = group.domain;
+    Shape sizes;
+    for (const auto& d : group.domain)
+      if (d.is_constant())
+        if (auto v = d.evaluate({})) sizes.push_back(*v);
+    if (sizes.size() == group.domain.size()) step.static_domain = std::move(sizes);
     try {
       switch (group.kind) {
         case graph::FusionKind::pointwise:
@@ -117,6 +122,7 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
   }
   auto concrete = [&](const std::vector<SymExpr>& sizes) {
     Shape shape;
+    shape.reserve(sizes.size());
     for (const auto& s : sizes) {
       auto v = s.evaluate(symbol_values);
       KILN_CHECK(v.has_value(), "compile: size {} of '{}' has no value in this call", s.str(),
@@ -141,7 +147,9 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
       continue;
     }
     if (step.kernel) {
-      auto outs = step.kernel->run(g, concrete(step.domain), values, symbol_values);
+      auto outs = step.static_domain
+                      ? step.kernel->run(g, *step.static_domain, values, symbol_values)
+                      : step.kernel->run(g, concrete(step.domain), values, symbol_values);
       const auto& writes = step.kernel->writes();
       for (std::size_t i = 0; i < writes.size(); ++i) values[writes[i]] = std::move(outs[i]);
       if (check)

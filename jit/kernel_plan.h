@@ -44,6 +44,7 @@ class KernelPlan {
     int group = -1;
     std::vector<int> nodes;
     std::vector<SymExpr> domain;
+    std::optional<Shape> static_domain;  // `domain` when no size in it is symbolic
     std::optional<codegen::GroupKernel> kernel;
     std::string note;  // what it is, or why code generation does not cover it
     // Values no later step reads: dropped after this one, so that the caching allocator hands

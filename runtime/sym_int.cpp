@@ -97,6 +97,7 @@ SymExpr SymExpr::operator/(const SymExpr& o) const {
 
 std::optional<std::int64_t> SymExpr::evaluate(std::span<const std::int64_t> symbols) const {
   if (opaque_) return std::nullopt;
+  if (factors_.empty() && den_ == 1) return num_;  // a constant: every launch asks for its sizes
   __int128 num = num_, den = den_;
   for (auto [s, p] : factors_) {
     KILN_CHECK(s >= 0 && static_cast<std::size_t>(s) < symbols.size(),

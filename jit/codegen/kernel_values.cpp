@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "jit/reference_executor.h"
@@ -84,13 +85,48 @@ std::array<unsigned char, 8> number_argument(const Tensor& number) {
 std::vector<long long> domain_strides(const Tensor& t, int domain_rank,
                                       const std::vector<int>& frame_dims) {
   std::vector<long long> strides(static_cast<std::size_t>(domain_rank), 0);
+  domain_strides_into(t, frame_dims, strides);
+  return strides;
+}
+
+void domain_strides_into(const Tensor& t, const std::vector<int>& frame_dims,
+                         std::span<long long> strides) {
+  std::fill(strides.begin(), strides.end(), 0);
   auto rank = static_cast<int>(t.dim());
   auto frame_rank = static_cast<int>(frame_dims.size());
+  const Shape& shape = t.shape();
+  const Strides& steps = t.strides();
   for (int d = 0; d < rank; ++d) {
     int fd = frame_rank - rank + d;
-    if (fd >= 0 && t.shape()[d] != 1) strides[frame_dims[fd]] = t.strides()[d];
+    if (fd >= 0 && shape[d] != 1) strides[frame_dims[fd]] = steps[d];
   }
-  return strides;
+}
+
+void LaunchScratch::clear() {
+  kept.clear();
+  reduced.clear();
+  packed.clear();
+  strides.clear();
+  out_strides.clear();
+  pointers.clear();
+  numbers.clear();
+  params.clear();
+}
+
+LaunchScratch::Lease::Lease() {
+  thread_local LaunchScratch mine;
+  if (mine.leased_) {
+    own_ = std::make_unique<LaunchScratch>();
+    scratch_ = own_.get();
+  } else {
+    scratch_ = &mine;
+  }
+  scratch_->leased_ = true;
+}
+
+LaunchScratch::Lease::~Lease() {
+  scratch_->clear();
+  scratch_->leased_ = false;
 }
 
 void check_host_view(const graph::Graph& g, const std::set<int>& inside, int n,

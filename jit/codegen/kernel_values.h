@@ -4,6 +4,8 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -44,6 +46,37 @@ std::array<unsigned char, 8> number_argument(const Tensor& number);
 // broadcasts or does not reach.
 std::vector<long long> domain_strides(const Tensor& t, int domain_rank,
                                       const std::vector<int>& frame_dims);
+// The same into `strides` (the domain's rank of them), which a launch reuses call after call.
+void domain_strides_into(const Tensor& t, const std::vector<int>& frame_dims,
+                         std::span<long long> strides);
+
+// Buffers a launch fills with its arguments, one set per thread and reused, so a warm launch
+// allocates nothing but its outputs. A Lease hands this thread's set out (a fresh one if it is
+// in use: a launch inside a launch's argument building).
+struct LaunchScratch {
+  std::vector<int> kept, reduced;
+  std::vector<long long> packed, strides, out_strides;
+  std::vector<std::uintptr_t> pointers;
+  std::vector<std::array<unsigned char, 8>> numbers;
+  std::vector<void*> params;
+
+  class Lease {
+   public:
+    Lease();
+    ~Lease();
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    LaunchScratch& scratch() { return *scratch_; }
+
+   private:
+    std::unique_ptr<LaunchScratch> own_;
+    LaunchScratch* scratch_;
+  };
+
+ private:
+  bool leased_ = false;
+  void clear();
+};
 
 // Whether view node `n` only adds or removes size-1 dims: inside a kernel, the same values.
 bool is_unit_reshape(const graph::Graph& g, int n);

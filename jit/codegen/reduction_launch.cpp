@@ -30,13 +30,16 @@ constexpr unsigned kOuterBlockY = 8;
 // The outer schedule when the kernel has one, its rows are wide enough to fill a sector
 // (8 elements), and no read is contiguous along the reduced dims instead (a transposed view:
 // the row schedule's lanes read that one side by side).
+// `read_strides` holds a row of domain strides per read.
 bool use_outer_schedule(const ReductionKernel& kernel, const Shape& domain,
                         const std::vector<int>& kept, const std::vector<int>& reduced,
-                        const std::vector<std::vector<long long>>& read_strides) {
+                        std::span<const long long> read_strides) {
   if (kernel.outer_source.empty() || kept.empty() || reduced.empty()) return false;
   if (domain[kept.back()] < 8) return false;
   bool side_by_side = false;
-  for (const auto& s : read_strides) {
+  const std::size_t rank = domain.size();
+  for (std::size_t at = 0; at + rank <= read_strides.size(); at += rank) {
+    const long long* s = read_strides.data() + at;
     if (s[reduced.back()] == 1) return false;
     side_by_side = side_by_side || s[kept.back()] == 1;
   }
@@ -89,8 +92,12 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
                                   std::span<const std::int64_t> symbol_values,
                                   const ReductionHandles* handles) {
   apply_host_views(g, kernel.host_views, values, symbol_values);
+  LaunchScratch::Lease lease;
+  LaunchScratch& sc = lease.scratch();
   auto rank = static_cast<int>(domain.size());
-  std::vector<int> kept, reduced(kernel.reduce_dims.begin(), kernel.reduce_dims.end());
+  std::vector<int>& kept = sc.kept;
+  std::vector<int>& reduced = sc.reduced;
+  reduced.assign(kernel.reduce_dims.begin(), kernel.reduce_dims.end());
   for (int d = 0; d < rank; ++d)
     if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) kept.push_back(d);
   long long rows = 1, cols = 1;
@@ -99,35 +106,43 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   // The index struct: sizes, per-read strides split into kept and reduced dims, output strides.
   std::size_t nk = std::max<std::size_t>(1, kept.size()),
               nr = std::max<std::size_t>(1, reduced.size());
-  auto split = [&](const std::vector<long long>& over_domain, std::vector<long long>& out,
+  auto split = [&](const auto& over_domain, std::vector<long long>& out,
                    const std::vector<int>& dims, std::size_t width, long long pad) {
     for (std::size_t i = 0; i < width; ++i)
       out.push_back(i < dims.size() ? over_domain[dims[i]] : pad);
   };
-  std::vector<long long> sizes(domain.begin(), domain.end()), packed;
-  split(sizes, packed, kept, nk, 1);
-  split(sizes, packed, reduced, nr, 1);
-  std::vector<cuda::DevicePtr> pointers;
-  std::vector<std::vector<long long>> read_strides;
-  for (const auto& r : kernel.reads) {
+  std::vector<long long>& packed = sc.packed;
+  split(domain, packed, kept, nk, 1);
+  split(domain, packed, reduced, nr, 1);
+  std::vector<cuda::DevicePtr>& pointers = sc.pointers;
+  // Each read's strides over the domain, one row of `rank` per read (a row of zeros for none).
+  std::vector<long long>& strides = sc.strides;
+  strides.assign(std::max<std::size_t>(1, kernel.reads.size()) * rank, 0);
+  for (std::size_t i = 0; i < kernel.reads.size(); ++i) {
+    const auto& r = kernel.reads[i];
     const Tensor& t = values.at(r.value);
     KILN_CHECK(t.device().type == Device::Type::cuda,
                "codegen: kernel '{}' reads %{} on {}, not a CUDA device", kernel.name, r.value,
                t.device().str());
-    read_strides.push_back(domain_strides(t, rank, r.frame_dims));
+    domain_strides_into(t, r.frame_dims, std::span(strides).subspan(i * rank, rank));
     pointers.push_back(reinterpret_cast<cuda::DevicePtr>(t.raw_data()));
   }
-  if (read_strides.empty()) read_strides.push_back(std::vector<long long>(rank, 0));
-  for (const auto& s : read_strides) split(s, packed, kept, nk, 0);
-  for (const auto& s : read_strides) split(s, packed, reduced, nr, 0);
-  auto contiguous = contiguous_strides(domain);
-  std::vector<long long> out_strides(contiguous.begin(), contiguous.end());
-  split(out_strides, packed, kept, nk, 0);
-  split(out_strides, packed, reduced, nr, 0);
+  const std::size_t rows_of_strides = std::max<std::size_t>(1, kernel.reads.size());
+  for (std::size_t i = 0; i < rows_of_strides; ++i)
+    split(std::span(strides).subspan(i * rank, rank), packed, kept, nk, 0);
+  for (std::size_t i = 0; i < rows_of_strides; ++i)
+    split(std::span(strides).subspan(i * rank, rank), packed, reduced, nr, 0);
+  // Outputs are contiguous over the domain.
+  sc.out_strides.assign(std::max(1, rank), 1);
+  for (int d = rank - 2; d >= 0; --d)
+    sc.out_strides[d] = sc.out_strides[d + 1] * std::max<long long>(1, domain[d + 1]);
+  split(sc.out_strides, packed, kept, nk, 0);
+  split(sc.out_strides, packed, reduced, nr, 0);
 
-  std::vector<std::array<unsigned char, 8>> numbers;
+  std::vector<std::array<unsigned char, 8>>& numbers = sc.numbers;
   for (int v : kernel.scalars) numbers.push_back(number_argument(values.at(v)));
   std::vector<Tensor> outs;
+  outs.reserve(kernel.writes.size());
   for (std::size_t i = 0; i < kernel.writes.size(); ++i) {
     const auto& meta = g.values[kernel.writes[i]].meta;
     Shape shape;
@@ -142,7 +157,7 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
     outs.push_back(empty(shape, meta.dtype, Device::cuda()));
     pointers.push_back(reinterpret_cast<cuda::DevicePtr>(outs.back().raw_data()));
   }
-  std::vector<void*> params;
+  std::vector<void*>& params = sc.params;
   std::size_t first_write = kernel.reads.size();
   for (std::size_t i = 0; i < first_write; ++i) params.push_back(&pointers[i]);
   for (auto& number : numbers) params.push_back(number.data());
@@ -161,7 +176,7 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   // Few long rows (a full reduction is one) split over blocks: each folds a chunk of columns,
   // the last to arrive combines the chunks' partials in order.
   long long sms = cuda::backend().properties(0).sm_count;
-  bool outer = use_outer_schedule(kernel, domain, kept, reduced, read_strides);
+  bool outer = use_outer_schedule(kernel, domain, kept, reduced, strides);
   unsigned block = outer ? kOuterBlockY : reduction_block(cols);
   long long row_blocks = outer ? (rows + 31) / 32 : rows;
   long long splits = kernel.splittable ? split_count(row_blocks, cols, block, sms) : 1;
@@ -171,11 +186,13 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   Tensor partials, arrivals;
   cuda::DevicePtr partials_ptr = 0, arrivals_ptr = 0;
   if (kernel.splittable) {
-    partials =
-        empty({std::max(1LL, rows * splits * kernel.partial_slots)}, DType::i64, Device::cuda());
-    arrivals = zeros({std::max(1LL, rows)}, DType::i32, Device::cuda());
-    partials_ptr = reinterpret_cast<cuda::DevicePtr>(partials.raw_data());
-    arrivals_ptr = reinterpret_cast<cuda::DevicePtr>(arrivals.raw_data());
+    // Only a split row touches them (the kernel's second stage runs when splits > 1).
+    if (splits > 1) {
+      partials = empty({rows * splits * kernel.partial_slots}, DType::i64, Device::cuda());
+      arrivals = zeros({rows}, DType::i32, Device::cuda());
+      partials_ptr = reinterpret_cast<cuda::DevicePtr>(partials.raw_data());
+      arrivals_ptr = reinterpret_cast<cuda::DevicePtr>(arrivals.raw_data());
+    }
     params.push_back(&partials_ptr);
     params.push_back(&arrivals_ptr);
   }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -23,6 +24,11 @@ namespace kiln::cuda {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+std::atomic<bool>& kernel_execution() {
+  static std::atomic<bool> on{true};
+  return on;
+}
 
 // Handle types of this backend; the public handles are these pointers cast.
 struct VModule;
@@ -198,6 +204,7 @@ class VirtualBackend final : public Backend {
     rq.dynamic_shared = dynamic_shared;
     rq.params = params;
     rq.sm_count = props_.sm_count;
+    if (!kernel_execution().load(std::memory_order_relaxed)) return;
     instructions_ += vgpu::run_launch(rq).thread_instructions;
   }
 
@@ -298,45 +305,47 @@ class VirtualBackend final : public Backend {
   }
 
   void validate_launch(const vgpu::Function& k, Dim3 grid, Dim3 block, unsigned dyn) const {
-    const std::string who =
-        fmt::format("launch of kernel '{}' with grid ({},{},{}) block ({},{},{})", k.name, grid.x,
-                    grid.y, grid.z, block.x, block.y, block.z);
+    // Formatted only for an error: every launch passes here.
+    auto who = [&] {
+      return fmt::format("launch of kernel '{}' with grid ({},{},{}) block ({},{},{})", k.name,
+                         grid.x, grid.y, grid.z, block.x, block.y, block.z);
+    };
     KILN_CHECK_AS(LaunchError, block.x && block.y && block.z && grid.x && grid.y && grid.z,
-                  "{}: every grid and block dimension must be at least 1", who);
+                  "{}: every grid and block dimension must be at least 1", who());
     KILN_CHECK_AS(LaunchError,
                   block.x <= props_.max_block_dim.x && block.y <= props_.max_block_dim.y &&
                       block.z <= props_.max_block_dim.z,
-                  "{}: block dimensions exceed the device limit ({},{},{})", who,
+                  "{}: block dimensions exceed the device limit ({},{},{})", who(),
                   props_.max_block_dim.x, props_.max_block_dim.y, props_.max_block_dim.z);
     std::uint64_t threads = std::uint64_t(block.x) * block.y * block.z;
     KILN_CHECK_AS(LaunchError, threads <= static_cast<std::uint64_t>(props_.max_threads_per_block),
-                  "{}: {} threads per block, more than the device's {}", who, threads,
+                  "{}: {} threads per block, more than the device's {}", who(), threads,
                   props_.max_threads_per_block);
     KILN_CHECK_AS(LaunchError,
                   grid.x <= props_.max_grid_dim.x && grid.y <= props_.max_grid_dim.y &&
                       grid.z <= props_.max_grid_dim.z,
-                  "{}: grid dimensions exceed the device limit ({},{},{})", who,
+                  "{}: grid dimensions exceed the device limit ({},{},{})", who(),
                   props_.max_grid_dim.x, props_.max_grid_dim.y, props_.max_grid_dim.z);
     if (k.maxntid[0]) {
       std::uint64_t max = std::uint64_t(k.maxntid[0]) * k.maxntid[1] * k.maxntid[2];
       KILN_CHECK_AS(LaunchError, threads <= max,
                     "{}: {} threads per block, more than the kernel's .maxntid {},{},{} "
                     "(__launch_bounds__) allows",
-                    who, threads, k.maxntid[0], k.maxntid[1], k.maxntid[2]);
+                    who(), threads, k.maxntid[0], k.maxntid[1], k.maxntid[2]);
     }
     if (k.reqntid[0])
       KILN_CHECK_AS(LaunchError,
                     block.x == k.reqntid[0] && block.y == k.reqntid[1] && block.z == k.reqntid[2],
-                    "{}: the kernel requires block ({},{},{}) (.reqntid)", who, k.reqntid[0],
+                    "{}: the kernel requires block ({},{},{}) (.reqntid)", who(), k.reqntid[0],
                     k.reqntid[1], k.reqntid[2]);
     KILN_CHECK_AS(LaunchError, k.static_shared_bytes <= props_.shared_mem_per_block,
                   "{}: {} bytes of static shared memory, more than the {} a kernel may declare",
-                  who, k.static_shared_bytes, props_.shared_mem_per_block);
+                  who(), k.static_shared_bytes, props_.shared_mem_per_block);
     std::uint64_t total = k.static_shared_bytes + dyn;
     KILN_CHECK_AS(LaunchError, total <= props_.shared_mem_per_block_optin,
                   "{}: {} bytes of shared memory ({} static + {} dynamic), more than the {} a "
                   "block may have",
-                  who, total, k.static_shared_bytes, dyn, props_.shared_mem_per_block_optin);
+                  who(), total, k.static_shared_bytes, dyn, props_.shared_mem_per_block_optin);
   }
 };
 
@@ -364,6 +373,10 @@ void check_device_range(Backend& backend, DevicePtr ptr, std::uint64_t bytes, co
 void mark_device_initialized(Backend& backend, DevicePtr ptr, std::uint64_t bytes) {
   if (auto* v = dynamic_cast<VirtualBackend*>(&backend); v && bytes)
     v->mark_initialized(ptr, bytes);
+}
+
+bool set_kernel_execution(bool on) {
+  return kernel_execution().exchange(on);
 }
 }  // namespace vgpu
 
