@@ -1,7 +1,8 @@
 // Generated kernels on the blocks a transformer is made of: launches and measured global bytes
 // eagerly (one kernel per op), compiled (kiln's fusion), and the ideal (each input read once,
 // each output written once); then compile and call costs. Runs on the virtual GPU, whose
-// profiler measures the traffic. Sizes: KILN_BENCH_ROWS x KILN_BENCH_HIDDEN (default
+// profiler measures the traffic. Last, the cold compile of a function of 1, 4 and 12 identical
+// blocks, which a kernel's identity by its code keeps flat. Sizes: KILN_BENCH_ROWS x KILN_BENCH_HIDDEN (default
 // 256 x 1024; the virtual GPU interprets every thread, so the 4096 rows take minutes).
 #include <algorithm>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "cache/disk_cache.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/pointwise.h"
 #include "jit/compile.h"
@@ -113,6 +115,32 @@ void vector_rows(const char* name, DType dtype, const Block& block,
   }
 }
 
+// The cold first call of a function made of `n` identical blocks (LayerNorm, a GELU residual
+// and softmax, then a matmul, as a transformer's blocks are separated by their projections), with
+// the disk cache off: a kernel is its code, so the NVRTC compiles and their time stay those of
+// one block however many blocks there are. `scale` makes each row's blocks unlike any compiled
+// before.
+void identical_blocks(int n, double scale, std::int64_t rows, std::int64_t hidden) {
+  auto f = jit::compile([=](const Tensor& x, const Tensor& w) {
+    Tensor h = x;
+    for (int i = 0; i < n; ++i) {
+      Tensor a = layer_norm(h * scale, {hidden});
+      h = matmul(softmax(gelu(a) + a, -1), w) + h;
+    }
+    return h;
+  });
+  Tensor x = randn({rows, hidden}).to(Device::cuda());
+  Tensor w = randn({hidden, hidden}).to(Device::cuda());
+  auto& s = jit::codegen::launch_stats();
+  std::int64_t compiles = s.compiles, compile_us = s.compile_us;
+  auto t0 = Clock::now();
+  f(x, w);
+  double first_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  std::printf("%8d %10d %10lld %12.1f %14.1f\n", n, f.core().plan(0)->kernel_count(),
+              static_cast<long long>(s.compiles - compiles), (s.compile_us - compile_us) / 1000.0,
+              first_ms);
+}
+
 }  // namespace
 
 int main() {
@@ -207,5 +235,13 @@ int main() {
       "warm compiled call (8 x 64, one kernel), median of 200: %.1f us = guard check %.2f us + "
       "plan %.1f us + backend launch %.1f us (the virtual GPU runs the kernel inside it)\n",
       t, g, std::max(0.0, t - g - l), l);
+
+  std::printf("\ncold first call of a function of N identical blocks (disk cache off), 8 x 256:\n");
+  std::printf("%8s %10s %10s %12s %14s\n", "blocks", "kernels", "compiles", "NVRTC ms",
+              "first call ms");
+  setenv("KILN_CACHE", "0", 1);
+  cache::reset_process_disk_cache();
+  double scale = 0.8671875;
+  for (int n : {1, 4, 12}) identical_blocks(n, scale += 0.0078125, 8, 256);
   return 0;
 }
