@@ -1,6 +1,7 @@
 // A traced graph as launches: per fusion group, a generated kernel (pointwise or row
-// reduction), a host-side view, or, for what code generation does not cover yet (matmul,
-// indexing, scans, movement), its nodes run one by one as eager CUDA ops.
+// reduction), a host-side view, a matmul with its bias and activation as one cuBLASLt call, or
+// its nodes one by one as eager CUDA ops (matmul through cuBLASLt; indexing, scans and movement
+// each a generated kernel of its own).
 #pragma once
 
 #include <memory>

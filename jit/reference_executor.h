@@ -1,5 +1,6 @@
-// The reference executor: runs a graph node by node on kiln's eager ops (with autograd), the
-// stand-in for compiled kernel plans until the fuser and code generator land.
+// The reference executor: runs a graph node by node on kiln's eager ops, recording autograd
+// history. A compiled call takes it when the graph does not run on the device (no KernelPlan)
+// and when gradients are needed (generated kernels record none).
 #pragma once
 
 #include <span>

@@ -18,21 +18,6 @@ std::span<const OpId> all_ops() {
   return ops;
 }
 
-std::string_view op_class_name(OpClass c) {
-  switch (c) {
-    case OpClass::elementwise: return "elementwise";
-    case OpClass::reduction: return "reduction";
-    case OpClass::scan: return "scan";
-    case OpClass::normalization: return "normalization";
-    case OpClass::view: return "view";
-    case OpClass::index: return "index";
-    case OpClass::matmul: return "matmul";
-    case OpClass::movement: return "movement";
-    case OpClass::transfer: return "transfer";
-  }
-  return "?";
-}
-
 namespace {
 
 // The target shape of reshape/expand: symbolic entries, when present, are what identifies it.

@@ -104,10 +104,8 @@ inline const OpDef& op_def(OpId op) { return kOpTable[static_cast<std::size_t>(o
 inline std::string_view op_name(OpId op) { return op_def(op).name; }
 inline OpClass op_class(OpId op) { return op_def(op).op_class; }
 inline int num_outputs(OpId op) { return op_def(op).num_outputs; }
-inline bool is_differentiable(OpId op) { return op_def(op).grad != Grad::none; }
 // Every op, in table order (for sweeps over the table).
 std::span<const OpId> all_ops();
-std::string_view op_class_name(OpClass c);
 
 // Attributes of an op call; each op reads the fields its table row names (attr::*).
 struct OpAttrs {

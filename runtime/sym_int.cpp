@@ -51,10 +51,6 @@ SymExpr SymExpr::opaque() {
   return e;
 }
 
-bool SymExpr::is_symbol() const {
-  return !opaque_ && num_ == 1 && den_ == 1 && factors_.size() == 1 && factors_[0].second == 1;
-}
-
 std::int64_t SymExpr::constant_value() const {
   KILN_CHECK(is_constant() && den_ == 1, "size expression {} is not an integer constant", str());
   return num_;

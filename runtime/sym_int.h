@@ -34,9 +34,6 @@ class SymExpr {
 
   bool is_constant() const { return !opaque_ && factors_.empty(); }
   bool is_opaque() const { return opaque_; }
-  // True for a bare symbol (coefficient 1, power 1): `symbol_id()` names it.
-  bool is_symbol() const;
-  int symbol_id() const { return factors_.at(0).first; }
   // The value of a constant expression with an integral coefficient.
   std::int64_t constant_value() const;
   std::int64_t denominator() const { return den_; }

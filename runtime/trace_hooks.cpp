@@ -17,7 +17,6 @@ InterceptorScope::~InterceptorScope() { current_interceptor = previous_; }
 
 ShapeReadScope::ShapeReadScope() { ++shape_read_depth; }
 ShapeReadScope::~ShapeReadScope() { --shape_read_depth; }
-bool in_shape_read_scope() { return shape_read_depth > 0; }
 
 void check_not_traced(const Tensor& t, std::string_view what) {
   KILN_CHECK_AS(NotTraceableError, !t.defined() || t.impl().trace_value < 0,

@@ -56,7 +56,6 @@ class ShapeReadScope {
   ShapeReadScope(const ShapeReadScope&) = delete;
   ShapeReadScope& operator=(const ShapeReadScope&) = delete;
 };
-bool in_shape_read_scope();
 
 #define KILN_OP_SCOPE ::kiln::ShapeReadScope kiln_op_scope_
 

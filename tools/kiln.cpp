@@ -12,6 +12,8 @@
 
 #include "cache/cache_report.h"
 #include "cache/disk_cache.h"
+#include "runtime/cuda/backends.h"
+#include "runtime/cuda/driver/driver_api.h"
 #include "runtime/error.h"
 
 using namespace kiln;
@@ -29,6 +31,23 @@ cache::DiskCache open_cache(bool need_write) {
                  problem->c_str());
   }
   return c;
+}
+
+// One line: the GPU the driver backend opens, or why it opens none (scripts/gpu-check asks).
+bool print_gpu() {
+  try {
+    auto driver = cuda::make_driver_backend();
+    const auto& p = driver->properties(0);
+    std::printf("%s (sm_%d%d, %d SMs), CUDA driver %d.%d\n", p.name.c_str(), p.compute_major,
+                p.compute_minor, p.sm_count, cuda::driver::driver_api().driver_version / 1000,
+                cuda::driver::driver_api().driver_version % 1000 / 10);
+    return true;
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    std::replace(why.begin(), why.end(), '\n', ' ');
+    std::printf("no GPU: %s\n", why.c_str());
+    return false;
+  }
 }
 
 }  // namespace
@@ -79,6 +98,9 @@ int main(int argc, char** argv) {
 
   CLI::App* doctor = app.add_subcommand(
       "doctor", "toolkit, NVRTC, driver and GPUs, backend, cache directory and health");
+  bool gpu_only = false;
+  doctor->add_flag("--gpu", gpu_only,
+                   "only whether the driver opens a GPU: its name, or why not (exit 1), in a line");
 
   // CLI11 reports a misspelt subcommand as a missing one; name it instead.
   auto check_command = [&](int i, const std::vector<std::string>& known, const char* where) {
@@ -100,7 +122,9 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (doctor->parsed()) {
+    if (doctor->parsed() && gpu_only) {
+      return print_gpu() ? 0 : 1;
+    } else if (doctor->parsed()) {
       std::fputs(cache::doctor_report().c_str(), stdout);
     } else if (list->parsed()) {
       std::fputs(cache::format_list(open_cache(false).list(), sort, json).c_str(), stdout);

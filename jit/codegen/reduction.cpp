@@ -17,16 +17,12 @@
 #include "jit/codegen/kernel_values.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/reduction_combine.h"
+#include "jit/codegen/reduction_template_data.h"
 #include "jit/codegen/templates.h"
 #include "runtime/dispatch.h"
 
 namespace kiln::jit::codegen {
 namespace {
-
-using Data = kainjow::mustache::data;
-Data list() {
-  return Data(Data::type::list);
-}
 
 struct KernelNode {
   OpId op;
@@ -103,7 +99,6 @@ class ReductionRenderer {
       if (c == OpClass::view) {
         check_host_view(g_, inside, n, group_.name);
         k_.host_views.push_back(n);
-        host_view_outputs_.insert(node.output());
         continue;
       }
       if (c == OpClass::normalization) {
@@ -161,7 +156,8 @@ class ReductionRenderer {
 
   // Value access: registers for what this kernel computed, literals, numbers by value, or a
   // strided read in the frame of the consuming node (full: inside a column loop).
-  std::string read(int v, bool full_frame, int consumer_rank, Data& loads, std::set<int>& loaded) {
+  std::string read(int v, bool full_frame, int consumer_rank, std::vector<Assignment>& loads,
+                   std::set<int>& loaded) {
     if (info_.at(v).broadcast && produced_inside(v)) {
       const KernelNode& n = nodes_[producer_.at(v)];
       std::vector<DType> in_types;
@@ -180,8 +176,7 @@ class ReductionRenderer {
     if (is_by_value(g_, v)) {
       auto it = std::find(k_.scalars.begin(), k_.scalars.end(), v);
       if (it == k_.scalars.end()) {
-        scalar_params_.push_back(
-            Data("decl", fmt::format("{} s{}", register_type(t), k_.scalars.size())));
+        scalar_params_.push_back(fmt::format("{} s{}", register_type(t), k_.scalars.size()));
         k_.scalars.push_back(v);
         it = k_.scalars.end() - 1;
       }
@@ -200,17 +195,13 @@ class ReductionRenderer {
       ++index;
     if (index == k_.reads.size()) {
       k_.reads.push_back({v, frame});
-      read_params_.push_back(
-          Data("decl", fmt::format("const {}* __restrict__ in{}", storage_type(t), index)));
+      read_params_.push_back(fmt::format("const {}* __restrict__ in{}", storage_type(t), index));
     }
     std::string name = full_frame ? var(v) : fmt::format("{}_r{}", var(v), index);
     if (!loaded.count(full_frame ? v : -1 - static_cast<int>(index))) {
-      Data load;
-      load.set("type", register_type(t));
-      load.set("var", name);
-      load.set("expr", load_expr(t, fmt::format("in{}[{}[{}]]", index,
-                                                full_frame ? "offset" : "row_offset", index)));
-      loads.push_back(load);
+      loads.push_back({register_type(t), name,
+                       load_expr(t, fmt::format("in{}[{}[{}]]", index,
+                                                full_frame ? "offset" : "row_offset", index))});
       loaded.insert(full_frame ? v : -1 - static_cast<int>(index));
       k_.reads[index].passes = std::max(1, k_.reads[index].passes + (full_frame ? 1 : 0));
     }
@@ -222,7 +213,7 @@ class ReductionRenderer {
     bf16_ = bf16_ || t == DType::bf16;
   }
 
-  std::string statement_expr(const KernelNode& n, bool full_frame, Data& loads,
+  std::string statement_expr(const KernelNode& n, bool full_frame, std::vector<Assignment>& loads,
                              std::set<int>& loaded) {
     std::vector<DType> in_types;
     std::vector<std::string> args;
@@ -254,54 +245,46 @@ class ReductionRenderer {
     return {need.begin(), need.end()};
   }
 
-  void column_pass(const std::vector<int>& full_nodes, Data& loads, Data& statements,
-                   std::set<int>& loaded) {
+  void column_pass(const std::vector<int>& full_nodes, PassData& pass, std::set<int>& loaded) {
     for (int i : full_nodes) {
       const KernelNode& n = nodes_[i];
       if (n.reduces()) continue;
-      Data s;
-      s.set("type", register_type(info_.at(n.outputs[0]).dtype));
-      s.set("var", var(n.outputs[0]));
-      s.set("expr", statement_expr(n, true, loads, loaded));
-      statements.push_back(s);
+      std::string expr = statement_expr(n, true, pass.loads, loaded);
+      pass.statements.push_back(
+          {register_type(info_.at(n.outputs[0]).dtype), var(n.outputs[0]), expr});
       loaded.insert(n.outputs[0]);
     }
   }
 
-  void add_reduction(const KernelNode& n, Data& accumulators, Data& updates, Data& finals,
-                     Data& results, Data& loads, std::set<int>& loaded) {
+  void add_reduction(const KernelNode& n, PassData& pass, std::set<int>& loaded) {
     if (n.select || is_arg_reduction(n.op)) splittable_ = false;
-    if (n.select) return add_select(n, accumulators, updates, finals, loads, loaded);
+    if (n.select) return add_select(n, pass, loaded);
     int x = n.inputs[0];
-    std::string in = read(x, true, domain_rank_, loads, loaded);
+    std::string in = read(x, true, domain_rank_, pass.loads, loaded);
     bool arg = is_arg_reduction(n.op);
     DType out = info_.at(n.outputs[0]).dtype;
     DType a = accumulator_dtype(n.op, arg ? info_.at(x).dtype : out);
     std::string A = register_type(a), acc = acc_var(n.outputs[0]);
     std::string value = convert_expr(info_.at(x).dtype, a, in);
     auto [init, combine] = reduction_combine(n.op, a);
-    Data accumulator;
-    accumulator.set("type", A);
-    accumulator.set("var", acc);
-    accumulator.set("init", init);
-    accumulator.set("indexed", arg);
-    accumulators.push_back(accumulator);
+    pass.accumulators.push_back({A, acc, init, arg});
     if (arg) {
-      updates.push_back(Data(
-          "code", fmt::format("{{ auto better = {0}; const {1} x = {2}; if (better(x, col, {3}, "
-                              "{3}_index)) {3} = x, {3}_index = col; }}",
-                              combine, A, value, acc)));
-      finals.push_back(Data("code", fmt::format("kiln_block_arg_reduce({0}, {0}_index, {1}, {2});",
-                                                acc, init, combine)));
+      pass.updates.push_back(
+          fmt::format("{{ auto better = {0}; const {1} x = {2}; if (better(x, col, {3}, "
+                      "{3}_index)) {3} = x, {3}_index = col; }}",
+                      combine, A, value, acc));
+      pass.finals.push_back(
+          FinalLine::arg_reduce(fmt::format("{0}, {0}_index, {1}, {2}", acc, init, combine)));
       // values (max_dim/min_dim) and indices
       if (n.op == OpId::max_dim || n.op == OpId::min_dim) {
-        finals.push_back(Data("code", fmt::format("const {} {} = {};", register_type(out),
-                                                  var(n.outputs[0]), convert_expr(a, out, acc))));
-        finals.push_back(
-            Data("code", fmt::format("const long long {} = {}_index;", var(n.outputs[1]), acc)));
+        pass.finals.push_back(
+            FinalLine::code(fmt::format("const {} {} = {};", register_type(out), var(n.outputs[0]),
+                                        convert_expr(a, out, acc))));
+        pass.finals.push_back(
+            FinalLine::code(fmt::format("const long long {} = {}_index;", var(n.outputs[1]), acc)));
       } else {
-        finals.push_back(
-            Data("code", fmt::format("const long long {} = {}_index;", var(n.outputs[0]), acc)));
+        pass.finals.push_back(
+            FinalLine::code(fmt::format("const long long {} = {}_index;", var(n.outputs[0]), acc)));
       }
       return;
     }
@@ -309,59 +292,43 @@ class ReductionRenderer {
                          : n.op == OpId::prod
                              ? fmt::format("{0} = {0} * {1};", acc, value)
                              : fmt::format("{0} = ({1})({0}, {2});", acc, combine, value);
-    updates.push_back(Data("code", update));
-    finals.push_back(
-        Data("code", fmt::format("{0} = kiln_block_reduce({0}, {1}, {2});", acc, init, combine)));
-    Data partial;
-    partial.set("type", A);
-    partial.set("acc", acc);
-    partial.set("combine", combine);
-    partial.set("slot", std::to_string(split_partials_.list_value().size()));
-    split_partials_.push_back(partial);
-    results.push_back(Data("code", fmt::format("const {} {} = {};", register_type(out),
-                                               var(n.outputs[0]), convert_expr(a, out, acc))));
+    pass.updates.push_back(update);
+    pass.finals.push_back(FinalLine::reduce(acc, fmt::format("{}, {}", init, combine)));
+    split_partials_.push_back({A, acc, combine, split_partials_.size()});
+    pass.results.push_back(fmt::format("const {} {} = {};", register_type(out), var(n.outputs[0]),
+                                       convert_expr(a, out, acc)));
   }
 
   // The persistent schedule: a value several passes load is read from memory once, into a
   // per-thread register array of `items` columns (sized for the traced row over `lanes`
   // threads), and later passes reuse it. Columns past items * lanes (a row longer than the traced
   // one) are re-read in a tail loop.
-  Data keep_rows_on_chip(std::vector<Data>& passes, std::int64_t lanes, int& items) {
+  std::vector<Assignment> keep_rows_on_chip(std::vector<PassData>& passes, std::int64_t lanes,
+                                            int& items) {
     std::map<std::string, int> loads_of;
     for (const auto& pass : passes)
-      for (const auto& load : pass.get("loads")->list_value())
-        ++loads_of[load.get("var")->string_value()];
-    Data caches = list();
+      for (const auto& load : pass.loads) ++loads_of[load.var];
+    std::vector<Assignment> caches;
     std::set<std::string> cached, first_seen;
     for (const auto& pass : passes)
-      for (const auto& load : pass.get("loads")->list_value()) {
-        const std::string& name = load.get("var")->string_value();
-        if (loads_of[name] < 2 || !cached.insert(name).second) continue;
-        Data c;
-        c.set("type", load.get("type")->string_value());
-        c.set("var", name);
-        caches.push_back(c);
+      for (const auto& load : pass.loads) {
+        if (loads_of[load.var] < 2 || !cached.insert(load.var).second) continue;
+        caches.push_back({load.type, load.var, ""});
       }
     if (cached.empty()) return caches;
     std::int64_t cols = traced_cols();
     items = static_cast<int>(std::clamp<std::int64_t>((cols + lanes - 1) / lanes, 1, kMaxRowItems));
     for (auto& pass : passes) {
-      Data on_chip = list();
-      for (const auto& load : pass.get("loads")->list_value()) {
-        const std::string& name = load.get("var")->string_value();
-        Data l;
-        l.set("type", load.get("type")->string_value());
-        l.set("var", name);
-        std::string expr = load.get("expr")->string_value();
-        if (cached.count(name))
-          expr = first_seen.insert(name).second ? fmt::format("({}_cache[it] = {})", name, expr)
-                                                : name + "_cache[it]";
-        l.set("expr", expr);
-        on_chip.push_back(l);
+      std::vector<Assignment> on_chip;
+      for (const auto& load : pass.loads) {
+        std::string expr = load.expr;
+        if (cached.count(load.var))
+          expr = first_seen.insert(load.var).second
+                     ? fmt::format("({}_cache[it] = {})", load.var, expr)
+                     : load.var + "_cache[it]";
+        on_chip.push_back({load.type, load.var, expr});
       }
-      Data persistent;
-      persistent.set("loads", on_chip);
-      pass.set("persistent", persistent);
+      pass.persistent_loads = std::move(on_chip);
     }
     for (auto& r : k_.reads)
       if (r.frame_dims.size() == static_cast<std::size_t>(domain_rank_) &&
@@ -373,55 +340,43 @@ class ReductionRenderer {
   // A row select keeps the column its row's index names; the block then agrees on the one
   // thread that holds it (the smallest index wins, and only that column ever sets one). An
   // index outside the row sets the kernel's error flag, raised as an IndexError on the host.
-  void add_select(const KernelNode& n, Data& accumulators, Data& updates, Data& finals, Data& loads,
-                  std::set<int>& loaded) {
+  void add_select(const KernelNode& n, PassData& pass, std::set<int>& loaded) {
     int x = n.inputs[0], index = n.inputs[1];
-    std::string in = read(x, true, domain_rank_, loads, loaded);
+    std::string in = read(x, true, domain_rank_, pass.loads, loaded);
     std::string at = fmt::format("(long long)({})",
                                  read(index, false, info_.at(index).rank, row_loads_, row_loaded_));
     DType out = info_.at(n.outputs[0]).dtype, a = compute_dtype(out);
     std::string A = register_type(a), acc = acc_var(n.outputs[0]);
-    Data accumulator;
-    accumulator.set("type", A);
-    accumulator.set("var", acc);
-    accumulator.set("init", "(" + A + ")(0)");
-    accumulator.set("indexed", true);
-    accumulators.push_back(accumulator);
-    updates.push_back(Data("code", fmt::format("if (col == {}) {} = {}, {}_index = col;", at, acc,
-                                               convert_expr(info_.at(x).dtype, a, in), acc)));
-    finals.push_back(Data(
-        "code", fmt::format("if (lane == 0 && ({0} < 0 || {0} >= cols)) {{ "
-                            "atomicExch((unsigned long long*)&error[1], (unsigned long long){0}); "
-                            "atomicExch((unsigned long long*)&error[0], 1ull); }}",
-                            at)));
-    finals.push_back(Data(
-        "code", fmt::format("kiln_block_arg_reduce({0}, {0}_index, ({1})(0), []({1} p, long long "
-                            "ip, {1} q, long long iq) {{ return ip < iq; }});",
-                            acc, A)));
-    finals.push_back(Data("code", fmt::format("const {} {} = {};", register_type(out),
-                                              var(n.outputs[0]), convert_expr(a, out, acc))));
+    pass.accumulators.push_back({A, acc, "(" + A + ")(0)", true});
+    pass.updates.push_back(fmt::format("if (col == {}) {} = {}, {}_index = col;", at, acc,
+                                       convert_expr(info_.at(x).dtype, a, in), acc));
+    pass.finals.push_back(FinalLine::code(
+        fmt::format("if (lane == 0 && ({0} < 0 || {0} >= cols)) {{ "
+                    "atomicExch((unsigned long long*)&error[1], (unsigned long long){0}); "
+                    "atomicExch((unsigned long long*)&error[0], 1ull); }}",
+                    at)));
+    pass.finals.push_back(FinalLine::arg_reduce(
+        fmt::format("{0}, {0}_index, ({1})(0), []({1} p, long long ip, {1} q, long long iq) {{ "
+                    "return ip < iq; }}",
+                    acc, A)));
+    pass.finals.push_back(FinalLine::code(fmt::format(
+        "const {} {} = {};", register_type(out), var(n.outputs[0]), convert_expr(a, out, acc))));
     k_.checks_index = true;
   }
 
   ReductionKernel finish() {
-    Data passes = list();
-    Data& row_loads = row_loads_;
-    std::set<int>& row_loaded = row_loaded_;
-    std::vector<Data> pass_data;
+    std::vector<PassData> passes;
     // Reduced values that need no reduction of this kernel (numbers, reduced-shape inputs).
-    auto reduced_statements_ready_at = [&](int pass, Data& out) {
+    auto reduced_statements_ready_at = [&](int pass, std::vector<Assignment>& out) {
       for (const auto& n : nodes_) {
         int v = n.outputs[0];
         if (info_.at(v).full || info_.at(v).broadcast || n.reduces() || ready_.at(v) != pass)
           continue;
-        Data s;
-        s.set("type", register_type(info_.at(v).dtype));
-        s.set("var", var(v));
-        s.set("expr", statement_expr(n, false, row_loads, row_loaded));
-        out.push_back(s);
+        std::string expr = statement_expr(n, false, row_loads_, row_loaded_);
+        out.push_back({register_type(info_.at(v).dtype), var(v), expr});
       }
     };
-    reduced_statements_ready_at(0, row_loads);
+    reduced_statements_ready_at(0, row_loads_);
     for (int p = 1; p <= passes_; ++p) {
       std::vector<int> reductions, inputs;
       for (std::size_t i = 0; i < nodes_.size(); ++i)
@@ -429,136 +384,104 @@ class ReductionRenderer {
           reductions.push_back(static_cast<int>(i));
           inputs.push_back(nodes_[i].inputs[0]);
         }
-      Data pass, accumulators = list(), loads = list(), statements = list(), updates = list(),
-                 finals = list(), results = list(), reduced = list();
+      PassData pass;
       std::set<int> loaded;
-      column_pass(full_closure(inputs), loads, statements, loaded);
-      for (int i : reductions)
-        add_reduction(nodes_[i], accumulators, updates, finals, results, loads, loaded);
-      reduced_statements_ready_at(p, reduced);
-      pass.set("comment", fmt::format("pass {} of {}: {} reduction(s) over each row", p, passes_,
-                                      reductions.size()));
-      pass.set("accumulators", accumulators);
-      pass.set("loads", loads);
-      pass.set("statements", statements);
-      pass.set("updates", updates);
-      pass.set("finals", finals);
-      pass.set("results", results);
-      pass.set("reduced_statements", reduced);
-      pass.set("stores", list());
-      pass_data.push_back(pass);
+      column_pass(full_closure(inputs), pass, loaded);
+      for (int i : reductions) add_reduction(nodes_[i], pass, loaded);
+      reduced_statements_ready_at(p, pass.reduced_statements);
+      pass.comment = fmt::format("pass {} of {}: {} reduction(s) over each row", p, passes_,
+                                 reductions.size());
+      passes.push_back(std::move(pass));
     }
     // Outputs: full ones in a last pass over the row, reduced ones once per row.
     std::vector<int> full_outputs;
-    Data reduced_stores = list(), write_params = list();
+    std::vector<std::string> write_params;
+    std::vector<Store> reduced_stores;
     for (int v : group_.outputs) {
       DType t = info_.at(v).dtype;
       note_dtype(t);
       write_params.push_back(
-          Data("decl", fmt::format("{}* __restrict__ out{}", storage_type(t), k_.writes.size())));
+          fmt::format("{}* __restrict__ out{}", storage_type(t), k_.writes.size()));
       k_.write_full.push_back(info_.at(v).full);
       if (info_.at(v).full)
         full_outputs.push_back(v);
       else {
-        Data s;
-        s.set("target", fmt::format("out{}", k_.writes.size()));
-        s.set("expr", store_expr(t, produced_inside(v)
-                                        ? var(v)
-                                        : read(v, false, info_.at(v).rank, row_loads, row_loaded)));
-        reduced_stores.push_back(s);
+        std::string target = fmt::format("out{}", k_.writes.size());
+        reduced_stores.push_back(
+            {target, store_expr(t, produced_inside(v) ? var(v)
+                                                      : read(v, false, info_.at(v).rank, row_loads_,
+                                                             row_loaded_))});
       }
       k_.writes.push_back(v);
     }
     if (!full_outputs.empty()) {
-      Data pass, loads = list(), statements = list(), stores = list();
+      PassData pass;
       std::set<int> loaded;
-      column_pass(full_closure(full_outputs), loads, statements, loaded);
+      column_pass(full_closure(full_outputs), pass, loaded);
       for (std::size_t i = 0; i < k_.writes.size(); ++i) {
         if (!k_.write_full[i]) continue;
         int v = k_.writes[i];
-        Data s;
-        s.set("target", fmt::format("out{}", i));
-        s.set("expr", store_expr(info_.at(v).dtype, var(v)));
-        stores.push_back(s);
+        pass.stores.push_back({fmt::format("out{}", i), store_expr(info_.at(v).dtype, var(v))});
       }
-      pass.set("comment", "last pass: the outputs over the whole row");
-      pass.set("accumulators", list());
-      pass.set("loads", loads);
-      pass.set("statements", statements);
-      pass.set("updates", list());
-      pass.set("finals", list());
-      pass.set("results", list());
-      pass.set("reduced_statements", list());
-      pass.set("stores", stores);
-      pass_data.push_back(pass);
+      pass.comment = "last pass: the outputs over the whole row";
+      passes.push_back(std::move(pass));
     }
-    std::vector<Data> warp_pass_data = pass_data;
-    Data caches = keep_rows_on_chip(pass_data, reduction_block(traced_cols()), k_.items);
-    Data warp_caches = keep_rows_on_chip(warp_pass_data, 32, k_.warp_items);
+    std::vector<PassData> warp_passes = passes;
+    auto caches = keep_rows_on_chip(passes, reduction_block(traced_cols()), k_.items);
+    auto warp_caches = keep_rows_on_chip(warp_passes, 32, k_.warp_items);
     // Two stages (split_reduction below) for one pass of plain reductions and no full output.
     k_.splittable = splittable_ && passes_ == 1 && full_outputs.empty();
     if (k_.splittable) {
-      Data split;
-      split.set("partials", split_partials_);
-      split.set("count", std::to_string(split_partials_.list_value().size()));
-      pass_data.at(0).set("split", split);
-      warp_pass_data.at(0).set("split", split);
-      k_.partial_slots = static_cast<int>(split_partials_.list_value().size());
+      passes.at(0).split = true;
+      warp_passes.at(0).split = true;
+      k_.partial_slots = static_cast<int>(split_partials_.size());
     }
-    Data warp_passes = list();
-    for (auto& pass : pass_data) passes.push_back(pass);
-    for (auto& pass : warp_pass_data) warp_passes.push_back(pass);
 
-    Data params = list(), nodes = list();
-    for (auto& d : read_params_.list_value()) params.push_back(d);
-    for (auto& d : scalar_params_.list_value()) params.push_back(d);
-    for (auto& d : write_params.list_value()) params.push_back(d);
-    if (k_.checks_index) params.push_back(Data("decl", "long long* __restrict__ error"));
+    ReductionTemplateData d;
+    d.params = read_params_;
+    d.params.insert(d.params.end(), scalar_params_.begin(), scalar_params_.end());
+    d.params.insert(d.params.end(), write_params.begin(), write_params.end());
+    if (k_.checks_index) d.params.push_back("long long* __restrict__ error");
     if (k_.splittable) {
-      params.push_back(Data("decl", "unsigned long long* __restrict__ partials"));
-      params.push_back(Data("decl", "unsigned int* __restrict__ arrivals"));
+      d.params.push_back("unsigned long long* __restrict__ partials");
+      d.params.push_back("unsigned int* __restrict__ arrivals");
     }
-    for (const auto& c : comments_) nodes.push_back(Data("text", c));
+    d.nodes = comments_;
     std::vector<std::string> domain;
     for (const auto& s : group_.domain) domain.push_back(s.str());
-    Data d;
-    d.set("name", k_.name);
-    d.set("description", fmt::format("{} over [{}], rows folding dims [{}], in {} pass(es)",
-                                     graph::fusion_kind_name(group_.kind), fmt::join(domain, ", "),
-                                     fmt::join(k_.reduce_dims, ", "), passes_));
-    d.set("graph", g_.name);
-    d.set("nodes", nodes);
-    d.set("helpers", elementwise_helpers(python_mod_, floor_div_));
-    d.set("fp16", fp16_);
-    d.set("bf16", bf16_);
+    d.name = k_.name;
+    d.description = fmt::format("{} over [{}], rows folding dims [{}], in {} pass(es)",
+                                graph::fusion_kind_name(group_.kind), fmt::join(domain, ", "),
+                                fmt::join(k_.reduce_dims, ", "), passes_);
+    d.graph = g_.name;
+    d.helpers = elementwise_helpers(python_mod_, floor_div_);
+    d.fp16 = fp16_;
+    d.bf16 = bf16_;
     auto kept = domain_rank_ - static_cast<int>(k_.reduce_dims.size());
-    d.set("num_kept", std::to_string(std::max(1, kept)));
-    d.set("num_reduced", std::to_string(std::max<std::size_t>(1, k_.reduce_dims.size())));
-    d.set("num_strided", std::to_string(std::max<std::size_t>(1, k_.reads.size())));
-    d.set("params", params);
-    d.set("row_loads", row_loads);
-    d.set("passes", passes);
-    d.set("caches", caches);
-    d.set("items", std::to_string(k_.items));
-    d.set("prelude", std::string(template_text("reduction_prelude.cu.mustache")));
-    d.set("column_body", std::string(template_text("reduction_column.cu.mustache")));
-    d.set("reduced_stores", reduced_stores);
-    k_.source = render_template("reduction.cu.mustache", d);
+    d.num_kept = static_cast<std::size_t>(std::max(1, kept));
+    d.num_reduced = std::max<std::size_t>(1, k_.reduce_dims.size());
+    d.num_strided = std::max<std::size_t>(1, k_.reads.size());
+    d.row_loads = row_loads_;
+    d.passes = std::move(passes);
+    d.caches = std::move(caches);
+    d.items = k_.items;
+    d.reduced_stores = std::move(reduced_stores);
+    d.split_partials = split_partials_;
+    k_.source = render_template("reduction.cu.mustache", d.to_data());
     k_.traced_cols = traced_cols();
     // Reduced dims outside the innermost kept one: the outer schedule reads rows side by side.
     bool inner_kept = kept > 0 && std::find(k_.reduce_dims.begin(), k_.reduce_dims.end(),
                                             domain_rank_ - 1) == k_.reduce_dims.end();
     if (k_.splittable && inner_kept)
-      k_.outer_source = render_template("reduction_outer.cu.mustache", d);
+      k_.outer_source = render_template("reduction_outer.cu.mustache", d.to_data());
     // Short rows: a warp per row, its register caches sized for 32 lanes.
-    d.set("warp_rows", true);
-    d.set("passes", warp_passes);
-    d.set("caches", warp_caches);
-    d.set("items", std::to_string(k_.warp_items));
-    k_.warp_source = render_template("reduction.cu.mustache", d);
+    d.warp_rows = true;
+    d.passes = std::move(warp_passes);
+    d.caches = std::move(warp_caches);
+    d.items = k_.warp_items;
+    k_.warp_source = render_template("reduction.cu.mustache", d.to_data());
     return k_;
   }
-
   const graph::Graph& g_;
   const graph::FusionGroup& group_;
   ReductionKernel k_;
@@ -570,10 +493,9 @@ class ReductionRenderer {
   std::map<int, ValueInfo> info_;
   std::map<int, int> producer_;  // value -> index in nodes_
   std::map<int, int> ready_;     // value -> the pass after which it is known
-  std::set<int> host_view_outputs_;
-  Data read_params_ = list(), scalar_params_ = list();
-  Data row_loads_ = list();       // reads of reduced-shape values, once per row
-  Data split_partials_ = list();  // per reduction: what a split row's blocks exchange
+  std::vector<std::string> read_params_, scalar_params_;
+  std::vector<Assignment> row_loads_;         // reads of reduced-shape values, once per row
+  std::vector<SplitPartial> split_partials_;  // per reduction: what a split row's blocks exchange
   bool splittable_ = true;
   std::set<int> row_loaded_;
   bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false;

@@ -1,7 +1,8 @@
 // Sample calls of every primitive op in the table (runtime/ops.def), for sweeps that run each op
-// several ways and compare: eager vs traced-and-run vs gradient today, eager vs generated kernels
-// once the fuser lands. Each sample calls the op through the public API on deterministic inputs
-// chosen inside the op's domain and away from its kinks (so finite differences apply).
+// several ways and compare: eager against traced-and-run and finite differences (test_op_table),
+// CPU against generated kernels (test_cuda_eager, test_codegen_*, test_jit_cuda), the fuser's
+// invariants (test_fusion). Each sample calls the op through the public API on deterministic
+// inputs chosen inside the op's domain and away from its kinks (so finite differences apply).
 #pragma once
 
 #include <functional>

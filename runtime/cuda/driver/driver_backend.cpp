@@ -4,10 +4,12 @@
 
 #include <atomic>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "runtime/cuda/backends.h"
 #include "runtime/cuda/driver/driver_api.h"
+#include "runtime/cuda/driver/launch_timing.h"
 #include "runtime/error.h"
 
 namespace kiln::cuda {
@@ -180,9 +182,26 @@ class DriverBackend final : public Backend {
         f->max_dynamic_shared = static_cast<int>(dynamic_shared_bytes);
       }
     }
-    check(api_.launch_kernel(f->fn, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                             dynamic_shared_bytes, cu(stream), params, nullptr),
-          "cuLaunchKernel",
+    // With launch timing on (driver/launch_timing.h), events on the launch's stream bracket it.
+    driver::TimedLaunch timed;
+    if (driver::launch_timing()) {
+      timed.kernel = f->name;
+      check(api_.event_create(&timed.start, CU_EVENT_DEFAULT), "cuEventCreate");
+      check(api_.event_create(&timed.end, CU_EVENT_DEFAULT), "cuEventCreate");
+      check(api_.event_record(timed.start, cu(stream)), "cuEventRecord");
+    }
+    CUresult r = api_.launch_kernel(f->fn, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                    dynamic_shared_bytes, cu(stream), params, nullptr);
+    if (timed.start) {
+      if (r == CUDA_SUCCESS) r = api_.event_record(timed.end, cu(stream));
+      if (r == CUDA_SUCCESS) {
+        driver::add_timed_launch(std::move(timed));
+      } else {
+        api_.event_destroy(timed.start);
+        api_.event_destroy(timed.end);
+      }
+    }
+    check(r, "cuLaunchKernel",
           fmt::format("'{}' grid ({},{},{}) block ({},{},{}) dynamic shared {} bytes", f->name,
                       grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_shared_bytes));
   }

@@ -40,7 +40,8 @@ ProfileLog& log() {
 }  // namespace
 
 double KernelProfile::modeled_h100_us() const {
-  constexpr double kBytesPerUs = 3.35e6, kWarpInstructionsPerUs = 132 * 4 * 1980.0;
+  constexpr double kBytesPerUs = kModeledDramBytesPerSecond / 1e6,
+                   kWarpInstructionsPerUs = 132 * 4 * 1980.0;
   constexpr double kLaunchUs = 3.0;
   double memory = static_cast<double>(dram_bytes()) / kBytesPerUs;
   double issue = static_cast<double>(thread_instructions) / 32.0 / kWarpInstructionsPerUs;

@@ -21,6 +21,9 @@
 
 namespace kiln::cuda::vgpu {
 
+// The DRAM bandwidth of the H100 SXM the profiler models (HBM3: 2619 MHz x 5120 bits x 2 / 8).
+inline constexpr double kModeledDramBytesPerSecond = 3.35e12;
+
 struct KernelProfile {
   std::string kernel;
   Dim3 grid, block;
@@ -40,8 +43,8 @@ struct KernelProfile {
   std::uint64_t launches = 1;  // more than one once a long run's records are merged
 
   std::uint64_t dram_bytes() const { return 32 * (dram_load_sectors + dram_store_sectors); }
-  // A roofline estimate for an H100 SXM (3.35 TB/s; 132 SMs x 4 schedulers issuing one warp
-  // instruction per cycle at 1.98 GHz; 3 us launch latency). Modeled, not measured.
+  // A roofline estimate for an H100 SXM (kModeledDramBytesPerSecond; 132 SMs x 4 schedulers
+  // issuing one warp instruction per cycle at 1.98 GHz; 3 us launch latency). Not measured.
   double modeled_h100_us() const;
   void add(const KernelProfile& other);  // sums every counter (another launch of the kernel)
 };

@@ -1,8 +1,9 @@
-// The recently added elementwise ops against hand tables, libm and plain loops: clamp (scalar and
-// tensor bounds), floor/ceil/round/trunc, remainder and floor_divide (Python's rules), square,
-// softplus, leaky_relu, masked_fill and tril/triu, over f32/f64/f16/bf16/i32/i64/bool where the op
-// allows, with NaN, infinities, negative zero, empty, 0-d and non-contiguous inputs.
-// Reductions, scans and contractions are in test_ops_added_dims.cpp.
+// Elementwise ops with PyTorch's or Python's rules at their edges, against hand tables, libm
+// and plain loops: clamp (scalar and tensor bounds), floor/ceil/round/trunc, remainder and
+// floor_divide (Python's rules), square, softplus, leaky_relu, masked_fill and tril/triu, over
+// f32/f64/f16/bf16/i32/i64/bool where the op allows, with NaN, infinities, negative zero, empty,
+// 0-d and non-contiguous inputs. Reductions, scans and contractions along dims are in
+// test_ops_along_dims.cpp; the gradients in test_gradcheck_elementwise_rules.cpp.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -30,7 +31,7 @@ void check_signbits(const Tensor& got, const std::vector<bool>& want_negative) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(ops_added_elementwise)
+BOOST_AUTO_TEST_SUITE(ops_elementwise_rules)
 
 BOOST_AUTO_TEST_CASE(clamp_with_number_bounds_matches_a_hand_table) {
   const std::vector<double> x = {-3, -1, -0.5, 0, 0.5, 1, 3, kNaN, -kInf, kInf};

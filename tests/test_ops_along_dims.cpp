@@ -1,6 +1,7 @@
-// The recently added ops that work along dims, against plain loops: max/min over a dim (values and
-// indices, ties, NaN), cumsum (dims, reverse, integer accumulation and wrapping, half types),
-// softmax/log_softmax (half types rounded once), bmm, einsum and negative pad (cropping).
+// Ops that work along dims, against plain loops: max/min over a dim (values and indices, ties,
+// NaN), cumsum (dims, reverse, integer accumulation and wrapping, half types), softmax and
+// log_softmax (half types rounded once), bmm, einsum and negative pad (cropping). Their gradients
+// are in test_gradcheck_along_dims.cpp.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -153,7 +154,7 @@ std::vector<double> ref_einsum(const std::string& equation,
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(ops_added_dims)
+BOOST_AUTO_TEST_SUITE(ops_along_dims)
 
 BOOST_AUTO_TEST_CASE(max_and_min_over_a_dim_take_the_first_tie_and_propagate_nan) {
   const std::vector<double> x = {1, 3, 3, 2, 5, 5, 0, -1, 2, kNaN, 9, kNaN};

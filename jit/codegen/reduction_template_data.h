@@ -1,0 +1,87 @@
+// What templates/reduction.cu.mustache and reduction_outer.cu.mustache are rendered from, as
+// types: jit/codegen/reduction.cpp fills them, and each mustache key is spelled once, in the
+// to_data() of the struct that holds it.
+#pragma once
+
+#include <kainjow/mustache.hpp>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln::jit::codegen {
+
+// `const type var = expr;`: a load, a statement, a value kept in registers (no expr).
+struct Assignment {
+  std::string type, var, expr;
+  kainjow::mustache::data to_data() const;
+};
+
+struct Accumulator {
+  std::string type, var, init;
+  bool indexed = false;  // an arg reduction's or a row select's: it carries a column index too
+  kainjow::mustache::data to_data() const;
+};
+
+// `target[...] = expr;`
+struct Store {
+  std::string target, expr;
+  kainjow::mustache::data to_data() const;
+};
+
+// What one reduction of a split row's chunk leaves for the second stage, in 8-byte `slot`.
+struct SplitPartial {
+  std::string type, acc, combine;
+  std::size_t slot = 0;
+  kainjow::mustache::data to_data() const;
+};
+
+// A line after a pass's column loop. A call of the row reduction is named after the schedule
+// rendered (kiln_warp_* for a warp per row, kiln_block_* for a block), so it is chosen then.
+struct FinalLine {
+  enum class Kind { code, reduce, arg_reduce } kind = Kind::code;
+  std::string text;  // the code; the arguments after the accumulator (reduce); all of them (arg)
+  std::string acc;   // reduce: the accumulator, first argument and result
+
+  static FinalLine code(std::string code) { return {Kind::code, std::move(code), {}}; }
+  // `acc = kiln_*_reduce(acc, args);`
+  static FinalLine reduce(std::string acc, std::string args) {
+    return {Kind::reduce, std::move(args), std::move(acc)};
+  }
+  // `kiln_*_arg_reduce(args);`
+  static FinalLine arg_reduce(std::string args) { return {Kind::arg_reduce, std::move(args), {}}; }
+  kainjow::mustache::data to_data(bool warp_rows) const;
+};
+
+// One loop over each row: its accumulators, the column body, and what follows the loop.
+struct PassData {
+  std::string comment;
+  std::vector<Accumulator> accumulators;
+  std::vector<Assignment> loads, statements, reduced_statements;
+  std::vector<std::string> updates, results;
+  std::vector<FinalLine> finals;
+  std::vector<Store> stores;
+  // Set when the row's first columns stay in registers: the loads of that first loop.
+  std::optional<std::vector<Assignment>> persistent_loads;
+  bool split = false;  // a split row's chunks exchange partials after this pass
+};
+
+struct ReductionTemplateData {
+  std::string name, description, graph, helpers;
+  std::vector<std::string> nodes, params;
+  bool fp16 = false, bf16 = false;
+  std::size_t num_kept = 1, num_reduced = 1, num_strided = 1;
+  std::vector<Assignment> row_loads;  // reads of reduced-shape values, once per row
+  std::vector<PassData> passes;
+  std::vector<Assignment> caches;  // register arrays of the persistent schedule
+  int items = 0;
+  std::vector<Store> reduced_stores;
+  std::vector<SplitPartial> split_partials;
+  bool warp_rows = false;  // the warp-per-row schedule
+
+  kainjow::mustache::data to_data() const;
+};
+
+}  // namespace kiln::jit::codegen
