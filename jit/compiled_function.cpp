@@ -15,8 +15,8 @@
 #include "graph/compare.h"
 #include "graph/passes.h"
 #include "graph/tracer.h"
-#include "jit/log.h"
 #include "jit/reference_executor.h"
+#include "runtime/log.h"
 
 namespace kiln::jit {
 

@@ -8,9 +8,9 @@
 #include "jit/accuracy_check.h"
 #include "jit/codegen/epilogue_lowering.h"
 #include "jit/codegen/kernel_cache.h"
-#include "jit/log.h"
 #include "jit/reference_executor.h"
 #include "runtime/dispatch.h"
+#include "runtime/log.h"
 
 namespace kiln::jit {
 
