@@ -13,6 +13,7 @@
 
 #include "autograd/nn.h"
 #include "graph/compare.h"
+#include "graph/node_values.h"
 #include "graph/passes.h"
 #include "graph/tracer.h"
 #include "jit/reference_executor.h"

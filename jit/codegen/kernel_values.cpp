@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "jit/reference_executor.h"
+#include "graph/node_values.h"
 #include "runtime/dispatch.h"
 
 namespace kiln::jit::codegen {
