@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "jit/nvrtc/nvrtc.h"
+#include "runtime/cuda/nvrtc/nvrtc.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "cache/disk_cache.h"
-#include "jit/log.h"
+#include "runtime/log.h"
 
 namespace kiln::cache {
 
@@ -69,8 +69,8 @@ std::vector<KernelImage> compile_together(const std::vector<const KernelRequest*
         disk = nullptr;
       }
     }
-    if (jit::log_enabled(jit::LogTopic::cache))
-      jit::log_line(
+    if (log_enabled(LogTopic::cache))
+      log_line(
           fmt::format("kiln: cache miss {} {} (compiled with {} other kernel(s) in one "
                       "program in {:.1f} ms{})",
                       k.key, r->name, requests.size() - 1, module.compile_ms,

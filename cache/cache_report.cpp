@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "jit/nvrtc/nvrtc.h"
 #include "runtime/cuda/backends.h"
 #include "runtime/cuda/driver/driver_api.h"
+#include "runtime/cuda/nvrtc/nvrtc.h"
 #include "runtime/cuda/selection.h"
 #include "runtime/error.h"
 

@@ -8,13 +8,13 @@
 
 #include "cache/disk_cache.h"
 #include "cache/kernel_key.h"
-#include "jit/log.h"
+#include "runtime/log.h"
 
 namespace kiln::cache {
 namespace {
 
 bool logging() {
-  return jit::log_enabled(jit::LogTopic::cache);
+  return log_enabled(LogTopic::cache);
 }
 
 double ms_since(std::chrono::steady_clock::time_point start) {
@@ -36,7 +36,7 @@ std::optional<KernelImage> try_disk(DiskCache& disk, const KernelRequest& r, con
   if (loaded.status == DiskCache::Status::hit) {
     ++disk_stats().hits;
     if (logging())
-      jit::log_line(
+      log_line(
           fmt::format("kiln: cache hit {} {} (disk, {:.2f} ms)", key, r.name, ms_since(start)));
     return KernelImage{key, std::move(loaded.binary), std::nullopt};
   }
@@ -116,8 +116,8 @@ KernelImage fetch_or_compile(const KernelRequest& r) {
     }
   }
   if (logging())
-    jit::log_line(fmt::format("kiln: cache miss {} {} (compiled in {:.1f} ms{})", key, r.name,
-                              out.compiled->compile_ms, stored ? ", stored" : ", memory only"));
+    log_line(fmt::format("kiln: cache miss {} {} (compiled in {:.1f} ms{})", key, r.name,
+                         out.compiled->compile_ms, stored ? ", stored" : ", memory only"));
   return out;
 }
 

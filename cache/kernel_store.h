@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "cache/cache_entry.h"
-#include "jit/nvrtc/nvrtc.h"
+#include "runtime/cuda/nvrtc/nvrtc.h"
 
 namespace kiln::cache {
 

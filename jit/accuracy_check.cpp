@@ -8,7 +8,7 @@
 #include <map>
 #include <string_view>
 
-#include "jit/reference_executor.h"
+#include "graph/node_values.h"
 #include "runtime/dispatch.h"
 
 namespace kiln::jit {

@@ -1,15 +1,11 @@
-// One argument of a compiled function's call: a tensor or a scalar (guarded by value). Tensors
-// are borrowed, not copied: a cache hit must not pay for reference counting.
+// A compiled function's call arguments are graph's CallArg (graph/call_args.h), named in jit
+// where its call API uses them.
 #pragma once
 
-#include "runtime/tensor.h"
+#include "graph/call_args.h"
 
 namespace kiln::jit {
 
-struct CallArg {
-  bool is_tensor = false;
-  const Tensor* tensor = nullptr;  // the caller's tensor, alive for the whole call
-  double scalar = 0.0;
-};
+using graph::CallArg;
 
 }  // namespace kiln::jit

@@ -13,10 +13,11 @@
 
 #include "autograd/nn.h"
 #include "graph/compare.h"
+#include "graph/node_values.h"
 #include "graph/passes.h"
 #include "graph/tracer.h"
-#include "jit/log.h"
 #include "jit/reference_executor.h"
+#include "runtime/log.h"
 
 namespace kiln::jit {
 

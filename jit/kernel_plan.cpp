@@ -5,12 +5,12 @@
 
 #include <algorithm>
 
+#include "graph/node_values.h"
 #include "jit/accuracy_check.h"
 #include "jit/codegen/epilogue_lowering.h"
 #include "jit/codegen/kernel_cache.h"
-#include "jit/log.h"
-#include "jit/reference_executor.h"
 #include "runtime/dispatch.h"
+#include "runtime/log.h"
 
 namespace kiln::jit {
 

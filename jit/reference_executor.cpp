@@ -8,6 +8,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/record.h"
+#include "graph/node_values.h"
 #include "runtime/grad_mode.h"
 
 namespace kiln::jit {
@@ -68,33 +69,6 @@ std::vector<std::optional<LinearRun>> linear_runs(const graph::Graph& g,
 }
 
 }  // namespace
-
-Tensor input_value(const graph::Input& in, std::span<const CallArg> args) {
-  switch (in.kind) {
-    case graph::InputKind::argument:
-      return *args[in.arg_index].tensor;
-    case graph::InputKind::state:
-      return *in.slot;
-    default:
-      return in.tensor;
-  }
-}
-
-OpAttrs attrs_at(const graph::Graph& g, const graph::Node& n,
-                 std::span<const std::int64_t> symbol_values) {
-  OpAttrs sized = n.attrs;
-  if (n.attrs.shape_exprs.empty()) return sized;
-  for (std::size_t i = 0; i < sized.shape.size(); ++i) {
-    auto size = sized.shape_exprs[i].evaluate(symbol_values);
-    KILN_CHECK(size.has_value(),
-               "compile: size {} of {} in '{}' is not an integer in this call (a guard should "
-               "have caught it; this is a kiln bug)",
-               sized.shape_exprs[i].str(), n.op, g.name);
-    sized.shape[i] = *size;
-  }
-  sized.shape_exprs.clear();
-  return sized;
-}
 
 std::vector<Tensor> run_reference(const graph::Graph& g, std::span<const CallArg> args,
                                   std::span<const std::int64_t> symbol_values) {

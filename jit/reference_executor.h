@@ -11,13 +11,6 @@
 
 namespace kiln::jit {
 
-// The node's attributes with symbolic target sizes evaluated for this call.
-OpAttrs attrs_at(const graph::Graph& g, const graph::Node& n,
-                 std::span<const std::int64_t> symbol_values);
-// What an input of the graph is in this call: an argument, a declared slot's tensor, or the
-// tensor traced.
-Tensor input_value(const graph::Input& in, std::span<const CallArg> args);
-
 // `symbol_values` gives each symbol's size in this call (from the guard check).
 std::vector<Tensor> run_reference(const graph::Graph& g, std::span<const CallArg> args,
                                   std::span<const std::int64_t> symbol_values);

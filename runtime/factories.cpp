@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/cpu/kernels.h"
+#include "runtime/dispatch.h"
 
 namespace kiln {
 
@@ -83,9 +84,14 @@ Tensor convert(const Tensor& t, DType dtype) {
   return cpu::materialize_copy(t, dtype);
 }
 
-// Like PyTorch's *_like, the result lives on t's device.
+// Like PyTorch's *_like, the result lives on t's device. A fresh tensor has no history, so the
+// transfer is dispatched without autograd (Tensor::to is autograd's, a layer above).
 static Tensor on_device_of(const Tensor& t, Tensor made) {
-  return t.device().is_cpu() ? made : made.to(t.device());
+  if (t.device().is_cpu()) return made;
+  OpAttrs attrs;
+  attrs.device = t.device();
+  const Tensor inputs[] = {made};
+  return dispatch1(OpId::to_device, inputs, attrs);
 }
 Tensor zeros_like(const Tensor& t) {
   return on_device_of(t, zeros(t.shape(), t.dtype()));

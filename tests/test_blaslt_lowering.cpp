@@ -9,9 +9,9 @@
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/compile.h"
-#include "jit/log.h"
 #include "runtime/cuda/blaslt/blaslt.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/log.h"
 #include "support/capture_output.h"
 #include "support/device_compare.h"
 
@@ -228,14 +228,14 @@ BOOST_AUTO_TEST_CASE(linear_bias_activation_is_one_library_call) {
 
 BOOST_AUTO_TEST_CASE(exact_gelu_keeps_the_generated_epilogue_and_says_why) {
   setenv("KILN_LOG", "fusion", 1);
-  jit::reload_log_settings();
+  reload_log_settings();
   Tensor x = randn({4, 16}), w = randn({8, 16}), b = randn({8});
   auto fn = [](const Tensor& x, const Tensor& w, const Tensor& b) { return gelu(linear(x, w, b)); };
   auto f = jit::compile(fn);
   Tensor got;
   std::string err = kiln::test::capture_output(2, [&] { got = f(dev(x), dev(w), dev(b)); });
   unsetenv("KILN_LOG");
-  jit::reload_log_settings();
+  reload_log_settings();
   BOOST_TEST(contains(err, "GEMM + generated epilogue kernel"), err);
   BOOST_TEST(contains(err, "exact-erf gelu"), err);
   BOOST_TEST(relative_error(got, fn(x, w, b)) <= 1e-5);

@@ -28,7 +28,7 @@
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
-#include "jit/log.h"
+#include "runtime/log.h"
 #include "support/cache_env.h"
 #include "support/capture_output.h"
 #include "support/device_compare.h"
@@ -166,7 +166,7 @@ BOOST_AUTO_TEST_CASE(kiln_log_cache_reports_misses_and_hits_with_keys) {
   test::TempDir dir;
   CacheEnv env(dir.path());
   setenv("KILN_LOG", "cache", 1);
-  jit::reload_log_settings();
+  reload_log_settings();
   auto r = request("k_t5", kept_source(5));
   std::string key = cache::key_of(r);
   std::string err = test::capture_output(2, [&] {
@@ -174,7 +174,7 @@ BOOST_AUTO_TEST_CASE(kiln_log_cache_reports_misses_and_hits_with_keys) {
     cache::fetch_or_compile(r);
   });
   unsetenv("KILN_LOG");
-  jit::reload_log_settings();
+  reload_log_settings();
   BOOST_TEST(contains(err, "kiln: cache miss " + key + " k_t5 (compiled in"), err);
   BOOST_TEST(contains(err, "kiln: cache hit " + key + " k_t5 (disk,"), err);
 }

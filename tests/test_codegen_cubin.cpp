@@ -15,7 +15,7 @@
 #include "jit/codegen/pointwise.h"
 #include "jit/codegen/reduction.h"
 #include "jit/compile.h"
-#include "jit/nvrtc/nvrtc.h"
+#include "runtime/cuda/nvrtc/nvrtc.h"
 #include "support/op_samples.h"
 
 using namespace kiln;

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "jit/nvrtc/nvrtc.h"
 #include "runtime/cuda/backends.h"
+#include "runtime/cuda/nvrtc/nvrtc.h"
 #include "runtime/cuda/selection.h"
 
 namespace {

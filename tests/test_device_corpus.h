@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "jit/nvrtc/nvrtc.h"
 #include "runtime/cuda/backends.h"
+#include "runtime/cuda/nvrtc/nvrtc.h"
 #include "runtime/cuda/selection.h"
 
 namespace corpus {

@@ -3,7 +3,7 @@
 #include <boost/test/unit_test.hpp>
 #include <thread>
 
-#include "jit/nvrtc/nvrtc.h"
+#include "runtime/cuda/nvrtc/nvrtc.h"
 
 namespace {
 

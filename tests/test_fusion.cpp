@@ -9,7 +9,7 @@
 #include "autograd/ops.h"
 #include "graph/fusion.h"
 #include "jit/compile.h"
-#include "jit/log.h"
+#include "runtime/log.h"
 #include "support/capture_output.h"
 #include "support/op_samples.h"
 
@@ -378,7 +378,7 @@ BOOST_AUTO_TEST_CASE(printing_names_groups_and_reasons_and_dot_has_clusters) {
 
 BOOST_AUTO_TEST_CASE(kiln_log_fusion_and_explain_show_the_plan) {
   setenv("KILN_LOG", "fusion", 1);
-  jit::reload_log_settings();
+  reload_log_settings();
   std::string explained;
   std::string err = kiln::test::capture_output(STDERR_FILENO, [&] {
     auto f = jit::compile([](const Tensor& x) { return softmax(x, -1) * 2.0; });
@@ -386,7 +386,7 @@ BOOST_AUTO_TEST_CASE(kiln_log_fusion_and_explain_show_the_plan) {
     explained = f.explain();
   });
   unsetenv("KILN_LOG");
-  jit::reload_log_settings();
+  reload_log_settings();
   BOOST_TEST(contains(err, "kiln: fusion of"), err);
   BOOST_TEST(contains(err, "normalization 'softmax_mul'"), err);
   BOOST_TEST(contains(explained, "fusion plan"), explained);

@@ -8,10 +8,10 @@
 #include "jit/accuracy_check.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
-#include "jit/log.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/device_checks.h"
 #include "runtime/dispatch.h"
+#include "runtime/log.h"
 #include "support/capture_output.h"
 #include "support/device_compare.h"
 #include "support/op_samples.h"
@@ -320,13 +320,13 @@ BOOST_AUTO_TEST_CASE(kiln_log_kernels_reports_each_compile) {
   setenv("KILN_CACHE", "0", 1);
   cache::reset_process_disk_cache();
   setenv("KILN_LOG", "kernels", 1);
-  jit::reload_log_settings();
+  reload_log_settings();
   std::string err = kiln::test::capture_output(2, [] {
     Tensor x = randn({3, 5}).to(Device::cuda());
     (void)jit::compile(unlogged_chain)(x);
   });
   unsetenv("KILN_LOG");
-  jit::reload_log_settings();
+  reload_log_settings();
   unsetenv("KILN_CACHE");
   cache::reset_process_disk_cache();
   BOOST_TEST(contains(err, "kiln: kernel k_"), err);

@@ -10,7 +10,7 @@
 
 #include "autograd/ops.h"
 #include "jit/compile.h"
-#include "jit/log.h"
+#include "runtime/log.h"
 #include "support/capture_output.h"
 
 using namespace kiln;
@@ -128,14 +128,14 @@ BOOST_AUTO_TEST_CASE(error_on_recompile_rejects_any_retrace) {
 
 BOOST_AUTO_TEST_CASE(kiln_log_reports_recompiles_guards_and_graphs) {
   setenv("KILN_LOG", "recompiles,guards,graph", 1);
-  jit::reload_log_settings();
+  reload_log_settings();
   std::string err = capture_stderr([] {
     auto f = make_f();
     f(ones({2, 3}), ones({3, 4}));
     f(ones({2, 3}, DType::f64), ones({3, 4}, DType::f64));
   });
   unsetenv("KILN_LOG");
-  jit::reload_log_settings();
+  reload_log_settings();
   BOOST_TEST(err.find("kiln: recompiling 'f' (entry 1): tensor 'x' dtype mismatch: expected f32, "
                       "actual f64") != std::string::npos, err);
   BOOST_TEST(err.find("kiln: guards of 'f' entry 0:") != std::string::npos);

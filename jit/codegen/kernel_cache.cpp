@@ -15,8 +15,8 @@
 #include "cache/progress.h"
 #include "jit/codegen/codegen_version.h"
 #include "jit/codegen/launch_stats.h"
-#include "jit/log.h"
-#include "jit/nvrtc/nvrtc.h"
+#include "runtime/cuda/nvrtc/nvrtc.h"
+#include "runtime/log.h"
 
 namespace kiln::jit::codegen {
 

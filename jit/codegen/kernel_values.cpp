@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "jit/reference_executor.h"
+#include "graph/node_values.h"
 #include "runtime/dispatch.h"
 
 namespace kiln::jit::codegen {

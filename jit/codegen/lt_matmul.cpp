@@ -8,10 +8,10 @@
 #include <mutex>
 #include <set>
 
-#include "jit/log.h"
 #include "runtime/cuda/blaslt/blaslt.h"
 #include "runtime/cuda/blaslt/lt_api.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/log.h"
 
 namespace kiln::jit::codegen {
 namespace {

@@ -1,5 +1,5 @@
 // The NVRTC wrapper: program creation, options, compile, PTX/cubin retrieval, version queries.
-#include "jit/nvrtc/nvrtc.h"
+#include "runtime/cuda/nvrtc/nvrtc.h"
 
 #include <dlfcn.h>
 #include <nvrtc.h>

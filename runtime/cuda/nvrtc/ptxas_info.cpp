@@ -5,7 +5,7 @@
 #include <set>
 #include <string>
 
-#include "jit/nvrtc/nvrtc.h"
+#include "runtime/cuda/nvrtc/nvrtc.h"
 
 namespace kiln::nvrtc {
 namespace {

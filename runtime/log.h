@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-namespace kiln::jit {
+namespace kiln {
 
 enum class LogTopic { recompiles = 1, guards = 2, graph = 4, fusion = 8, kernels = 16, cache = 32 };
 
@@ -13,4 +13,4 @@ void log_line(std::string_view text);
 // Re-reads KILN_LOG (tests change it at run time).
 void reload_log_settings();
 
-}  // namespace kiln::jit
+}  // namespace kiln

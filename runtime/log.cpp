@@ -1,5 +1,5 @@
 // KILN_LOG parsing.
-#include "jit/log.h"
+#include "runtime/log.h"
 
 #include <atomic>
 #include <cstdio>
@@ -8,7 +8,7 @@
 
 #include "runtime/error.h"
 
-namespace kiln::jit {
+namespace kiln {
 
 namespace {
 
@@ -49,4 +49,4 @@ void log_line(std::string_view text) {
 }
 void reload_log_settings() { mask().store(parse(std::getenv("KILN_LOG"))); }
 
-}  // namespace kiln::jit
+}  // namespace kiln
