@@ -21,36 +21,39 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
     step.group = static_cast<int>(i);
     step.nodes = group.nodes;
     step.domain = group.domain;
-    try {
-      switch (group.kind) {
-        case graph::FusionKind::pointwise:
-          step.pointwise = codegen::render_pointwise(g, group);
-          step.kind = Step::Kind::pointwise;
-          step.note = fmt::format("kernel {} (pointwise, {} nodes)", step.pointwise->name,
-                                  group.nodes.size());
-          break;
-        case graph::FusionKind::reduction:
-        case graph::FusionKind::normalization:
-          step.reduction = codegen::render_reduction(g, group);
-          step.kind = Step::Kind::reduction;
-          step.note = fmt::format("kernel {} ({}, {} nodes, {} pass(es))", step.reduction->name,
-                                  graph::fusion_kind_name(group.kind), group.nodes.size(),
-                                  step.reduction->passes);
-          break;
-        case graph::FusionKind::view:
-          step.kind = Step::Kind::host;
-          step.note = fmt::format("host view {}", group.name);
-          break;
-        default:
-          step.kind = Step::Kind::eager;
-          step.note = fmt::format("eager {} ({} ops have no generated kernel yet)", group.name,
-                                  graph::fusion_kind_name(group.kind));
-      }
-    } catch (const Error& e) {
-      step.kind = Step::Kind::eager;
-      step.pointwise.reset();
-      step.reduction.reset();
-      step.note = fmt::format("eager {}: {}", group.name, e.what());
+    switch (group.kind) {
+      case graph::FusionKind::pointwise:
+        step.pointwise = codegen::render_pointwise(g, group);
+        step.kind = Step::Kind::pointwise;
+        step.note = fmt::format("kernel {} (pointwise, {} nodes)", step.pointwise->name,
+                                group.nodes.size());
+        break;
+      case graph::FusionKind::reduction:
+      case graph::FusionKind::normalization:
+        step.reduction = codegen::render_reduction(g, group);
+        step.kind = Step::Kind::reduction;
+        step.note = fmt::format("kernel {} ({}, {} nodes, {} pass(es))", step.reduction->name,
+                                graph::fusion_kind_name(group.kind), group.nodes.size(),
+                                step.reduction->passes);
+        break;
+      case graph::FusionKind::view:
+        step.kind = Step::Kind::host;
+        step.note = fmt::format("host view {}", group.name);
+        break;
+      // The fuser made it a group of its own because no template renders it.
+      case graph::FusionKind::unrendered:
+        step.kind = Step::Kind::eager;
+        step.note = fmt::format("eager {}: {}", group.name, group.unrendered);
+        break;
+      case graph::FusionKind::matmul:
+      case graph::FusionKind::index:
+      case graph::FusionKind::scan:
+      case graph::FusionKind::movement:
+      case graph::FusionKind::transfer:
+        step.kind = Step::Kind::eager;
+        step.note = fmt::format("eager {} ({} ops have no generated kernel yet)", group.name,
+                                graph::fusion_kind_name(group.kind));
+        break;
     }
     steps_.push_back(std::move(step));
   }
