@@ -235,4 +235,18 @@ BOOST_AUTO_TEST_CASE(views_of_computed_values_compile_without_a_caught_error) {
   test::check_close(jit::compile(summed)(xd).to(Device::cpu()), {6}, sums, 1e-5, 1e-5);
 }
 
+BOOST_AUTO_TEST_CASE(a_kernel_writes_each_value_in_its_own_rank) {
+  // y * 2 + 1 is [4]; its maximum with a [1, 1] value is [1, 4]: one kernel writes both.
+  auto fn = [](const Tensor& y, const Tensor& z) {
+    Tensor h = y * 2 + 1;
+    return std::vector<Tensor>{maximum(h, z), h};
+  };
+  Tensor y = test::f32s({-1, 0, 1, 2}, {4}), z = test::f32s({1.5}, {1, 1});
+  auto f = jit::compile(fn);
+  auto got = f(y.to(Device::cuda()), z.to(Device::cuda()));
+  BOOST_TEST(kernels_of(f) == 1, f.explain());
+  test::check_values(got[0].to(Device::cpu()), {1, 4}, {1.5, 1.5, 3, 5});
+  test::check_values(got[1].to(Device::cpu()), {4}, {-1, 1, 3, 5});
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -330,9 +330,14 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
   for (int v : kernel.scalars) numbers.push_back(number_argument(values.at(v)));
   std::vector<Tensor> outs;
   for (int v : kernel.writes) {
-    // Every value a pointwise kernel writes has the domain's shape (the graph's traced shapes
-    // may hold other sizes: a dynamic dim, or an eager op's earlier call).
-    outs.push_back(empty(domain, g.values[v].meta.dtype, Device::cuda()));
+    // Every value a pointwise kernel writes has the domain's elements, so its shape is the
+    // domain's up to leading 1s (a [c] value beside a [1, c] one); the graph's traced sizes may
+    // be others (a dynamic dim, or an eager op's earlier call).
+    Shape shape = domain;
+    auto rank = g.values[v].sizes.size();
+    while (shape.size() > rank && shape.front() == 1) shape.erase(shape.begin());
+    while (shape.size() < rank) shape.insert(shape.begin(), 1);
+    outs.push_back(empty(shape, g.values[v].meta.dtype, Device::cuda()));
     const Tensor& o = outs.back();
     writes.push_back({reinterpret_cast<std::uintptr_t>(o.raw_data()), itemsize(o.dtype())});
   }
