@@ -54,19 +54,27 @@ Tensor slice_backward(const Tensor& g, const Tensor& x, const OpAttrs& attrs) {
   return index_add(zeros_of(x, g.dtype()), attrs.dim, index, g);
 }
 
-Tensor unary_derivative(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& y,
-                        const Tensor& g) {
-  switch (op) {
+}  // namespace
+
+Tensor derivative(const DerivativeArgs& args, std::size_t i) {
+  const auto& in = args.inputs;
+  const auto& attrs = args.attrs;
+  const Tensor& g = args.grads.at(0);
+  const Tensor y = args.outputs.empty() ? Tensor() : args.outputs[0];
+  // Every op is listed, so that a new op fails to build until it has a rule or is listed
+  // among those without one.
+  switch (args.op) {
+    // ---- elementwise, unary: x is the input, y the output ----
     case OpId::neg:
       return neg(g);
     case OpId::abs:
-      return g * sign(x);
+      return g * sign(in[0]);
     case OpId::exp:
       return g * y;
     case OpId::log:
-      return g / x;
+      return g / in[0];
     case OpId::log1p:
-      return g / (x + 1);
+      return g / (in[0] + 1);
     case OpId::expm1:
       return g * (y + 1);
     case OpId::sqrt:
@@ -76,9 +84,9 @@ Tensor unary_derivative(OpId op, const OpAttrs& attrs, const Tensor& x, const Te
     case OpId::reciprocal:
       return neg(g) * y * y;
     case OpId::sin:
-      return g * cos(x);
+      return g * cos(in[0]);
     case OpId::cos:
-      return neg(g) * sin(x);
+      return neg(g) * sin(in[0]);
     case OpId::tanh:
       return g * (1 - y * y);
     case OpId::sigmoid:
@@ -86,24 +94,29 @@ Tensor unary_derivative(OpId op, const OpAttrs& attrs, const Tensor& x, const Te
     case OpId::relu:
       return where(gt(y, 0), g, 0);
     case OpId::silu: {
+      const Tensor& x = in[0];
       Tensor s = sigmoid(x);
       return g * s * (1 + x * (1 - s));
     }
-    case OpId::erf:
+    case OpId::erf: {
+      const Tensor& x = in[0];
       return g * exp(neg(x * x)) * (2.0 / std::sqrt(std::numbers::pi));
+    }
     case OpId::gelu: {
+      const Tensor& x = in[0];
       Tensor cdf = (erf(x * (1.0 / std::numbers::sqrt2)) + 1) * 0.5;
       Tensor pdf = exp(x * x * -0.5) * (1.0 / std::sqrt(2.0 * std::numbers::pi));
       return g * (cdf + x * pdf);
     }
     case OpId::gelu_tanh: {
+      const Tensor& x = in[0];
       const double k = std::sqrt(2.0 / std::numbers::pi), c = 0.044715;
       Tensor t = tanh((x + x * x * x * c) * k);
       Tensor du = (x * x * (3.0 * c) + 1) * k;
       return g * ((t + 1) * 0.5 + x * 0.5 * (1 - t * t) * du);
     }
     case OpId::softplus: {
-      Tensor z = x * attrs.beta;
+      Tensor z = in[0] * attrs.beta;
       return where(gt(z, attrs.threshold), g, g * sigmoid(z));
     }
     case OpId::tril:
@@ -113,57 +126,33 @@ Tensor unary_derivative(OpId op, const OpAttrs& attrs, const Tensor& x, const Te
     case OpId::copy:
     case OpId::cast:
       return g;
-    case OpId::to_device:
-      return g.to(x.device());
-    default:
-      break;
-  }
-  throw Error(fmt::format("{}: no derivative rule", op));
-}
-
-Tensor binary_derivative(OpId op, const Tensor& a, const Tensor& b, const Tensor& y, std::size_t i,
-                         const Tensor& g) {
-  switch (op) {
+    // ---- elementwise, binary: a and b the inputs, i the one differentiated ----
     case OpId::add:
       return g;
     case OpId::sub:
       return i == 0 ? g : neg(g);
     case OpId::mul:
-      return g * (i == 0 ? b : a);
-    case OpId::div:
+      return g * (i == 0 ? in[1] : in[0]);
+    case OpId::div: {
+      const Tensor &a = in[0], &b = in[1];
       return i == 0 ? g / b : neg(g) * a / (b * b);
-    case OpId::pow:
+    }
+    case OpId::pow: {
+      const Tensor &a = in[0], &b = in[1];
       // pow(x, 0) has gradient 0 in x everywhere, also at x = 0 where b * x^(b-1) is 0 * inf.
       if (i == 0) return where(eq(b, 0), 0, g * b * pow(a, b - 1));
       // d/db a^b = a^b log a, taken as 0 where a == 0 and b >= 0 (the limit), as PyTorch does.
       return where(logical_and(eq(a, 0), ge(b, 0)), 0, g * y * log(a));
+    }
     case OpId::maximum:
     case OpId::minimum: {
-      const Tensor &self = i == 0 ? a : b, &other = i == 0 ? b : a;
-      Tensor wins = op == OpId::maximum ? gt(self, other) : lt(self, other);
+      const Tensor &self = i == 0 ? in[0] : in[1], &other = i == 0 ? in[1] : in[0];
+      Tensor wins = args.op == OpId::maximum ? gt(self, other) : lt(self, other);
       return where(wins, g, where(eq(self, other), g * 0.5, 0));
     }
     case OpId::remainder:
-      return i == 0 ? g : neg(g) * floor_divide(a, b);
-    default:
-      break;
-  }
-  throw Error(fmt::format("{}: no derivative rule", op));
-}
-
-}  // namespace
-
-Tensor derivative(const DerivativeArgs& args, std::size_t i) {
-  const auto& in = args.inputs;
-  const auto& attrs = args.attrs;
-  const Tensor& g = args.grads.at(0);
-  const Tensor y = args.outputs.empty() ? Tensor() : args.outputs[0];
-  const OpDef& def = op_def(args.op);
-  if (def.op_class == OpClass::elementwise && def.arity == 1)
-    return unary_derivative(args.op, attrs, in[0], y, g);
-  if (def.op_class == OpClass::elementwise && def.arity == 2)
-    return binary_derivative(args.op, in[0], in[1], y, i, g);
-  switch (args.op) {
+      return i == 0 ? g : neg(g) * floor_divide(in[0], in[1]);
+    // ---- the others ----
     case OpId::where:
       return i == 1 ? where(in[0], g, 0) : where(in[0], 0, g);
     case OpId::to_device:
@@ -243,7 +232,26 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
       for (auto p : attrs.dims) negated.push_back(-p);
       return pad(g, negated);
     }
-    default:
+    // No rule: the gradient is zero (Grad::zero) or none flows (Grad::none); the engine never
+    // asks for these.
+    case OpId::sign:
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+    case OpId::trunc:
+    case OpId::logical_not:
+    case OpId::floor_divide:
+    case OpId::eq:
+    case OpId::ne:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
+    case OpId::logical_and:
+    case OpId::logical_or:
+    case OpId::argmax:
+    case OpId::argmin:
+    case OpId::detach:
       break;
   }
   throw Error(fmt::format("{}: no derivative rule", args.op));

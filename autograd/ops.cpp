@@ -3,7 +3,9 @@
 // derivatives.cpp.
 #include "autograd/ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "autograd/record.h"
 #include "runtime/trace_hooks.h"
@@ -33,31 +35,39 @@ OpAttrs dim_attr(std::int64_t dim) {
 
 }  // namespace
 
+// The ops with a plain `name(x)` function: the table's unary elementwise ops without attributes,
+// but for gelu/gelu_tanh (one function with an approximation argument) and copy (Tensor::clone).
+#define KILN_PLAIN_UNARY_OPS(X)                                                                  \
+  X(neg) X(abs) X(exp) X(log) X(log1p) X(expm1) X(sqrt) X(rsqrt) X(reciprocal) X(sin) X(cos)     \
+  X(tanh) X(sigmoid) X(relu) X(silu) X(erf) X(sign) X(floor) X(ceil) X(round) X(trunc)           \
+  X(logical_not)
 #define KILN_DEFINE_UNARY(name) \
   Tensor name(const Tensor& x) { return unary(OpId::name, x); }
-KILN_DEFINE_UNARY(neg)
-KILN_DEFINE_UNARY(abs)
-KILN_DEFINE_UNARY(exp)
-KILN_DEFINE_UNARY(log)
-KILN_DEFINE_UNARY(log1p)
-KILN_DEFINE_UNARY(expm1)
-KILN_DEFINE_UNARY(sqrt)
-KILN_DEFINE_UNARY(rsqrt)
-KILN_DEFINE_UNARY(reciprocal)
-KILN_DEFINE_UNARY(sin)
-KILN_DEFINE_UNARY(cos)
-KILN_DEFINE_UNARY(tanh)
-KILN_DEFINE_UNARY(sigmoid)
-KILN_DEFINE_UNARY(relu)
-KILN_DEFINE_UNARY(silu)
-KILN_DEFINE_UNARY(erf)
-KILN_DEFINE_UNARY(sign)
-KILN_DEFINE_UNARY(floor)
-KILN_DEFINE_UNARY(ceil)
-KILN_DEFINE_UNARY(round)
-KILN_DEFINE_UNARY(trunc)
-KILN_DEFINE_UNARY(logical_not)
+KILN_PLAIN_UNARY_OPS(KILN_DEFINE_UNARY)
 #undef KILN_DEFINE_UNARY
+
+namespace {
+// The list above against the table: a new unary op without attributes fails to build until it
+// has its function here (or is listed as an exception).
+constexpr bool lists_plain_unary_ops() {
+#define KILN_OP_ID(name) OpId::name,
+  constexpr OpId listed[] = {KILN_PLAIN_UNARY_OPS(KILN_OP_ID)};
+#undef KILN_OP_ID
+  for (std::size_t i = 0; i < kNumOps; ++i) {
+    const OpDef& def = kOpTable[i];
+    auto op = static_cast<OpId>(i);
+    bool plain = def.op_class == OpClass::elementwise && def.arity == 1 &&
+                 def.attrs == attr::none && op != OpId::gelu && op != OpId::gelu_tanh &&
+                 op != OpId::copy;
+    bool found = std::find(std::begin(listed), std::end(listed), op) != std::end(listed);
+    if (plain != found) return false;
+  }
+  return true;
+}
+static_assert(lists_plain_unary_ops(),
+              "KILN_PLAIN_UNARY_OPS must list every unary elementwise op without attributes");
+}  // namespace
+#undef KILN_PLAIN_UNARY_OPS
 
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   KILN_OP_SCOPE;

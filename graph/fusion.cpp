@@ -23,12 +23,15 @@ struct WorkGroup {
   Domain domain;
   bool fusible = true;
   bool alive = true;
+  std::string unrendered;  // rule 1: why the code generator cannot render its one node
 };
 
 class Partitioner {
  public:
-  Partitioner(const Graph& g, const FusionLimits& limits) : g_(g), limits_(limits) {
+  Partitioner(const Graph& g, const FusionLimits& limits, const KernelCoverage* coverage)
+      : g_(g), limits_(limits), coverage_(coverage) {
     consumers_.resize(g.values.size());
+    rows_reason_.resize(g.nodes.size());
     for (std::size_t i = 0; i < g.nodes.size(); ++i)
       for (int v : g.nodes[i].inputs) consumers_[v].push_back(static_cast<int>(i));
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
@@ -52,6 +55,19 @@ class Partitioner {
     w.nodes = {n};
     OpClass c = fusion_class(g_, node);
     w.fusible = is_fusible(c);
+    // Rule 1: what the code generator cannot render runs alone (views: when they join, below).
+    if (w.fusible && coverage_ && c != OpClass::view) {
+      bool rows = c == OpClass::reduction || c == OpClass::normalization;
+      auto why =
+          coverage_->unrendered_reason(g_, n, rows ? FusionKind::reduction : FusionKind::pointwise);
+      if (why) {
+        w.fusible = false;
+        w.unrendered = std::move(*why);
+      } else if (!rows) {
+        auto in_rows = coverage_->unrendered_reason(g_, n, FusionKind::reduction);
+        if (in_rows) rows_reason_[n] = std::move(*in_rows);
+      }
+    }
     if (c == OpClass::reduction || c == OpClass::normalization) {
       const Value& x = g_.values[node.inputs.at(0)];
       auto rank = static_cast<std::int64_t>(x.sizes.size());
@@ -103,7 +119,9 @@ class Partitioner {
 
   std::optional<std::string> why_not(int a, int b, int edge_value) const {
     for (int w : {a, b})
-      if (!groups_[w].fusible) return boundary_reason(g_.nodes[groups_[w].nodes[0]].op);
+      if (!groups_[w].fusible)
+        return groups_[w].unrendered.empty() ? boundary_reason(g_.nodes[groups_[w].nodes[0]].op)
+                                             : groups_[w].unrendered;
     if (!computes(a))
       for (int n : groups_[a].nodes)
         for (int v : g_.nodes[n].outputs) {
@@ -143,9 +161,29 @@ class Partitioner {
       if (p >= 0 && is_input_cast(p) && groups_[group_of_[p]].nodes.size() > 1) continue;
       if (level_in(d, g_.values[v].sizes) == Level::none) return level_reason(v, d);
     }
+    if (d.reduces)
+      for (int n : members)
+        if (!rows_reason_[n].empty()) return rows_reason_[n];
+    if (auto why = view_reason(members, inside, d)) return why;
     if (auto why = row_reason(members, inside, d)) return why;
     if (auto why = alignment_reason(members, inside, d)) return why;
     return bound_reason(members, inside);
+  }
+
+  // Rule 1: a view of a value the kernel computes, where the code generator cannot render it.
+  std::optional<std::string> view_reason(const std::vector<int>& members,
+                                         const std::set<int>& inside, const Domain& d) const {
+    if (!coverage_) return std::nullopt;
+    for (int n : members) {
+      const Node& node = g_.nodes[n];
+      if (op_class(node.op) != OpClass::view) continue;
+      int p = g_.values[node.inputs.at(0)].producer;
+      if (p < 0 || !inside.count(p)) continue;
+      if (auto why = coverage_->unrendered_view(
+              g_, n, d.reduces ? FusionKind::reduction : FusionKind::pointwise))
+        return why;
+    }
+    return std::nullopt;
   }
 
   // A value of the rows' shape without keepdim, read by an op over the whole domain, is
@@ -358,6 +396,9 @@ class Partitioner {
           auto members = nodes_of(a, b);
           std::set<int> inside(members.begin(), members.end());
           if (bound_reason(members, inside)) continue;
+          if (da.reduces && std::any_of(members.begin(), members.end(),
+                                        [&](int n) { return !rows_reason_[n].empty(); }))
+            continue;
           merge(a, b, da);
         }
     }
@@ -431,7 +472,8 @@ class Partitioner {
         bool returned = std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end();
         if (read_outside || returned) fg.outputs.push_back(v);
       }
-    fg.kind = kind_of(wg, inside);
+    fg.kind = wg.unrendered.empty() ? kind_of(wg, inside) : FusionKind::unrendered;
+    fg.unrendered = wg.unrendered;
     std::vector<std::string> names;
     for (int n : wg.nodes) {
       std::string name(op_name(g_.nodes[n].op));
@@ -505,6 +547,8 @@ class Partitioner {
 
   const Graph& g_;
   FusionLimits limits_;
+  const KernelCoverage* coverage_;
+  std::vector<std::string> rows_reason_;     // node -> why no kernel with reductions renders it
   std::vector<std::vector<int>> consumers_;  // value -> consuming nodes
   std::vector<int> group_of_;                // node -> work group
   std::vector<WorkGroup> groups_;
@@ -513,8 +557,9 @@ class Partitioner {
 
 }  // namespace
 
-Partition partition(const Graph& graph, const FusionLimits& limits) {
-  return Partitioner(graph, limits).run();
+Partition partition(const Graph& graph, const FusionLimits& limits,
+                    const KernelCoverage* coverage) {
+  return Partitioner(graph, limits, coverage).run();
 }
 
 }  // namespace kiln::graph

@@ -3,8 +3,13 @@
 // fused. Pure IR: scheduling and code generation (jit/) take the groups from here.
 //
 // The rules, in the order they are checked (each is tested in tests/test_fusion.cpp):
-//  1. Only elementwise, reduction, normalization and view nodes fuse; matmul is a library call
-//     (its epilogue is the cuBLASLt lowering's), index, scan and movement ops and device
+//  1. Only elementwise, reduction, normalization and view nodes fuse, and only those the code
+//     generator can render: it says so per node (KernelCoverage). A node it cannot render is a
+//     group of its own whose reason names the op while its neighbours still fuse; one it renders
+//     in pointwise kernels only (tril) stays out of kernels with reductions, and a view of a
+//     value computed in the kernel joins it only where the generator can render that view
+//     (otherwise the value is written and the view reads it). Matmul is a library
+//     call (its epilogue is the cuBLASLt lowering's), index, scan and movement ops and device
 //     transfers are kernels of their own. A gather that picks one element per row (its index
 //     shaped like the rows, keepdim: cross-entropy's pick of the target's log-probability) is a
 //     reduction over that dim, a row select, and fuses as one.
@@ -28,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +51,7 @@ enum class FusionKind : std::uint8_t {
   scan,           // cumsum
   movement,       // cat, pad
   transfer,       // to_device
+  unrendered,     // a node the code generator cannot render: it runs alone, as an eager op
 };
 std::string_view fusion_kind_name(FusionKind kind);
 
@@ -56,6 +63,7 @@ struct FusionGroup {
   std::vector<int> outputs;     // values the group writes: read by other groups or returned
   std::vector<SymExpr> domain;  // the iteration shape (full values)
   std::vector<std::int64_t> reduce_dims;  // dims of `domain` folded into rows; empty: none
+  std::string unrendered;                 // kind unrendered: why, naming the op and its dtypes
   // Whether running the group launches device work (a kernel or a library call); a view group
   // only changes strides on the host.
   bool launches() const;
@@ -89,7 +97,25 @@ struct Partition {
   std::string dot(const Graph& graph) const;
 };
 
-Partition partition(const Graph& graph, const FusionLimits& limits = {});
+// What the code generator can compute inside a generated kernel, asked per node. graph/ declares
+// it and jit/ implements it from its expression table, so that coverage is a fusion rule rather
+// than an error caught while rendering.
+class KernelCoverage {
+ public:
+  virtual ~KernelCoverage() = default;
+  // Why a kernel of `kind` (pointwise, or reduction, which also stands for normalization)
+  // cannot compute node `node` of `graph`, naming the op and its dtypes; nullopt when it can.
+  virtual std::optional<std::string> unrendered_reason(const Graph& graph, int node,
+                                                       FusionKind kind) const = 0;
+  // Why a kernel of `kind` cannot apply the view node `node` to a value it computes itself
+  // (rather than to a tensor it reads, whose strides the host changes); nullopt when it can.
+  virtual std::optional<std::string> unrendered_view(const Graph& graph, int node,
+                                                     FusionKind kind) const = 0;
+};
+
+// Without `coverage`, every node of a fusible class counts as renderable (the pure IR rules).
+Partition partition(const Graph& graph, const FusionLimits& limits = {},
+                    const KernelCoverage* coverage = nullptr);
 
 // Where a value of a group lives: over the whole domain, once per row, or neither (a cast of a
 // graph input broadcast into the kernel, recomputed wherever it is read).

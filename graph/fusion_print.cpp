@@ -29,6 +29,8 @@ std::string_view fusion_kind_name(FusionKind kind) {
       return "movement";
     case FusionKind::transfer:
       return "transfer";
+    case FusionKind::unrendered:
+      return "unrendered";
   }
   return "?";
 }
@@ -67,6 +69,7 @@ std::string Partition::str(const Graph& graph) const {
       return fmt::format("{}", fmt::join(s, ", "));
     };
     out += fmt::format("    reads {}; writes {}\n", values(g.inputs), values(g.outputs));
+    if (!g.unrendered.empty()) out += fmt::format("    not rendered: {}\n", g.unrendered);
   }
   for (const UnfusedEdge& e : unfused)
     out += fmt::format("  not fused: %{} (group {}) -> {} (group {}): {}\n", e.value, e.producer,

@@ -16,6 +16,7 @@
 #include "graph/node_values.h"
 #include "graph/passes.h"
 #include "graph/tracer.h"
+#include "jit/codegen/kernel_coverage.h"
 #include "jit/reference_executor.h"
 #include "runtime/log.h"
 
@@ -215,7 +216,7 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
     e.graph.symbols = std::move(symbols);
     e.arg_symbols = arg_symbols;
     graph::optimize(e.graph);
-    e.fusion = graph::partition(e.graph);
+    e.fusion = graph::partition(e.graph, {}, &codegen::kernel_coverage());
     if (runs_on_device(e.graph, args)) e.plan.emplace(e.graph, e.fusion);
     GuardSet& gs = e.guards;
     gs.grad_enabled = grad_enabled();

@@ -26,28 +26,32 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
       if (d.is_constant())
         if (auto v = d.evaluate({})) sizes.push_back(*v);
     if (sizes.size() == group.domain.size()) step.static_domain = std::move(sizes);
-    try {
-      switch (group.kind) {
-        case graph::FusionKind::pointwise:
-        case graph::FusionKind::reduction:
-        case graph::FusionKind::normalization:
-          step.kernel.emplace(g, group);
-          step.kind = Step::Kind::kernel;
-          step.note = step.kernel->description(group);
-          break;
-        case graph::FusionKind::view:
-          step.kind = Step::Kind::host;
-          step.note = fmt::format("host view {}", group.name);
-          break;
-        default:
-          step.kind = Step::Kind::eager;
-          step.note = fmt::format("eager {} ({} ops have no generated kernel yet)", group.name,
-                                  graph::fusion_kind_name(group.kind));
-      }
-    } catch (const Error& e) {
-      step.kind = Step::Kind::eager;
-      step.kernel.reset();
-      step.note = fmt::format("eager {}: {}", group.name, e.what());
+    switch (group.kind) {
+      case graph::FusionKind::pointwise:
+      case graph::FusionKind::reduction:
+      case graph::FusionKind::normalization:
+        step.kernel.emplace(g, group);
+        step.kind = Step::Kind::kernel;
+        step.note = step.kernel->description(group);
+        break;
+      case graph::FusionKind::view:
+        step.kind = Step::Kind::host;
+        step.note = fmt::format("host view {}", group.name);
+        break;
+      // The fuser made it a group of its own because no template renders it.
+      case graph::FusionKind::unrendered:
+        step.kind = Step::Kind::eager;
+        step.note = fmt::format("eager {}: {}", group.name, group.unrendered);
+        break;
+      case graph::FusionKind::matmul:
+      case graph::FusionKind::index:
+      case graph::FusionKind::scan:
+      case graph::FusionKind::movement:
+      case graph::FusionKind::transfer:
+        step.kind = Step::Kind::eager;
+        step.note = fmt::format("eager {} ({} ops have no generated kernel yet)", group.name,
+                                graph::fusion_kind_name(group.kind));
+        break;
     }
     steps_.push_back(std::move(step));
   }

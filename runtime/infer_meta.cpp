@@ -63,7 +63,77 @@ TensorMeta infer_elementwise(OpId op, std::span<const TensorMeta> in, const OpAt
                     "where: condition must have dtype bool, got {}", in[0].dtype);
       return {shape, promote_types(in[1].dtype, in[2].dtype)};
     case OpId::cast: return {shape, attrs.dtype};
-    default: break;
+    // Elementwise ops with a dtype rule of the table, and ops of other classes
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::expm1:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::reciprocal:
+    case OpId::sin:
+    case OpId::cos:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::gelu:
+    case OpId::gelu_tanh:
+    case OpId::silu:
+    case OpId::erf:
+    case OpId::softplus:
+    case OpId::neg:
+    case OpId::abs:
+    case OpId::relu:
+    case OpId::sign:
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+    case OpId::trunc:
+    case OpId::logical_not:
+    case OpId::tril:
+    case OpId::triu:
+    case OpId::add:
+    case OpId::sub:
+    case OpId::mul:
+    case OpId::div:
+    case OpId::pow:
+    case OpId::maximum:
+    case OpId::minimum:
+    case OpId::remainder:
+    case OpId::floor_divide:
+    case OpId::eq:
+    case OpId::ne:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
+    case OpId::logical_and:
+    case OpId::logical_or:
+    case OpId::copy:
+    case OpId::sum:
+    case OpId::prod:
+    case OpId::amax:
+    case OpId::amin:
+    case OpId::argmax:
+    case OpId::argmin:
+    case OpId::max_dim:
+    case OpId::min_dim:
+    case OpId::cumsum:
+    case OpId::softmax:
+    case OpId::log_softmax:
+    case OpId::reshape:
+    case OpId::permute:
+    case OpId::expand:
+    case OpId::slice:
+    case OpId::detach:
+    case OpId::gather:
+    case OpId::index_select:
+    case OpId::scatter_add:
+    case OpId::index_add:
+    case OpId::matmul:
+    case OpId::cat:
+    case OpId::pad:
+    case OpId::to_device:
+      break;
   }
   throw Error(fmt::format("{}: no elementwise inference rule", op));
 }
@@ -90,8 +160,75 @@ std::vector<TensorMeta> infer_reduction(OpId op, const TensorMeta& x, const OpAt
     case OpId::min_dim: return {{out, x.dtype}, {out, DType::i64}};
     case OpId::sum:
     case OpId::prod: return {{out, is_floating(x.dtype) ? x.dtype : DType::i64}};
-    default: return {{out, x.dtype}};
+    case OpId::amax:
+    case OpId::amin: return {{out, x.dtype}};
+    // Not reductions
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::expm1:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::reciprocal:
+    case OpId::sin:
+    case OpId::cos:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::gelu:
+    case OpId::gelu_tanh:
+    case OpId::silu:
+    case OpId::erf:
+    case OpId::softplus:
+    case OpId::neg:
+    case OpId::abs:
+    case OpId::relu:
+    case OpId::sign:
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+    case OpId::trunc:
+    case OpId::logical_not:
+    case OpId::tril:
+    case OpId::triu:
+    case OpId::add:
+    case OpId::sub:
+    case OpId::mul:
+    case OpId::div:
+    case OpId::pow:
+    case OpId::maximum:
+    case OpId::minimum:
+    case OpId::remainder:
+    case OpId::floor_divide:
+    case OpId::eq:
+    case OpId::ne:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
+    case OpId::logical_and:
+    case OpId::logical_or:
+    case OpId::where:
+    case OpId::cast:
+    case OpId::copy:
+    case OpId::cumsum:
+    case OpId::softmax:
+    case OpId::log_softmax:
+    case OpId::reshape:
+    case OpId::permute:
+    case OpId::expand:
+    case OpId::slice:
+    case OpId::detach:
+    case OpId::gather:
+    case OpId::index_select:
+    case OpId::scatter_add:
+    case OpId::index_add:
+    case OpId::matmul:
+    case OpId::cat:
+    case OpId::pad:
+    case OpId::to_device:
+      break;
   }
+  throw Error(fmt::format("{}: not a reduction", op));
 }
 
 TensorMeta infer_view(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
@@ -142,7 +279,74 @@ TensorMeta infer_view(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
       return {out, x.dtype};
     }
     case OpId::detach: return x;
-    default: break;
+    // Not view ops
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::expm1:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::reciprocal:
+    case OpId::sin:
+    case OpId::cos:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::gelu:
+    case OpId::gelu_tanh:
+    case OpId::silu:
+    case OpId::erf:
+    case OpId::softplus:
+    case OpId::neg:
+    case OpId::abs:
+    case OpId::relu:
+    case OpId::sign:
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+    case OpId::trunc:
+    case OpId::logical_not:
+    case OpId::tril:
+    case OpId::triu:
+    case OpId::add:
+    case OpId::sub:
+    case OpId::mul:
+    case OpId::div:
+    case OpId::pow:
+    case OpId::maximum:
+    case OpId::minimum:
+    case OpId::remainder:
+    case OpId::floor_divide:
+    case OpId::eq:
+    case OpId::ne:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
+    case OpId::logical_and:
+    case OpId::logical_or:
+    case OpId::where:
+    case OpId::cast:
+    case OpId::copy:
+    case OpId::sum:
+    case OpId::prod:
+    case OpId::amax:
+    case OpId::amin:
+    case OpId::argmax:
+    case OpId::argmin:
+    case OpId::max_dim:
+    case OpId::min_dim:
+    case OpId::cumsum:
+    case OpId::softmax:
+    case OpId::log_softmax:
+    case OpId::gather:
+    case OpId::index_select:
+    case OpId::scatter_add:
+    case OpId::index_add:
+    case OpId::matmul:
+    case OpId::cat:
+    case OpId::pad:
+    case OpId::to_device:
+      break;
   }
   throw Error(fmt::format("{}: not a view op", op));
 }
@@ -218,7 +422,75 @@ TensorMeta infer_index(OpId op, std::span<const TensorMeta> in, const OpAttrs& a
                     "index_add: source dtype {} must equal self dtype {}", src.dtype, x.dtype);
       return x;
     }
-    default: break;
+    // Not index ops
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::expm1:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::reciprocal:
+    case OpId::sin:
+    case OpId::cos:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::gelu:
+    case OpId::gelu_tanh:
+    case OpId::silu:
+    case OpId::erf:
+    case OpId::softplus:
+    case OpId::neg:
+    case OpId::abs:
+    case OpId::relu:
+    case OpId::sign:
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+    case OpId::trunc:
+    case OpId::logical_not:
+    case OpId::tril:
+    case OpId::triu:
+    case OpId::add:
+    case OpId::sub:
+    case OpId::mul:
+    case OpId::div:
+    case OpId::pow:
+    case OpId::maximum:
+    case OpId::minimum:
+    case OpId::remainder:
+    case OpId::floor_divide:
+    case OpId::eq:
+    case OpId::ne:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
+    case OpId::logical_and:
+    case OpId::logical_or:
+    case OpId::where:
+    case OpId::cast:
+    case OpId::copy:
+    case OpId::sum:
+    case OpId::prod:
+    case OpId::amax:
+    case OpId::amin:
+    case OpId::argmax:
+    case OpId::argmin:
+    case OpId::max_dim:
+    case OpId::min_dim:
+    case OpId::cumsum:
+    case OpId::softmax:
+    case OpId::log_softmax:
+    case OpId::reshape:
+    case OpId::permute:
+    case OpId::expand:
+    case OpId::slice:
+    case OpId::detach:
+    case OpId::matmul:
+    case OpId::cat:
+    case OpId::pad:
+    case OpId::to_device:
+      break;
   }
   throw Error(fmt::format("{}: not an index op", op));
 }

@@ -1,8 +1,8 @@
 // A seeded differential fuzzer for code generation: random programs of elementwise ops,
-// broadcasts, views, casts, reductions and normalizations, compiled on CUDA tensors (the
-// virtual GPU) and compared with the same program run eagerly on the CPU. A failure prints the
-// seed and the program shrunk to the ops it needs. KILN_FUZZ_ITERS sets the number of programs
-// (default 1000), KILN_FUZZ_SEED the first seed.
+// broadcasts, views, casts, triangles, reductions and normalizations, compiled on CUDA tensors
+// (the virtual GPU) and compared with the same program run eagerly on the CPU. A failure prints
+// the seed and the program shrunk to the ops it needs. KILN_FUZZ_ITERS sets the number of
+// programs (default 1000), KILN_FUZZ_SEED the first seed.
 #include <boost/test/unit_test.hpp>
 
 #include <cstdlib>
@@ -37,6 +37,7 @@ enum class Step {
   where_gt,
   transpose2,
   scale,
+  triangle,
   count
 };
 
@@ -61,7 +62,8 @@ const char* step_name(Step s) {
                                 "a - mean(a, cols)",
                                 "where(a > b, a, b)",
                                 "a.t().t() * 0.5",
-                                "a * k + 1"};
+                                "a * k + 1",
+                                "triu(a, 4k - 5) if 4k - 5 is even, else tril"};
   return names[static_cast<int>(s)];
 }
 
@@ -91,7 +93,8 @@ Program random_program(std::uint64_t seed) {
           0.25 * (1 + pick(8))};
     // Row ops need a full [r, c] operand: value 0 is one, and so is every op's result.
     if (op.step >= Step::row_sum && op.step <= Step::col_mean && (op.a == 1 || op.a == 2)) op.a = 0;
-    if (op.step == Step::transpose2 && (op.a == 1 || op.a == 2)) op.a = 0;
+    if ((op.step == Step::transpose2 || op.step == Step::triangle) && (op.a == 1 || op.a == 2))
+      op.a = 0;
     p.ops.push_back(op);
     ++values;
   }
@@ -171,6 +174,11 @@ std::vector<Tensor> run_program(const Program& p, const Tensor& x, const Tensor&
       case Step::scale:
         r = a * op.k + 1.0;
         break;
+      case Step::triangle: {
+        auto diagonal = static_cast<std::int64_t>(op.k * 4) - 5;  // -4 .. 3
+        r = diagonal % 2 == 0 ? triu(a, diagonal) : tril(a, diagonal);
+        break;
+      }
       case Step::count:
         break;
     }

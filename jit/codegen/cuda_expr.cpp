@@ -25,81 +25,6 @@ std::string spell(std::string_view pattern, DType t, std::span<const std::string
                      fmt::arg("c", a2), fmt::arg("T", "(" + register_type(t) + ")"));
 }
 
-std::optional<std::string> floating_expr(OpId op, const OpAttrs& attrs, DType t,
-                                         std::span<const std::string> args) {
-  switch (op) {
-    case OpId::exp:
-      return spell("exp{f}({a})", t, args);
-    case OpId::log:
-      return spell("log{f}({a})", t, args);
-    case OpId::log1p:
-      return spell("log1p{f}({a})", t, args);
-    case OpId::expm1:
-      return spell("expm1{f}({a})", t, args);
-    case OpId::sqrt:
-      return spell("sqrt{f}({a})", t, args);
-    // 1/sqrt rather than rsqrt: CUDA's rsqrtf is not correctly rounded.
-    case OpId::rsqrt:
-      return spell("({T}(1) / sqrt{f}({a}))", t, args);
-    case OpId::reciprocal:
-      return spell("({T}(1) / {a})", t, args);
-    case OpId::sin:
-      return spell("sin{f}({a})", t, args);
-    case OpId::cos:
-      return spell("cos{f}({a})", t, args);
-    case OpId::tanh:
-      return spell("tanh{f}({a})", t, args);
-    case OpId::erf:
-      return spell("erf{f}({a})", t, args);
-    // Two branches keep exp() from overflowing for large |x| (as the CPU kernel).
-    case OpId::sigmoid:
-      return spell(
-          "({a} >= 0 ? {T}(1) / ({T}(1) + exp{f}(-{a})) : exp{f}({a}) / ({T}(1) + "
-          "exp{f}({a})))",
-          t, args);
-    case OpId::silu:
-      return spell(
-          "({a} * ({a} >= 0 ? {T}(1) / ({T}(1) + exp{f}(-{a})) : exp{f}({a}) / "
-          "({T}(1) + exp{f}({a}))))",
-          t, args);
-    case OpId::gelu:
-      return spell("({T}(0.5) * {a} * ({T}(1) + erf{f}({a} * {T}(0.70710678118654752440))))", t,
-                   args);
-    case OpId::gelu_tanh:
-      return spell(
-          "({T}(0.5) * {a} * ({T}(1) + tanh{f}({T}(0.79788456080286535588) * ({a} + "
-          "{T}(0.044715) * {a} * {a} * {a}))))",
-          t, args);
-    case OpId::softplus: {
-      std::string beta = literal(t, attrs.beta), threshold = literal(t, attrs.threshold);
-      return spell(fmt::format("({{a}} * {0} > {1} ? {{a}} : log1p{{f}}(exp{{f}}({{a}} * {0})) / "
-                               "{0})",
-                               beta, threshold),
-                   t, args);
-    }
-    case OpId::abs:
-      return spell("fabs{f}({a})", t, args);
-    case OpId::floor:
-      return spell("floor{f}({a})", t, args);
-    case OpId::ceil:
-      return spell("ceil{f}({a})", t, args);
-    case OpId::round:
-      return spell("rint{f}({a})", t, args);  // half to even
-    case OpId::trunc:
-      return spell("trunc{f}({a})", t, args);
-    case OpId::div:
-      return spell("({a} / {b})", t, args);
-    case OpId::pow:
-      return spell("pow{f}({a}, {b})", t, args);
-    case OpId::remainder:
-      return spell("kiln_python_mod({a}, {b})", t, args);
-    case OpId::floor_divide:
-      return spell("kiln_floor_div({a}, {b})", t, args);
-    default:
-      return std::nullopt;
-  }
-}
-
 }  // namespace
 
 std::string storage_type(DType t) {
@@ -192,63 +117,166 @@ DType compute_dtype_of(OpId op, std::span<const DType> inputs, DType output) {
   return compute_dtype(output);
 }
 
+// The column minus the row of the element at linear index kiln_index of a domain whose last two
+// dims have kiln_rows and kiln_cols elements.
+constexpr std::string_view kColumnMinusRow =
+    "(kiln_index % kiln_cols - kiln_index / kiln_cols % kiln_rows)";
+
+bool reads_position(OpId op) {
+  return op == OpId::tril || op == OpId::triu;
+}
+
 std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType t,
                                             std::span<const std::string> args) {
+  auto expr = [&](std::string_view pattern) { return std::optional(spell(pattern, t, args)); };
+  // libm functions and formulas of floating registers: integer ones are not covered.
+  bool floating = t == DType::f32 || t == DType::f64;
+  auto real = [&](std::string_view pattern) {
+    return floating ? expr(pattern) : std::optional<std::string>();
+  };
   switch (op) {
+    case OpId::exp:
+      return real("exp{f}({a})");
+    case OpId::log:
+      return real("log{f}({a})");
+    case OpId::log1p:
+      return real("log1p{f}({a})");
+    case OpId::expm1:
+      return real("expm1{f}({a})");
+    case OpId::sqrt:
+      return real("sqrt{f}({a})");
+    // 1/sqrt rather than rsqrt: CUDA's rsqrtf is not correctly rounded.
+    case OpId::rsqrt:
+      return real("({T}(1) / sqrt{f}({a}))");
+    case OpId::reciprocal:
+      return real("({T}(1) / {a})");
+    case OpId::sin:
+      return real("sin{f}({a})");
+    case OpId::cos:
+      return real("cos{f}({a})");
+    case OpId::tanh:
+      return real("tanh{f}({a})");
+    case OpId::erf:
+      return real("erf{f}({a})");
+    // Two branches keep exp() from overflowing for large |x| (as the CPU kernel).
+    case OpId::sigmoid:
+      return real(
+          "({a} >= 0 ? {T}(1) / ({T}(1) + exp{f}(-{a})) : exp{f}({a}) / ({T}(1) + "
+          "exp{f}({a})))");
+    case OpId::silu:
+      return real(
+          "({a} * ({a} >= 0 ? {T}(1) / ({T}(1) + exp{f}(-{a})) : exp{f}({a}) / "
+          "({T}(1) + exp{f}({a}))))");
+    case OpId::gelu:
+      return real("({T}(0.5) * {a} * ({T}(1) + erf{f}({a} * {T}(0.70710678118654752440))))");
+    case OpId::gelu_tanh:
+      return real(
+          "({T}(0.5) * {a} * ({T}(1) + tanh{f}({T}(0.79788456080286535588) * ({a} + "
+          "{T}(0.044715) * {a} * {a} * {a}))))");
+    case OpId::softplus: {
+      if (!floating) return std::nullopt;
+      std::string beta = literal(t, attrs.beta), threshold = literal(t, attrs.threshold);
+      return expr(
+          fmt::format("({{a}} * {0} > {1} ? {{a}} : log1p{{f}}(exp{{f}}({{a}} * {0})) / "
+                      "{0})",
+                      beta, threshold));
+    }
     case OpId::neg:
-      return t == DType::bool_ ? std::nullopt : std::optional(spell("(-{a})", t, args));
+      return t == DType::bool_ ? std::nullopt : expr("(-{a})");
+    case OpId::abs:
+      return is_integral(t) ? expr("({a} < 0 ? -{a} : {a})") : real("fabs{f}({a})");
     case OpId::relu:
       // NaN stays NaN, as in PyTorch.
-      return spell("(({a} != {a} || {a} > {T}(0)) ? {a} : {T}(0))", t, args);
+      return expr("(({a} != {a} || {a} > {T}(0)) ? {a} : {T}(0))");
     case OpId::sign:
-      return spell("{T}(({T}(0) < {a}) - ({a} < {T}(0)))", t, args);
+      return expr("{T}(({T}(0) < {a}) - ({a} < {T}(0)))");
+    // Integers are already whole.
+    case OpId::floor:
+      return is_integral(t) ? args[0] : real("floor{f}({a})");
+    case OpId::ceil:
+      return is_integral(t) ? args[0] : real("ceil{f}({a})");
+    case OpId::round:
+      return is_integral(t) ? args[0] : real("rint{f}({a})");  // half to even
+    case OpId::trunc:
+      return is_integral(t) ? args[0] : real("trunc{f}({a})");
     case OpId::logical_not:
-      return spell("(!{a})", t, args);
+      return expr("(!{a})");
+    // Index arithmetic on the element's place in the domain (see reads_position): its column
+    // minus its row against the diagonal.
+    case OpId::tril:
+      return expr(fmt::format("({} <= {}ll ? {{a}} : {{T}}(0))", kColumnMinusRow, attrs.diagonal));
+    case OpId::triu:
+      return expr(fmt::format("({} >= {}ll ? {{a}} : {{T}}(0))", kColumnMinusRow, attrs.diagonal));
     case OpId::add:
-      return spell("({a} + {b})", t, args);
+      return expr("({a} + {b})");
     case OpId::sub:
-      return spell("({a} - {b})", t, args);
+      return expr("({a} - {b})");
     case OpId::mul:
-      return spell("({a} * {b})", t, args);
+      return expr("({a} * {b})");
+    case OpId::div:
+      return real("({a} / {b})");
+    // Integer pow, remainder and floor_divide raise errors on the host (a negative exponent, a
+    // zero divisor): their CPU kernels run them.
+    case OpId::pow:
+      return real("pow{f}({a}, {b})");
     // NaN propagates through maximum/minimum, as in PyTorch.
     case OpId::maximum:
-      return spell("(({a} != {a} || {a} > {b}) ? {a} : {b})", t, args);
+      return expr("(({a} != {a} || {a} > {b}) ? {a} : {b})");
     case OpId::minimum:
-      return spell("(({a} != {a} || {a} < {b}) ? {a} : {b})", t, args);
+      return expr("(({a} != {a} || {a} < {b}) ? {a} : {b})");
+    case OpId::remainder:
+      return real("kiln_python_mod({a}, {b})");
+    case OpId::floor_divide:
+      return real("kiln_floor_div({a}, {b})");
     case OpId::eq:
-      return spell("({a} == {b})", t, args);
+      return expr("({a} == {b})");
     case OpId::ne:
-      return spell("({a} != {b})", t, args);
+      return expr("({a} != {b})");
     case OpId::lt:
-      return spell("({a} < {b})", t, args);
+      return expr("({a} < {b})");
     case OpId::le:
-      return spell("({a} <= {b})", t, args);
+      return expr("({a} <= {b})");
     case OpId::gt:
-      return spell("({a} > {b})", t, args);
+      return expr("({a} > {b})");
     case OpId::ge:
-      return spell("({a} >= {b})", t, args);
+      return expr("({a} >= {b})");
     case OpId::logical_and:
-      return spell("({a} && {b})", t, args);
+      return expr("({a} && {b})");
     case OpId::logical_or:
-      return spell("({a} || {b})", t, args);
+      return expr("({a} || {b})");
     case OpId::where:
-      return spell("({a} ? {b} : {c})", t, args);
+      return expr("({a} ? {b} : {c})");
     case OpId::cast:
     case OpId::copy:
       return args[0];
-    case OpId::abs:
-      if (is_integral(t)) return spell("({a} < 0 ? -{a} : {a})", t, args);
-      break;
-    case OpId::floor:
-    case OpId::ceil:
-    case OpId::round:
-    case OpId::trunc:
-      if (is_integral(t)) return args[0];  // integers are already whole
-      break;
-    default:
-      break;
+    // Not elementwise: reduction, scan, normalization, view, index, matmul, movement and
+    // transfer ops have templates or library calls of their own.
+    case OpId::sum:
+    case OpId::prod:
+    case OpId::amax:
+    case OpId::amin:
+    case OpId::argmax:
+    case OpId::argmin:
+    case OpId::max_dim:
+    case OpId::min_dim:
+    case OpId::cumsum:
+    case OpId::softmax:
+    case OpId::log_softmax:
+    case OpId::reshape:
+    case OpId::permute:
+    case OpId::expand:
+    case OpId::slice:
+    case OpId::detach:
+    case OpId::gather:
+    case OpId::index_select:
+    case OpId::scatter_add:
+    case OpId::index_add:
+    case OpId::matmul:
+    case OpId::cat:
+    case OpId::pad:
+    case OpId::to_device:
+      return std::nullopt;
   }
-  if (t == DType::f32 || t == DType::f64) return floating_expr(op, attrs, t, args);
   return std::nullopt;
 }
 

@@ -29,9 +29,13 @@ std::string infinity(DType t, bool negative);
 DType compute_dtype_of(OpId op, std::span<const DType> inputs, DType output);
 
 // The expression computing `op` on `args` (register values already in the compute dtype `t`),
-// or nullopt when code generation does not cover the op at `t` yet.
+// or nullopt when code generation does not cover the op at `t` (what KernelCoverage reports).
 std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType t,
                                             std::span<const std::string> args);
+// Whether `op`'s expression reads the element's place in the domain: its linear index and the
+// domain's last two sizes (`kiln_index`, `kiln_rows`, `kiln_cols`, long long): tril and triu.
+// Pointwise kernels provide them.
+bool reads_position(OpId op);
 
 // The whole expression of an elementwise node: its inputs (register values of `in_types`)
 // converted to its compute dtype, the op, and the result converted to `out_type`. kiln::Error

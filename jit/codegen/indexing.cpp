@@ -28,20 +28,8 @@ std::string stored(DType from, DType to, const std::string& value) {
 }  // namespace
 
 bool has_indexing_kernel(OpId op) {
-  switch (op) {
-    case OpId::gather:
-    case OpId::index_select:
-    case OpId::scatter_add:
-    case OpId::index_add:
-    case OpId::cumsum:
-    case OpId::cat:
-    case OpId::pad:
-    case OpId::tril:
-    case OpId::triu:
-      return true;
-    default:
-      return false;
-  }
+  OpClass c = op_class(op);
+  return c == OpClass::index || c == OpClass::scan || c == OpClass::movement;
 }
 
 IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Tensor> inputs,
@@ -75,12 +63,6 @@ IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Te
     case OpId::pad:
       d.set("fill", stored(DType::f64, out.dtype, literal(DType::f64, attrs.value)));
       break;
-    case OpId::tril:
-    case OpId::triu:
-      d.set("triangle", true);
-      d.set("keep", op == OpId::tril ? "<=" : ">=");
-      d.set("zero", stored(DType::i64, out.dtype, "0ll"));
-      break;
     case OpId::cat: {
       Data list(Data::type::list);
       for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -96,7 +78,74 @@ IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Te
       d.set("inputs", list);
       break;
     }
-    default:
+    case OpId::gather:
+    case OpId::index_select:
+      break;  // their loads are the template's own
+    // Not index, scan or movement ops: no indexing kernel (has_indexing_kernel).
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::expm1:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::reciprocal:
+    case OpId::sin:
+    case OpId::cos:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::gelu:
+    case OpId::gelu_tanh:
+    case OpId::silu:
+    case OpId::erf:
+    case OpId::softplus:
+    case OpId::neg:
+    case OpId::abs:
+    case OpId::relu:
+    case OpId::sign:
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+    case OpId::trunc:
+    case OpId::logical_not:
+    case OpId::tril:
+    case OpId::triu:
+    case OpId::add:
+    case OpId::sub:
+    case OpId::mul:
+    case OpId::div:
+    case OpId::pow:
+    case OpId::maximum:
+    case OpId::minimum:
+    case OpId::remainder:
+    case OpId::floor_divide:
+    case OpId::eq:
+    case OpId::ne:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
+    case OpId::logical_and:
+    case OpId::logical_or:
+    case OpId::where:
+    case OpId::cast:
+    case OpId::copy:
+    case OpId::sum:
+    case OpId::prod:
+    case OpId::amax:
+    case OpId::amin:
+    case OpId::argmax:
+    case OpId::argmin:
+    case OpId::max_dim:
+    case OpId::min_dim:
+    case OpId::softmax:
+    case OpId::log_softmax:
+    case OpId::reshape:
+    case OpId::permute:
+    case OpId::expand:
+    case OpId::slice:
+    case OpId::detach:
+    case OpId::matmul:
+    case OpId::to_device:
       break;
   }
   d.set("acc", register_type(acc));
@@ -146,8 +195,7 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
       before[rank - 1 - i] = attrs.dims[2 * i];
   packed.insert(packed.end(), before.begin(), before.end());
   long long dim = 0;
-  if (kernel.op != OpId::pad && kernel.op != OpId::tril && kernel.op != OpId::triu &&
-      !out_meta.shape.empty())
+  if (kernel.op != OpId::pad && !out_meta.shape.empty())
     dim = normalize_dim(attrs.dim, static_cast<std::int64_t>(out_meta.shape.size()), "index");
   long long start = 0;
   for (const auto& t : inputs) {
@@ -155,7 +203,6 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
     if (kernel.op == OpId::cat) start += t.shape()[dim];
   }
   packed.push_back(dim);
-  packed.push_back(attrs.diagonal);
 
   long long n = out.numel();
   if (n == 0) return out;

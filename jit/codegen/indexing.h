@@ -1,6 +1,6 @@
 // Kernels for ops with data-dependent or piecewise addressing (templates/indexing.cu): gather,
-// index_select, scatter_add, index_add, cumsum, cat, pad, tril and triu, one thread per output
-// element. An index out of range is reported back and raised as kiln::IndexError naming the op.
+// index_select, scatter_add, index_add, cumsum, cat and pad, one thread per output element. An
+// index out of range is reported back and raised as kiln::IndexError naming the op.
 #pragma once
 
 #include <span>
@@ -17,6 +17,7 @@ struct IndexingKernel {
   KernelHandle kernel;
 };
 
+// Whether `op` runs on this template: the table's index, scan and movement ops.
 bool has_indexing_kernel(OpId op);
 IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Tensor> inputs,
                                const TensorMeta& out);

@@ -80,7 +80,8 @@ int vector_width(const graph::Graph& g, const PointwiseKernel& k) {
 // first elements); `bytes_read` and `bytes_written` are counted for it.
 void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, const IterPiece& piece,
                   const std::vector<TensorAccess>& reads, const std::vector<TensorAccess>& writes,
-                  std::vector<std::array<unsigned char, 8>>& numbers, std::int64_t bytes_read,
+                  std::vector<std::array<unsigned char, 8>>& numbers,
+                  std::array<long long, 3> position, std::int64_t bytes_read,
                   std::int64_t bytes_written) {
   std::int64_t vectors =
       vectors_on() ? plan_vectors(piece.space, kernel.vector_width, reads, writes) : 0;
@@ -99,6 +100,9 @@ void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, con
   for (std::size_t i = 0; i < reads.size(); ++i) params.push_back(&pointers[i]);
   for (auto& number : numbers) params.push_back(number.data());
   for (std::size_t i = reads.size(); i < pointers.size(); ++i) params.push_back(&pointers[i]);
+  position[0] = piece.first;
+  if (kernel.position)
+    for (auto& p : position) params.push_back(&p);
   auto n = static_cast<std::uint32_t>(piece.space.numel());
   auto vector_count = static_cast<std::uint32_t>(vectors);
   params.push_back(index.data());
@@ -195,6 +199,18 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     for (int v : node.inputs) in_types.push_back(g.values[v].meta.dtype);
     int out = node.output();
     DType out_type = g.values[out].meta.dtype;
+    if (reads_position(node.op)) {
+      // The fuser keeps every value of a pointwise group over the domain's elements in order
+      // (no view of a computed value): its last two dims are the domain's.
+      const auto& sizes = g.values[out].sizes;
+      auto rank = group.domain.size();
+      KILN_CHECK(sizes.size() >= 2 && rank >= 2 &&
+                     sizes[sizes.size() - 1] == group.domain[rank - 1] &&
+                     sizes[sizes.size() - 2] == group.domain[rank - 2],
+                 "codegen: '{}': {} does not iterate the domain's last two dims", group.name,
+                 node_text(g, n));
+      k.position = true;
+    }
     std::vector<std::string> args;
     for (int v : node.inputs) args.push_back(read(v));
     std::string expr = node_expr(node.op, node.attrs, in_types, args, out_type,
@@ -273,6 +289,7 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   d.set("scalar_args", comma_list("arg", scalar_call));
   d.set("fp16", fp16);
   d.set("bf16", bf16);
+  d.set("position", k.position);
   d.set("helpers", elementwise_helpers(python_mod, floor_div));
   k.source = render_template("pointwise.cu.mustache", d);
   return k;
@@ -314,13 +331,26 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
   for (int v : kernel.scalars) numbers.push_back(number_argument(values.at(v)));
   std::vector<Tensor> outs;
   for (int v : kernel.writes) {
-    // Every value a pointwise kernel writes has the domain's shape (the graph's traced shapes
-    // may hold other sizes: a dynamic dim, or an eager op's earlier call).
-    outs.push_back(empty(domain, g.values[v].meta.dtype, Device::cuda()));
+    // Every value a pointwise kernel writes has the domain's elements, so its shape is the
+    // domain's up to leading 1s (a [c] value beside a [1, c] one); the graph's traced sizes may
+    // be others (a dynamic dim, or an eager op's earlier call).
+    Shape shape = domain;
+    auto rank = g.values[v].sizes.size();
+    while (shape.size() > rank && shape.front() == 1) shape.erase(shape.begin());
+    while (shape.size() < rank) shape.insert(shape.begin(), 1);
+    outs.push_back(empty(shape, g.values[v].meta.dtype, Device::cuda()));
     const Tensor& o = outs.back();
     writes.push_back({reinterpret_cast<std::uintptr_t>(o.raw_data()), itemsize(o.dtype())});
   }
   if (space.numel() == 0) return outs;
+  // The element's row and column come from its linear index and the domain's last two sizes.
+  std::array<long long, 3> position = {0, 1, 1};
+  if (kernel.position) {
+    KILN_CHECK(domain.size() >= 2,
+               "codegen: kernel '{}' reads rows and columns of a rank-{} domain", kernel.name,
+               domain.size());
+    position = {0, domain[domain.size() - 2], domain[domain.size() - 1]};
+  }
   std::int64_t read = 0, written = 0;
   for (int v : kernel.reads) read += tensor_bytes(values.at(v));
   for (const auto& o : outs) written += tensor_bytes(o);
@@ -333,8 +363,8 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
     for (std::size_t k = 0; k < reads.size(); ++k)
       piece_reads[k].address += piece.read_offsets[k] * reads[k].itemsize;
     for (auto& w : piece_writes) w.address += piece.first * w.itemsize;
-    launch_piece(kernel, *handle, piece, piece_reads, piece_writes, numbers, std::exchange(read, 0),
-                 std::exchange(written, 0));
+    launch_piece(kernel, *handle, piece, piece_reads, piece_writes, numbers, position,
+                 std::exchange(read, 0), std::exchange(written, 0));
   }
   return outs;
 }

@@ -25,6 +25,9 @@ struct PointwiseKernel {
   std::vector<int> writes;   // values written, in parameter order
   int rank = 1;              // of the index arithmetic
   int vector_width = 1;      // elements per thread on the vector path
+  // Whether an op reads its element's row and column (tril, triu): the launch then passes the
+  // piece's first element and the domain's last two sizes.
+  bool position = false;
 };
 
 // Renders `group` (kind pointwise). Raises kiln::Error naming the node when code generation

@@ -52,7 +52,61 @@ class CpuBackend final : public Backend {
         return {cat(in, attrs.dim, out[0])};
       case OpId::pad:
         return {pad(in[0], attrs, out[0])};
-      default:
+      // Elementwise ops and reductions by class below; dispatch runs views and transfers itself
+      case OpId::exp:
+      case OpId::log:
+      case OpId::log1p:
+      case OpId::expm1:
+      case OpId::sqrt:
+      case OpId::rsqrt:
+      case OpId::reciprocal:
+      case OpId::sin:
+      case OpId::cos:
+      case OpId::tanh:
+      case OpId::sigmoid:
+      case OpId::gelu:
+      case OpId::gelu_tanh:
+      case OpId::silu:
+      case OpId::erf:
+      case OpId::softplus:
+      case OpId::neg:
+      case OpId::abs:
+      case OpId::relu:
+      case OpId::sign:
+      case OpId::floor:
+      case OpId::ceil:
+      case OpId::round:
+      case OpId::trunc:
+      case OpId::logical_not:
+      case OpId::add:
+      case OpId::sub:
+      case OpId::mul:
+      case OpId::div:
+      case OpId::pow:
+      case OpId::maximum:
+      case OpId::minimum:
+      case OpId::remainder:
+      case OpId::floor_divide:
+      case OpId::eq:
+      case OpId::ne:
+      case OpId::lt:
+      case OpId::le:
+      case OpId::gt:
+      case OpId::ge:
+      case OpId::logical_and:
+      case OpId::logical_or:
+      case OpId::sum:
+      case OpId::prod:
+      case OpId::amax:
+      case OpId::amin:
+      case OpId::argmax:
+      case OpId::argmin:
+      case OpId::reshape:
+      case OpId::permute:
+      case OpId::expand:
+      case OpId::slice:
+      case OpId::detach:
+      case OpId::to_device:
         break;
     }
     if (def.op_class == OpClass::elementwise && def.arity == 1)

@@ -37,71 +37,132 @@ T sigmoid_of(T x) {
   return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
 }
 
+// Every op is listed (here and in the switches below), so that a new op fails to build until
+// its CPU kernel is written or it is listed among the ops the function never sees.
 template <typename T>
-void unary_float(OpId op, const OpAttrs& attrs, ConstArrayMap<T> x, ArrayMap<T> y) {
+void unary_op(OpId op, const OpAttrs& attrs, ConstArrayMap<T> x, ArrayMap<T> y) {
+  constexpr bool floating = std::is_floating_point_v<T>;
+  // Formulas of floating values: the ops that use them compute integer inputs in f32.
+  auto real = [&](auto formula) {
+    if constexpr (floating) y = formula(x);
+    else throw Error(fmt::format("{}: not an integer unary op", op));
+  };
   switch (op) {
     // exp and sqrt use libm: Eigen 3.4's vectorized versions clamp exp's argument (exp(-inf)
     // gave 2.9e-39 in f32) and, under EIGEN_FAST_MATH, compute f32 sqrt(inf) as NaN.
-    case OpId::exp: y = x.unaryExpr([](T v) { return std::exp(v); }); break;
-    case OpId::log: y = x.log(); break;
-    case OpId::log1p: y = x.log1p(); break;
-    case OpId::expm1: y = x.expm1(); break;
-    case OpId::sqrt: y = x.unaryExpr([](T v) { return std::sqrt(v); }); break;
-    case OpId::rsqrt: y = x.rsqrt(); break;
-    case OpId::reciprocal: y = x.inverse(); break;
-    case OpId::sin: y = x.sin(); break;
-    case OpId::cos: y = x.cos(); break;
-    case OpId::tanh: y = x.tanh(); break;
-    case OpId::sigmoid: y = x.unaryExpr([](T v) { return sigmoid_of(v); }); break;
-    case OpId::silu: y = x.unaryExpr([](T v) { return v * sigmoid_of(v); }); break;
-    case OpId::erf: y = x.unaryExpr([](T v) { return std::erf(v); }); break;
+    case OpId::exp: real([](auto v) { return v.unaryExpr([](T e) { return std::exp(e); }); }); break;
+    case OpId::log: real([](auto v) { return v.log(); }); break;
+    case OpId::log1p: real([](auto v) { return v.log1p(); }); break;
+    case OpId::expm1: real([](auto v) { return v.expm1(); }); break;
+    case OpId::sqrt: real([](auto v) { return v.unaryExpr([](T e) { return std::sqrt(e); }); }); break;
+    case OpId::rsqrt: real([](auto v) { return v.rsqrt(); }); break;
+    case OpId::reciprocal: real([](auto v) { return v.inverse(); }); break;
+    case OpId::sin: real([](auto v) { return v.sin(); }); break;
+    case OpId::cos: real([](auto v) { return v.cos(); }); break;
+    case OpId::tanh: real([](auto v) { return v.tanh(); }); break;
+    case OpId::sigmoid:
+      real([](auto v) { return v.unaryExpr([](T e) { return sigmoid_of(e); }); });
+      break;
+    case OpId::silu:
+      real([](auto v) { return v.unaryExpr([](T e) { return e * sigmoid_of(e); }); });
+      break;
+    case OpId::erf: real([](auto v) { return v.unaryExpr([](T e) { return std::erf(e); }); }); break;
     case OpId::gelu:
-      y = x.unaryExpr([](T v) { return T(0.5) * v * (T(1) + std::erf(v * T(std::numbers::sqrt2 / 2))); });
+      real([](auto v) {
+        return v.unaryExpr(
+            [](T e) { return T(0.5) * e * (T(1) + std::erf(e * T(std::numbers::sqrt2 / 2))); });
+      });
       break;
     case OpId::gelu_tanh:
-      y = x.unaryExpr([](T v) {
-        const T k = T(std::sqrt(2.0 / std::numbers::pi));
-        return T(0.5) * v * (T(1) + std::tanh(k * (v + T(0.044715) * v * v * v)));
+      real([](auto v) {
+        return v.unaryExpr([](T e) {
+          const T k = T(std::sqrt(2.0 / std::numbers::pi));
+          return T(0.5) * e * (T(1) + std::tanh(k * (e + T(0.044715) * e * e * e)));
+        });
       });
       break;
     case OpId::softplus: {
       // Linear above the threshold, as in PyTorch (exp would overflow there anyway).
       const T beta = T(attrs.beta), threshold = T(attrs.threshold);
-      y = x.unaryExpr([=](T v) {
-        return v * beta > threshold ? v : std::log1p(std::exp(v * beta)) / beta;
+      real([=](auto v) {
+        return v.unaryExpr([=](T e) {
+          return e * beta > threshold ? e : std::log1p(std::exp(e * beta)) / beta;
+        });
       });
       break;
     }
-    default: throw Error(fmt::format("{}: not a floating unary op", op));
-  }
-}
-
-template <typename T>
-void unary_any(OpId op, const OpAttrs& attrs, ConstArrayMap<T> x, ArrayMap<T> y) {
-  switch (op) {
     case OpId::neg: y = -x; break;
     case OpId::abs: y = x.abs(); break;
     case OpId::relu: y = x.max(T(0)); break;
     case OpId::sign: y = x.unaryExpr([](T v) { return T((T(0) < v) - (v < T(0))); }); break;
+    // Integers are already whole.
     case OpId::floor:
-    case OpId::ceil:
-    case OpId::round:
-    case OpId::trunc:
-      if constexpr (std::is_floating_point_v<T>) {
-        switch (op) {
-          case OpId::floor: y = x.unaryExpr([](T v) { return std::floor(v); }); break;
-          case OpId::ceil: y = x.unaryExpr([](T v) { return std::ceil(v); }); break;
-          // Ties to even, as PyTorch (the default rounding mode of nearbyint).
-          case OpId::round: y = x.unaryExpr([](T v) { return std::nearbyint(v); }); break;
-          default: y = x.unaryExpr([](T v) { return std::trunc(v); }); break;
-        }
-      } else {
-        y = x;  // integers are already whole
-      }
+      if constexpr (floating) y = x.unaryExpr([](T v) { return std::floor(v); });
+      else y = x;
       break;
-    default:
-      if constexpr (std::is_floating_point_v<T>) unary_float(op, attrs, x, y);
-      else throw Error(fmt::format("{}: not an integer unary op", op));
+    case OpId::ceil:
+      if constexpr (floating) y = x.unaryExpr([](T v) { return std::ceil(v); });
+      else y = x;
+      break;
+    // Ties to even, as PyTorch (the default rounding mode of nearbyint).
+    case OpId::round:
+      if constexpr (floating) y = x.unaryExpr([](T v) { return std::nearbyint(v); });
+      else y = x;
+      break;
+    case OpId::trunc:
+      if constexpr (floating) y = x.unaryExpr([](T v) { return std::trunc(v); });
+      else y = x;
+      break;
+    // logical_not, tril, triu, cast and copy have kernels of their own; the rest are not unary
+    // elementwise ops.
+    case OpId::logical_not:
+    case OpId::tril:
+    case OpId::triu:
+    case OpId::add:
+    case OpId::sub:
+    case OpId::mul:
+    case OpId::div:
+    case OpId::pow:
+    case OpId::maximum:
+    case OpId::minimum:
+    case OpId::remainder:
+    case OpId::floor_divide:
+    case OpId::eq:
+    case OpId::ne:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
+    case OpId::logical_and:
+    case OpId::logical_or:
+    case OpId::where:
+    case OpId::cast:
+    case OpId::copy:
+    case OpId::sum:
+    case OpId::prod:
+    case OpId::amax:
+    case OpId::amin:
+    case OpId::argmax:
+    case OpId::argmin:
+    case OpId::max_dim:
+    case OpId::min_dim:
+    case OpId::cumsum:
+    case OpId::softmax:
+    case OpId::log_softmax:
+    case OpId::reshape:
+    case OpId::permute:
+    case OpId::expand:
+    case OpId::slice:
+    case OpId::detach:
+    case OpId::gather:
+    case OpId::index_select:
+    case OpId::scatter_add:
+    case OpId::index_add:
+    case OpId::matmul:
+    case OpId::cat:
+    case OpId::pad:
+    case OpId::to_device:
+      throw Error(fmt::format("{}: not a unary op of the elementwise kernels", op));
   }
 }
 
@@ -174,7 +235,70 @@ void binary_arith(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<T> y
       break;
     case OpId::remainder: y = a.binaryExpr(b, [](T u, T v) { return python_mod(u, v); }); break;
     case OpId::floor_divide: y = a.binaryExpr(b, [](T u, T v) { return floor_div(u, v); }); break;
-    default: throw Error(fmt::format("{}: not an arithmetic op", op));
+    // Comparisons and logical ops have functions of their own; the rest are not binary ops.
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::expm1:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::reciprocal:
+    case OpId::sin:
+    case OpId::cos:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::gelu:
+    case OpId::gelu_tanh:
+    case OpId::silu:
+    case OpId::erf:
+    case OpId::softplus:
+    case OpId::neg:
+    case OpId::abs:
+    case OpId::relu:
+    case OpId::sign:
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+    case OpId::trunc:
+    case OpId::logical_not:
+    case OpId::tril:
+    case OpId::triu:
+    case OpId::eq:
+    case OpId::ne:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
+    case OpId::logical_and:
+    case OpId::logical_or:
+    case OpId::where:
+    case OpId::cast:
+    case OpId::copy:
+    case OpId::sum:
+    case OpId::prod:
+    case OpId::amax:
+    case OpId::amin:
+    case OpId::argmax:
+    case OpId::argmin:
+    case OpId::max_dim:
+    case OpId::min_dim:
+    case OpId::cumsum:
+    case OpId::softmax:
+    case OpId::log_softmax:
+    case OpId::reshape:
+    case OpId::permute:
+    case OpId::expand:
+    case OpId::slice:
+    case OpId::detach:
+    case OpId::gather:
+    case OpId::index_select:
+    case OpId::scatter_add:
+    case OpId::index_add:
+    case OpId::matmul:
+    case OpId::cat:
+    case OpId::pad:
+    case OpId::to_device:
+      throw Error(fmt::format("{}: not an arithmetic op", op));
   }
 }
 
@@ -187,7 +311,72 @@ void binary_compare(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<bo
     case OpId::le: y = (a <= b); break;
     case OpId::gt: y = (a > b); break;
     case OpId::ge: y = (a >= b); break;
-    default: throw Error(fmt::format("{}: not a comparison", op));
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::expm1:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::reciprocal:
+    case OpId::sin:
+    case OpId::cos:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::gelu:
+    case OpId::gelu_tanh:
+    case OpId::silu:
+    case OpId::erf:
+    case OpId::softplus:
+    case OpId::neg:
+    case OpId::abs:
+    case OpId::relu:
+    case OpId::sign:
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+    case OpId::trunc:
+    case OpId::logical_not:
+    case OpId::tril:
+    case OpId::triu:
+    case OpId::add:
+    case OpId::sub:
+    case OpId::mul:
+    case OpId::div:
+    case OpId::pow:
+    case OpId::maximum:
+    case OpId::minimum:
+    case OpId::remainder:
+    case OpId::floor_divide:
+    case OpId::logical_and:
+    case OpId::logical_or:
+    case OpId::where:
+    case OpId::cast:
+    case OpId::copy:
+    case OpId::sum:
+    case OpId::prod:
+    case OpId::amax:
+    case OpId::amin:
+    case OpId::argmax:
+    case OpId::argmin:
+    case OpId::max_dim:
+    case OpId::min_dim:
+    case OpId::cumsum:
+    case OpId::softmax:
+    case OpId::log_softmax:
+    case OpId::reshape:
+    case OpId::permute:
+    case OpId::expand:
+    case OpId::slice:
+    case OpId::detach:
+    case OpId::gather:
+    case OpId::index_select:
+    case OpId::scatter_add:
+    case OpId::index_add:
+    case OpId::matmul:
+    case OpId::cat:
+    case OpId::pad:
+    case OpId::to_device:
+      throw Error(fmt::format("{}: not a comparison", op));
   }
 }
 
@@ -208,7 +397,7 @@ Tensor unary(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& o
     if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, f16> || std::is_same_v<T, bf16>)
       throw DTypeError(fmt::format("{}: not supported for dtype {}", op, ct));
     else
-      unary_any<T>(op, attrs, flat<T>(xc), flat_mut<T>(y));
+      unary_op<T>(op, attrs, flat<T>(xc), flat_mut<T>(y));
   });
   return finish(y, out.dtype);
 }
