@@ -2,8 +2,9 @@
 // eagerly (one kernel per op), compiled (kiln's fusion), and the ideal (each input read once,
 // each output written once); then compile and call costs. Runs on the virtual GPU, whose
 // profiler measures the traffic. Last, the cold compile of a function of 1, 4 and 12 identical
-// blocks, which a kernel's identity by its code keeps flat. Sizes: KILN_BENCH_ROWS x KILN_BENCH_HIDDEN (default
-// 256 x 1024; the virtual GPU interprets every thread, so the 4096 rows take minutes).
+// blocks, which a kernel's identity by its code keeps flat. Sizes: KILN_BENCH_ROWS x
+// KILN_BENCH_HIDDEN (default 256 x 1024; the virtual GPU interprets every thread, so the issue's
+// 4096 rows take minutes).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -37,8 +37,12 @@ void measure_lookup() {
   std::array<Tensor, N> inputs;
   for (auto& t : inputs) t = ones({8, 16});
   auto f = jit::compile([](const auto&... xs) { return (xs + ...); });
-  auto call = [&]<std::size_t... I>(std::index_sequence<I...>) { return f(inputs[I]...); };
-  auto lookup = [&]<std::size_t... I>(std::index_sequence<I...>) { return f.lookup(inputs[I]...); };
+  auto call = [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return f(inputs[I]...);
+  };
+  auto lookup = [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return f.lookup(inputs[I]...);
+  };
   call(std::make_index_sequence<N>{});
   if (lookup(std::make_index_sequence<N>{}) != 0) std::abort();
 
@@ -105,7 +109,8 @@ void measure_warm_calls() {
     auto f = jit::compile([kernels](const Tensor& t) { return chain(t, kernels); });
     f(x);
     int launched = f.core().plan(0)->kernel_count();
-    if (launched != kernels) std::fprintf(stderr, "bench_guards: %d kernels, not %d\n", launched, kernels);
+    if (launched != kernels)
+      std::fprintf(stderr, "bench_guards: %d kernels, not %d\n", launched, kernels);
     warm_calls(f, x, 20);  // settle the allocator
     WarmCall w = warm_calls(f, x, calls);
     std::vector<double> guard;
@@ -115,10 +120,9 @@ void measure_warm_calls() {
       guard.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     }
     if (kernels == 1) one = w.total_us;
-    std::printf("%8d %10.2f %12.2f %14.2f %16s\n", launched, median(guard), w.total_us,
-                w.launch_us,
-                kernels == 1 ? "-"
-                             : fmt::format("{:.3f}", (w.total_us - one) / (kernels - 1)).c_str());
+    std::printf(
+        "%8d %10.2f %12.2f %14.2f %16s\n", launched, median(guard), w.total_us, w.launch_us,
+        kernels == 1 ? "-" : fmt::format("{:.3f}", (w.total_us - one) / (kernels - 1)).c_str());
   }
 
   // Threads calling one compiled function: with nothing on the host serializing them, calls per

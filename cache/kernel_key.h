@@ -1,8 +1,9 @@
 // Kernel cache keys: what makes two compiled kernels interchangeable. A key is XXH3-128 over the
 // kernel's code (its source without comment lines, which name graphs, nodes and traced sizes
-// that do not change what NVRTC makes), the NVRTC options (which name the target arch, PTX or cubin), the NVRTC library's
-// identity and kiln's codegen version, so a changed toolkit, arch or code generator never finds
-// an old binary. Also the checksums that cache entries store for their files.
+// that do not change what NVRTC makes), the NVRTC options (which name the target arch, PTX or
+// cubin), the NVRTC library's identity and kiln's codegen version, so a changed toolkit, arch or
+// code generator never finds an old binary. Also the checksums that cache entries store for their
+// files.
 #pragma once
 
 #include <span>

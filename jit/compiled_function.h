@@ -3,12 +3,12 @@
 // and verification of captured values.
 #pragma once
 
-#include <memory>
 #include <atomic>
+#include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <optional>
 #include <set>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <utility>

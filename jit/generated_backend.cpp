@@ -90,9 +90,7 @@ class GeneratedCudaBackend : public CudaBackend {
       return {codegen::run_matmul(*plan->matmul, inputs[0], inputs[1], outputs[0])};
     }
     // A reduction iterates over its input, a pointwise op over its output.
-    Shape domain = plan->reduces ? inputs[0].shape()
-                   : outputs.empty() ? Shape{}
-                                     : outputs[0].shape;
+    Shape domain = plan->reduces ? inputs[0].shape() : outputs.empty() ? Shape{} : outputs[0].shape;
     return plan->kernel->run(plan->graph, domain, values, {});
   }
 

@@ -104,8 +104,7 @@ void KernelPlan::plan_releases(const graph::Graph& g, const graph::Partition& pa
 
 int KernelPlan::kernel_count() const {
   int n = 0;
-  for (const auto& s : steps_)
-    n += s.kind == Step::Kind::kernel && s.absorbed_by < 0;
+  for (const auto& s : steps_) n += s.kind == Step::Kind::kernel && s.absorbed_by < 0;
   return n;
 }
 

@@ -286,7 +286,8 @@ BOOST_AUTO_TEST_CASE(a_graphs_kernels_compile_as_one_program_with_an_entry_each)
   // Two kernels of one name are refused; a broken kernel in a plan's batch is named by the error
   // of the one-by-one retry.
   BOOST_CHECK_THROW(cache::compile_together({&r1, &r1}), Error);
-  jit::codegen::KernelHandle ok("k_ok", "extern \"C\" __global__ void k_ok(float* x) { x[0] = 1.0f; }\n");
+  jit::codegen::KernelHandle ok("k_ok",
+                                "extern \"C\" __global__ void k_ok(float* x) { x[0] = 1.0f; }\n");
   jit::codegen::KernelHandle broken(
       "k_broken", "extern \"C\" __global__ void k_broken(float* x) { x[0] = oops; }\n");
   std::vector<const jit::codegen::KernelHandle*> plan = {&ok, &broken};

@@ -52,8 +52,8 @@ std::unordered_map<std::string, cuda::Module>& modules() {
 
 // Loads `image` (once per distinct image) and remembers the function under `code`; the memory
 // mutex is held.
-cuda::Function remember(const std::string& name, const std::string& source,
-                        const std::string& code, const cache::KernelImage& image) {
+cuda::Function remember(const std::string& name, const std::string& source, const std::string& code,
+                        const cache::KernelImage& image) {
   cuda::Backend& be = cuda::backend();
   auto loaded = modules().find(image.image);
   bool first_of_image = loaded == modules().end();
@@ -176,7 +176,8 @@ void prepare_kernels(std::span<const KernelHandle* const> kernels) {
   cache::CompileProgress progress(static_cast<int>(to_compile.size()));
   if (!together.empty()) {
     std::vector<cache::KernelRequest> requests;
-    for (const Miss* m : together) requests.push_back(request(m->handle->name(), m->handle->source()));
+    for (const Miss* m : together)
+      requests.push_back(request(m->handle->name(), m->handle->source()));
     std::vector<const cache::KernelRequest*> batch;
     for (const auto& r : requests) batch.push_back(&r);
     progress.start(fmt::format("{} kernels in one program", batch.size()));
@@ -196,8 +197,8 @@ void prepare_kernels(std::span<const KernelHandle* const> kernels) {
   progress.finish();
 }
 
-void KernelHandle::launch(cuda::Dim3 grid, cuda::Dim3 block, void** params,
-                          std::int64_t bytes_read, std::int64_t bytes_written) const {
+void KernelHandle::launch(cuda::Dim3 grid, cuda::Dim3 block, void** params, std::int64_t bytes_read,
+                          std::int64_t bytes_written) const {
   cuda::Function fn = function();
   auto& stats = launch_stats();
   stats.launches.fetch_add(1, std::memory_order_relaxed);
@@ -207,9 +208,9 @@ void KernelHandle::launch(cuda::Dim3 grid, cuda::Dim3 block, void** params,
     return cuda::backend().launch(fn, grid, block, 0, nullptr, params);
   auto start = std::chrono::steady_clock::now();
   cuda::backend().launch(fn, grid, block, 0, nullptr, params);
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                                 start)
-                .count();
+  auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
   stats.launch_ns += ns;
   thread_launch_ns() += ns;
 }

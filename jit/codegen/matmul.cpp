@@ -12,7 +12,8 @@ namespace kiln::jit::codegen {
 
 MatmulKernel render_matmul(DType a, DType b, DType out, int batch_rank) {
   DType acc = out == DType::f64 ? DType::f64 : is_integral(out) ? DType::i64 : DType::f32;
-  std::string name = fmt::format("k_matmul_{}_{}_{}", dtype_name(a), dtype_name(b), dtype_name(out));
+  std::string name =
+      fmt::format("k_matmul_{}_{}_{}", dtype_name(a), dtype_name(b), dtype_name(out));
   kainjow::mustache::data d;
   d.set("name", name);
   d.set("description", fmt::format("{} @ {} -> {}", dtype_name(a), dtype_name(b), dtype_name(out)));
@@ -62,10 +63,10 @@ Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
   auto po = reinterpret_cast<cuda::DevicePtr>(out.raw_data());
   void* params[] = {&pa, &pb, &po, packed.data()};
   constexpr unsigned tile = 16;
-  kernel.kernel.launch({static_cast<unsigned>((n + tile - 1) / tile),
-                        static_cast<unsigned>((m + tile - 1) / tile), static_cast<unsigned>(batches)},
-                       {tile, tile, 1}, params, tensor_bytes(a) + tensor_bytes(b),
-                       tensor_bytes(out));
+  kernel.kernel.launch(
+      {static_cast<unsigned>((n + tile - 1) / tile), static_cast<unsigned>((m + tile - 1) / tile),
+       static_cast<unsigned>(batches)},
+      {tile, tile, 1}, params, tensor_bytes(a) + tensor_bytes(b), tensor_bytes(out));
   return out;
 }
 
