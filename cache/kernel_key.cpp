@@ -61,7 +61,10 @@ std::string kernel_code(std::string_view source) {
     std::string_view line = source.substr(0, end);
     source.remove_prefix(end == std::string_view::npos ? source.size() : end + 1);
     std::size_t first = line.find_first_not_of(" \t\r");
-    if (first == std::string_view::npos || line.substr(first).starts_with("//")) continue;
+    // A comment ending in a backslash continues onto the next line, which is then comment too:
+    // kept, so the key never takes for code what the compiler does not.
+    bool comment = first != std::string_view::npos && line.substr(first).starts_with("//");
+    if (first == std::string_view::npos || (comment && !line.ends_with('\\'))) continue;
     code += line;
     code += '\n';
   }

@@ -117,13 +117,13 @@ class KernelCoverage {
 Partition partition(const Graph& graph, const FusionLimits& limits = {},
                     const KernelCoverage* coverage = nullptr);
 
-// Where a value of a group lives: over the whole domain, once per row, or neither (a cast of a
-// graph input broadcast into the kernel, recomputed wherever it is read).
 // Rule 1's row select: gather(x, dim, index) with index of x's shape but 1 at dim.
 bool is_row_select(const Graph& graph, const Node& node);
 // How the fuser treats the node: a row select is a reduction, anything else its op's class.
 OpClass fusion_class(const Graph& graph, const Node& node);
 
+// Where a value of a group lives: over the whole domain, once per row, or neither (a cast of a
+// graph input broadcast into the kernel, recomputed wherever it is read).
 enum class ValueLevel { full, reduced, broadcast };
 ValueLevel value_level(const FusionGroup& group, const std::vector<SymExpr>& sizes);
 

@@ -76,7 +76,8 @@ class CompiledFunctionCore {
   const CompileOptions& options() const { return options_; }
 
  private:
-  // A count warm calls bump without the lock (relaxed: only read by stats() and explain()).
+  // A count warm calls bump without the lock (relaxed: no other memory is published through it;
+  // `calls` also picks the calls KILN_JIT_VERIFY re-traces).
   struct Counter {
     std::atomic<std::int64_t> n{0};
     Counter() = default;

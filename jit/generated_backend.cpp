@@ -90,7 +90,9 @@ class GeneratedCudaBackend : public CudaBackend {
       return {codegen::run_matmul(*plan->matmul, inputs[0], inputs[1], outputs[0])};
     }
     // A reduction iterates over its input, a pointwise op over its output.
-    Shape domain = plan->reduces ? inputs[0].shape() : outputs.empty() ? Shape{} : outputs[0].shape;
+    Shape domain = plan->kernel->reduces() ? inputs[0].shape()
+                   : outputs.empty()          ? Shape{}
+                                              : outputs[0].shape;
     return plan->kernel->run(plan->graph, domain, values, {});
   }
 
@@ -133,7 +135,6 @@ class GeneratedCudaBackend : public CudaBackend {
   struct Plan {
     graph::Graph graph;
     std::optional<codegen::GroupKernel> kernel;  // pointwise, reduction or normalization
-    bool reduces = false;
     std::optional<codegen::MatmulKernel> matmul;
     std::optional<codegen::IndexingKernel> indexing;
     bool on_host = false;  // code generation does not cover it: the CPU kernel, then a copy
@@ -179,7 +180,6 @@ class GeneratedCudaBackend : public CudaBackend {
     if (group.kind == graph::FusionKind::reduction ||
         group.kind == graph::FusionKind::normalization) {
       plan->kernel.emplace(plan->graph, group);
-      plan->reduces = true;
       plans_.emplace(key, plan);
       return plan;
     }

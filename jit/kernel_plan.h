@@ -1,7 +1,7 @@
 // A traced graph as launches: per fusion group, a generated kernel (pointwise or row
 // reduction), a host-side view, a matmul with its bias and activation as one cuBLASLt call, or
 // its nodes one by one as eager CUDA ops (matmul through cuBLASLt; indexing, scans and movement
-// each a generated kernel of its own).
+// each a generated kernel of its own; a node no template renders, with the fuser's reason).
 #pragma once
 
 #include <memory>

@@ -66,7 +66,7 @@ void collect(const graph::Graph& g, std::map<std::string, std::string>& sources)
           operands.push_back(empty(g.values[v].meta.shape, g.values[v].meta.dtype));
         auto k =
             codegen::render_indexing(node.op, node.attrs, operands, g.values[node.output()].meta);
-        sources.emplace(k.kernel.source(), k.kernel.name());
+        sources.emplace(k.handle.source(), k.handle.name());
       }
     } catch (const Error&) {
       // Groups code generation does not cover run eagerly; test_jit_cuda says which.
@@ -116,7 +116,7 @@ BOOST_AUTO_TEST_CASE(every_generated_kernel_builds_for_sm80_and_sm90_without_spi
             sources);
   }
   for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
-    auto k = codegen::render_matmul(t, t, t, 1).kernel;
+    auto k = codegen::render_matmul(t, t, t, 1).handle;
     sources.emplace(k.source(), k.name());
   }
   BOOST_TEST(sources.size() > 100u);

@@ -63,6 +63,8 @@ BOOST_AUTO_TEST_CASE(keys_ignore_comments_and_follow_code) {
   BOOST_TEST(key("// from graph 'a', %3: f32[32, 96]\n" + code) ==
              key("// from graph 'b', %7: f32[s0, 96]\n" + code));
   BOOST_TEST(key(code) != key("extern \"C\" __global__ void k(float* x) { x[0] = 2.0f; }\n"));
+  // A comment ending in a backslash swallows the next line: it stays part of the code.
+  BOOST_TEST(cache::kernel_code("// spliced \\\nint a;\n") == "// spliced \\\nint a;\n");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -18,6 +18,12 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// The compiler's "no such header" diagnostic for `header`, as GCC or Clang words it.
+bool header_not_found(const std::string& output, const std::string& header) {
+  return contains(output, header + ": No such file or directory") ||
+         contains(output, "'" + header + "' file not found");
+}
+
 }  // namespace
 
 // Without these, the failures below could come from a broken probe or header, not the layers.
@@ -33,11 +39,11 @@ BOOST_AUTO_TEST_CASE(a_layer_source_compiles_with_the_headers_it_may_see) {
 BOOST_AUTO_TEST_CASE(a_cache_source_including_a_jit_header_does_not_compile) {
   auto r = build("kiln_layer_probe_cache_includes_jit");
   BOOST_TEST(r.status != 0, r.output);
-  BOOST_TEST(contains(r.output, "jit/compile.h: No such file or directory"), r.output);
+  BOOST_TEST(header_not_found(r.output, "jit/compile.h"), r.output);
 }
 
 BOOST_AUTO_TEST_CASE(a_graph_source_including_an_autograd_header_does_not_compile) {
   auto r = build("kiln_layer_probe_graph_includes_autograd");
   BOOST_TEST(r.status != 0, r.output);
-  BOOST_TEST(contains(r.output, "autograd/ops.h: No such file or directory"), r.output);
+  BOOST_TEST(header_not_found(r.output, "autograd/ops.h"), r.output);
 }

@@ -24,6 +24,8 @@ class GroupKernel {
   const std::string& name() const;
   // "kernel k_add_relu (pointwise, 3 nodes)": what a plan's explain() lists.
   std::string description(const graph::FusionGroup& group) const;
+  // Whether it iterates over a reduction's input (a row reduction or normalization).
+  bool reduces() const { return std::holds_alternative<ReductionKernel>(kernel_); }
   // Values written, in the order run() returns them.
   const std::vector<int>& writes() const;
   // The source a first call at the traced sizes runs (its handle is the one prepare resolves).

@@ -232,7 +232,7 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
   std::int64_t read = 0;
   for (const auto& t : inputs) read += tensor_bytes(t);
   unsigned block = 256;
-  kernel.kernel.launch({grid_stride_blocks(n, block), 1, 1}, {block, 1, 1}, params.data(), read,
+  kernel.handle.launch({grid_stride_blocks(n, block), 1, 1}, {block, 1, 1}, params.data(), read,
                        tensor_bytes(out));
   if (check) check->launched();
   return out;

@@ -14,7 +14,7 @@ namespace kiln::jit::codegen {
 
 struct IndexingKernel {
   OpId op;
-  KernelHandle kernel;
+  KernelHandle handle;
 };
 
 // Whether `op` runs on this template: the table's index, scan and movement ops.

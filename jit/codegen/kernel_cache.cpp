@@ -2,6 +2,7 @@
 #include "jit/codegen/kernel_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <set>

@@ -16,7 +16,8 @@ namespace {
 thread_local KernelNames* current_names = nullptr;
 
 int number_of(int value) {
-  return current_names ? current_names->number(value) : value;
+  KILN_CHECK(current_names, "codegen: a register named outside a kernel's KernelNames");
+  return current_names->number(value);
 }
 }  // namespace
 

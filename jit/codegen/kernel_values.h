@@ -12,13 +12,14 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "runtime/cuda/backend.h"
 
 namespace kiln::jit::codegen {
 
 // Registers are named per kernel, numbered in the order its renderer first names each value,
 // so that the same block rendered from two places of a graph (or from two graphs) is the same
 // code and so one compiled kernel (a kernel's identity is its code: cache::kernel_code). A
-// renderer holds one KernelNames while it renders; var() without one names by value number.
+// renderer holds one KernelNames while it renders; var() outside one is an internal error.
 class KernelNames {
  public:
   KernelNames();
@@ -50,13 +51,13 @@ std::vector<long long> domain_strides(const Tensor& t, int domain_rank,
 void domain_strides_into(const Tensor& t, const std::vector<int>& frame_dims,
                          std::span<long long> strides);
 
-// Buffers a launch fills with its arguments, one set per thread and reused, so a warm launch
-// allocates nothing but its outputs. A Lease hands this thread's set out (a fresh one if it is
+// Buffers a launch fills with its arguments, one set per thread and reused, so a warm reduction
+// launch allocates nothing but its outputs (pointwise launches do not use them yet). A Lease hands this thread's set out (a fresh one if it is
 // in use: a launch inside a launch's argument building).
 struct LaunchScratch {
   std::vector<int> kept, reduced;
   std::vector<long long> packed, strides, out_strides;
-  std::vector<std::uintptr_t> pointers;
+  std::vector<cuda::DevicePtr> pointers;
   std::vector<std::array<unsigned char, 8>> numbers;
   std::vector<void*> params;
 

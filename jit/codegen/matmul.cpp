@@ -63,7 +63,7 @@ Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
   auto po = reinterpret_cast<cuda::DevicePtr>(out.raw_data());
   void* params[] = {&pa, &pb, &po, packed.data()};
   constexpr unsigned tile = 16;
-  kernel.kernel.launch(
+  kernel.handle.launch(
       {static_cast<unsigned>((n + tile - 1) / tile), static_cast<unsigned>((m + tile - 1) / tile),
        static_cast<unsigned>(batches)},
       {tile, tile, 1}, params, tensor_bytes(a) + tensor_bytes(b), tensor_bytes(out));

@@ -12,7 +12,7 @@
 namespace kiln::jit::codegen {
 
 struct MatmulKernel {
-  KernelHandle kernel;
+  KernelHandle handle;
 };
 
 // The kernel for operands of these dtypes and batch rank, writing `out`'s dtype.

@@ -1,5 +1,5 @@
 // Pointwise code generation: statements per node from the expression table, rendered into
-// templates/pointwise.cu.mustache; compiled once per source and launched over a grid-stride loop.
+// templates/pointwise.cu.mustache; compiled once per code (cache::kernel_code) and launched over a grid-stride loop.
 #include "jit/codegen/pointwise.h"
 
 #include <fmt/format.h>

@@ -30,8 +30,8 @@ struct PointwiseKernel {
   bool position = false;
 };
 
-// Renders `group` (kind pointwise). Raises kiln::Error naming the node when code generation
-// does not cover one of its ops or layouts yet.
+// Renders `group` (kind pointwise), which the fuser formed from nodes the generator covers
+// (graph::KernelCoverage); a kiln::Error naming the node is an internal error.
 PointwiseKernel render_pointwise(const graph::Graph& graph, const graph::FusionGroup& group);
 
 // Runs `kernel` over `domain` (the group's domain at this call's sizes). `values[v]` holds

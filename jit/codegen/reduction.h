@@ -75,7 +75,8 @@ unsigned reduction_block(long long cols);
 // each thread still folds 8 columns or more, up to 4 blocks per SM.
 long long split_count(long long rows, long long cols, unsigned block, long long sm_count);
 
-// Renders `group`. kiln::Error naming the node when code generation does not cover it yet.
+// Renders `group`, which the fuser formed from nodes the generator covers (graph::KernelCoverage);
+// a kiln::Error naming the node is an internal error.
 ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionGroup& group);
 
 // Runs `kernel` over `domain` (the group's domain at this call's sizes); `values` as for

@@ -19,9 +19,8 @@ struct Registry {
   std::mutex mutex;
   Backend* driver = nullptr;
   Backend* virtual_gpu = nullptr;
-  Backend* chosen = nullptr;  // what backend() returns, once chosen
-  // `chosen` once set, read without the mutex: every launch asks for the backend.
-  std::atomic<Backend*> chosen_fast{nullptr};
+  // What backend() returns, once chosen; read without the mutex, since every launch asks.
+  std::atomic<Backend*> chosen{nullptr};
 };
 
 Registry& registry() {
@@ -80,15 +79,15 @@ Backend& backend(std::string_view kind) {
 
 Backend& backend() {
   auto& r = registry();
-  if (Backend* b = r.chosen_fast.load(std::memory_order_acquire)) return *b;
+  if (Backend* b = r.chosen.load(std::memory_order_acquire)) return *b;
   std::lock_guard lock(r.mutex);
-  if (r.chosen) return *(r.chosen_fast = r.chosen);
+  if (Backend* b = r.chosen.load()) return *b;
   const char* env = std::getenv("KILN_CUDA");
   auto choice = parse_backend_choice(env ? env : "");
-  if (choice == BackendChoice::driver && r.driver) return *(r.chosen_fast = r.chosen = r.driver);
+  if (choice == BackendChoice::driver && r.driver) return *(r.chosen = r.driver);
   if (choice == BackendChoice::virtual_ && r.virtual_gpu)
-    return *(r.chosen_fast = r.chosen = r.virtual_gpu);
-  if (choice == BackendChoice::auto_ && r.driver) return *(r.chosen_fast = r.chosen = r.driver);
+    return *(r.chosen = r.virtual_gpu);
+  if (choice == BackendChoice::auto_ && r.driver) return *(r.chosen = r.driver);
   Selection made;
   try {
     made = select_backend(choice);
@@ -98,7 +97,7 @@ Backend& backend() {
   if (!made.notice.empty()) std::fprintf(stderr, "%s\n", made.notice.c_str());
   auto& s = slot(r, made.backend->kind());
   if (!s) s = made.backend.release();  // else: keep the instance tests already use
-  r.chosen_fast = r.chosen = s;
+  r.chosen = s;
   return *s;
 }
 

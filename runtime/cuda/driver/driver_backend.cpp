@@ -186,9 +186,15 @@ class DriverBackend final : public Backend {
     driver::TimedLaunch timed;
     if (driver::launch_timing()) {
       timed.kernel = f->name;
-      check(api_.event_create(&timed.start, CU_EVENT_DEFAULT), "cuEventCreate");
-      check(api_.event_create(&timed.end, CU_EVENT_DEFAULT), "cuEventCreate");
-      check(api_.event_record(timed.start, cu(stream)), "cuEventRecord");
+      // Events made before a failing call are destroyed: timing must not leak them.
+      CUresult e = api_.event_create(&timed.start, CU_EVENT_DEFAULT);
+      if (e == CUDA_SUCCESS) e = api_.event_create(&timed.end, CU_EVENT_DEFAULT);
+      if (e == CUDA_SUCCESS) e = api_.event_record(timed.start, cu(stream));
+      if (e != CUDA_SUCCESS) {
+        if (timed.start) api_.event_destroy(timed.start);
+        if (timed.end) api_.event_destroy(timed.end);
+        check(e, "cuEventCreate/cuEventRecord", "launch timing of '" + f->name + "'");
+      }
     }
     CUresult r = api_.launch_kernel(f->fn, grid.x, grid.y, grid.z, block.x, block.y, block.z,
                                     dynamic_shared_bytes, cu(stream), params, nullptr);
