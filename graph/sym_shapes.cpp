@@ -87,72 +87,8 @@ std::vector<SizeExprs> infer_size_exprs(OpId op, std::span<const SizeExprs> in,
         }
         case OpId::detach: return {in[0]};
         // Not views
-        case OpId::exp:
-        case OpId::log:
-        case OpId::log1p:
-        case OpId::expm1:
-        case OpId::sqrt:
-        case OpId::rsqrt:
-        case OpId::reciprocal:
-        case OpId::sin:
-        case OpId::cos:
-        case OpId::tanh:
-        case OpId::sigmoid:
-        case OpId::gelu:
-        case OpId::gelu_tanh:
-        case OpId::silu:
-        case OpId::erf:
-        case OpId::softplus:
-        case OpId::neg:
-        case OpId::abs:
-        case OpId::relu:
-        case OpId::sign:
-        case OpId::floor:
-        case OpId::ceil:
-        case OpId::round:
-        case OpId::trunc:
-        case OpId::logical_not:
-        case OpId::tril:
-        case OpId::triu:
-        case OpId::add:
-        case OpId::sub:
-        case OpId::mul:
-        case OpId::div:
-        case OpId::pow:
-        case OpId::maximum:
-        case OpId::minimum:
-        case OpId::remainder:
-        case OpId::floor_divide:
-        case OpId::eq:
-        case OpId::ne:
-        case OpId::lt:
-        case OpId::le:
-        case OpId::gt:
-        case OpId::ge:
-        case OpId::logical_and:
-        case OpId::logical_or:
-        case OpId::where:
-        case OpId::cast:
-        case OpId::copy:
-        case OpId::sum:
-        case OpId::prod:
-        case OpId::amax:
-        case OpId::amin:
-        case OpId::argmax:
-        case OpId::argmin:
-        case OpId::max_dim:
-        case OpId::min_dim:
-        case OpId::cumsum:
-        case OpId::softmax:
-        case OpId::log_softmax:
-        case OpId::gather:
-        case OpId::index_select:
-        case OpId::scatter_add:
-        case OpId::index_add:
-        case OpId::matmul:
-        case OpId::cat:
-        case OpId::pad:
-        case OpId::to_device:
+#define KILN_HANDLED_view
+#include "runtime/op_class_cases.inc"
           break;
       }
       throw Error(fmt::format("{}: not a view op", op));
@@ -170,73 +106,8 @@ std::vector<SizeExprs> infer_size_exprs(OpId op, std::span<const SizeExprs> in,
         case OpId::scatter_add:
         case OpId::index_add: return {in[0]};
         // Not index ops
-        case OpId::exp:
-        case OpId::log:
-        case OpId::log1p:
-        case OpId::expm1:
-        case OpId::sqrt:
-        case OpId::rsqrt:
-        case OpId::reciprocal:
-        case OpId::sin:
-        case OpId::cos:
-        case OpId::tanh:
-        case OpId::sigmoid:
-        case OpId::gelu:
-        case OpId::gelu_tanh:
-        case OpId::silu:
-        case OpId::erf:
-        case OpId::softplus:
-        case OpId::neg:
-        case OpId::abs:
-        case OpId::relu:
-        case OpId::sign:
-        case OpId::floor:
-        case OpId::ceil:
-        case OpId::round:
-        case OpId::trunc:
-        case OpId::logical_not:
-        case OpId::tril:
-        case OpId::triu:
-        case OpId::add:
-        case OpId::sub:
-        case OpId::mul:
-        case OpId::div:
-        case OpId::pow:
-        case OpId::maximum:
-        case OpId::minimum:
-        case OpId::remainder:
-        case OpId::floor_divide:
-        case OpId::eq:
-        case OpId::ne:
-        case OpId::lt:
-        case OpId::le:
-        case OpId::gt:
-        case OpId::ge:
-        case OpId::logical_and:
-        case OpId::logical_or:
-        case OpId::where:
-        case OpId::cast:
-        case OpId::copy:
-        case OpId::sum:
-        case OpId::prod:
-        case OpId::amax:
-        case OpId::amin:
-        case OpId::argmax:
-        case OpId::argmin:
-        case OpId::max_dim:
-        case OpId::min_dim:
-        case OpId::cumsum:
-        case OpId::softmax:
-        case OpId::log_softmax:
-        case OpId::reshape:
-        case OpId::permute:
-        case OpId::expand:
-        case OpId::slice:
-        case OpId::detach:
-        case OpId::matmul:
-        case OpId::cat:
-        case OpId::pad:
-        case OpId::to_device:
+#define KILN_HANDLED_index
+#include "runtime/op_class_cases.inc"
           break;
       }
       throw Error(fmt::format("{}: not an index op", op));

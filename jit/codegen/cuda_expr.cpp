@@ -251,30 +251,8 @@ std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType
       return args[0];
     // Not elementwise: reduction, scan, normalization, view, index, matmul, movement and
     // transfer ops have templates or library calls of their own.
-    case OpId::sum:
-    case OpId::prod:
-    case OpId::amax:
-    case OpId::amin:
-    case OpId::argmax:
-    case OpId::argmin:
-    case OpId::max_dim:
-    case OpId::min_dim:
-    case OpId::cumsum:
-    case OpId::softmax:
-    case OpId::log_softmax:
-    case OpId::reshape:
-    case OpId::permute:
-    case OpId::expand:
-    case OpId::slice:
-    case OpId::detach:
-    case OpId::gather:
-    case OpId::index_select:
-    case OpId::scatter_add:
-    case OpId::index_add:
-    case OpId::matmul:
-    case OpId::cat:
-    case OpId::pad:
-    case OpId::to_device:
+#define KILN_HANDLED_elementwise
+#include "runtime/op_class_cases.inc"
       return std::nullopt;
   }
   return std::nullopt;
