@@ -1,0 +1,275 @@
+// A small decoder-only transformer (GPT), the synthetic task it learns, and its training step,
+// shared by demos/gpt_train.cpp and tests/test_demo_gpt.cpp so the test exercises exactly what the
+// demo runs. Header-only: each executable under demos/ is built from its one source file.
+//
+// Model: token + position embeddings, pre-LN blocks (causal self-attention written with matmul,
+// masked_fill and softmax; a GELU MLP), a final LayerNorm and a linear LM head, trained with
+// cross-entropy, AdamW, linear warmup + cosine decay and gradient clipping.
+//
+// Task (a fixed permutation of the previous token): each sequence holds random tokens in
+// [0, vocab); the target at position t >= 1 is perm(token[t - 1]) with perm(x) = (a x + 3) mod
+// vocab, a coprime to vocab, and position 0 has no target (ignore_index). A model that has not
+// learned it sits at ln(vocab) (2.77 for 16 tokens); to learn it, attention must fetch the
+// previous position (the current token says nothing) and the MLP must learn the permutation.
+// Adding the previous and the current token modulo vocab, the harder task, takes this model
+// several hundred steps; the permutation takes about 40, which the virtual GPU runs in a minute.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "autograd/lr_scheduler.h"
+#include "autograd/nn.h"
+#include "autograd/ops.h"
+#include "autograd/optim.h"
+#include "jit/compile.h"
+
+namespace kiln::gpt {
+
+struct GptConfig {
+  std::int64_t vocab = 16;
+  std::int64_t seq_len = 8;  // the longest sequence the position table covers
+  std::int64_t d_model = 32;
+  std::int64_t heads = 2;
+  std::int64_t layers = 2;
+  std::int64_t mlp_ratio = 4;  // the MLP's hidden width is mlp_ratio * d_model
+};
+
+// Multi-head causal self-attention: one projection to queries, keys and values, scaled dot
+// products with future positions masked to -inf before the softmax, and an output projection.
+class CausalSelfAttention : public nn::Module {
+ public:
+  CausalSelfAttention(const GptConfig& config, Generator* gen)
+      : heads_(config.heads),
+        qkv(config.d_model, 3 * config.d_model, true, DType::f32, gen),
+        proj(config.d_model, config.d_model, true, DType::f32, gen) {
+    KILN_CHECK(config.d_model % config.heads == 0, "gpt: d_model {} is not a multiple of heads {}",
+               config.d_model, config.heads);
+    // True above the diagonal: position t may not look at positions after t. A buffer, so it
+    // moves with the model and a compiled function reads it as declared state.
+    future_mask = triu(ones({config.seq_len, config.seq_len}, DType::bool_), 1);
+    register_module("qkv", qkv);
+    register_module("proj", proj);
+    register_buffer("future_mask", future_mask);
+  }
+
+  // x [batch, time, d_model] -> [batch, time, d_model]
+  Tensor forward(const Tensor& x) const {
+    const std::int64_t batch = x.shape()[0], time = x.shape()[1], d_model = x.shape()[2];
+    const std::int64_t head_dim = d_model / heads_;
+    Tensor packed = qkv(x);                      // [batch, time, 3 * d_model]
+    auto split_heads = [&](std::int64_t part) {  // -> [batch, heads, time, head_dim]
+      return packed.slice(2, part * d_model, (part + 1) * d_model)
+          .reshape({batch, time, heads_, head_dim})
+          .transpose(1, 2);
+    };
+    Tensor q = split_heads(0), k = split_heads(1), v = split_heads(2);
+    Tensor scores = matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+    Tensor mask = future_mask.slice(0, 0, time).slice(1, 0, time);
+    scores = masked_fill(scores, mask, -std::numeric_limits<double>::infinity());
+    Tensor mixed = matmul(softmax(scores, -1), v);  // [batch, heads, time, head_dim]
+    return proj(mixed.transpose(1, 2).reshape({batch, time, d_model}));
+  }
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+
+ private:
+  std::int64_t heads_;
+
+ public:
+  nn::Linear qkv;
+  nn::Linear proj;
+  Tensor future_mask;  // bool [seq_len, seq_len]
+};
+
+// Pre-LN transformer block: x + attn(ln1(x)), then + mlp(ln2(x)).
+class Block : public nn::Module {
+ public:
+  Block(const GptConfig& config, Generator* gen)
+      : ln1(Shape{config.d_model}),
+        attn(config, gen),
+        ln2(Shape{config.d_model}),
+        mlp(config.d_model, config.mlp_ratio * config.d_model, config.d_model,
+            Activation::gelu_tanh, true, DType::f32, gen) {
+    register_module("ln1", ln1);
+    register_module("attn", attn);
+    register_module("ln2", ln2);
+    register_module("mlp", mlp);
+  }
+  Tensor forward(const Tensor& x) const {
+    Tensor h = x + attn(ln1(x));
+    return h + mlp(ln2(h));
+  }
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+
+  nn::LayerNorm ln1;
+  CausalSelfAttention attn;
+  nn::LayerNorm ln2;
+  nn::FeedForward mlp;
+};
+
+class Gpt : public nn::Module {
+ public:
+  // Initialized on the host from `seed` (so every device starts from the same weights), then
+  // moved to `device`.
+  Gpt(const GptConfig& config, std::uint64_t seed, Device device)
+      : config_(config),
+        init_(seed),
+        token_embedding(config.vocab, config.d_model, DType::f32, &init_),
+        position_embedding(config.seq_len, config.d_model, DType::f32, &init_),
+        final_ln(Shape{config.d_model}),
+        lm_head(config.d_model, config.vocab, false, DType::f32, &init_) {
+    register_module("token_embedding", token_embedding);
+    register_module("position_embedding", position_embedding);
+    for (std::int64_t i = 0; i < config.layers; ++i) {
+      blocks.push_back(std::make_unique<Block>(config, &init_));
+      register_module("blocks." + std::to_string(i), *blocks.back());
+    }
+    register_module("final_ln", final_ln);
+    register_module("lm_head", lm_head);
+    to(device);
+  }
+
+  // tokens i64 [batch, time] -> logits f32 [batch, time, vocab]
+  Tensor forward(const Tensor& tokens) const {
+    const std::int64_t time = tokens.shape()[1];
+    KILN_CHECK(time <= config_.seq_len, "gpt: a sequence of {} tokens, longer than seq_len {}",
+               time, config_.seq_len);
+    // The position table's first `time` rows broadcast over the batch.
+    Tensor x = token_embedding(tokens) + position_embedding.weight.slice(0, 0, time);
+    for (const auto& block : blocks) x = (*block)(x);
+    return lm_head(final_ln(x));
+  }
+
+  // Mean cross-entropy over the positions that have a target (targets of -100 do not count).
+  Tensor loss(const Tensor& tokens, const Tensor& targets) const {
+    Tensor logits = forward(tokens);
+    return cross_entropy(logits.reshape({-1, config_.vocab}), targets.reshape({-1}));
+  }
+
+  const GptConfig& config() const { return config_; }
+
+ private:
+  GptConfig config_;
+  Generator init_;  // declared before the layers: their initializers draw from it
+
+ public:
+  nn::Embedding token_embedding;
+  nn::Embedding position_embedding;
+  std::vector<std::unique_ptr<Block>> blocks;
+  nn::LayerNorm final_ln;
+  nn::Linear lm_head;
+};
+
+// ---- the task ----------------------------------------------------------------------------------
+
+inline constexpr std::int64_t kNoTarget = -100;  // cross_entropy's default ignore_index
+
+// The smallest a >= 5 coprime to `vocab`, so that x -> (a x + 3) mod vocab is a permutation.
+inline std::int64_t permutation_multiplier(std::int64_t vocab) {
+  std::int64_t a = 5;
+  while (std::gcd(a, vocab) != 1) ++a;
+  return a;
+}
+
+struct TaskBatch {
+  Tensor tokens;   // i64 [batch, time]
+  Tensor targets;  // i64 [batch, time]: perm(tokens[t - 1]); kNoTarget at t = 0
+};
+
+// Drawn on the host from `gen` (identical on every device), then moved to `device`.
+inline TaskBatch make_batch(const GptConfig& config, std::int64_t batch, std::int64_t time,
+                            Generator& gen, Device device) {
+  NoGradGuard no_grad;
+  Tensor tokens = randint(0, config.vocab, {batch, time}, DType::i64, &gen);
+  Tensor previous = tokens.slice(1, 0, time - 1);
+  Tensor shuffled = (previous * permutation_multiplier(config.vocab) + 3) % config.vocab;
+  Tensor targets = cat({full({batch, 1}, kNoTarget, DType::i64), shuffled}, 1);
+  return {tokens.to(device), targets.to(device)};
+}
+
+// ---- training ----------------------------------------------------------------------------------
+
+struct TrainConfig {
+  std::int64_t steps = 40;
+  std::int64_t batch = 24;
+  double lr = 2e-2;
+  double min_lr = 2e-3;
+  std::int64_t warmup_steps = 4;
+  double weight_decay = 0.01;
+  double clip_norm = 1.0;
+  std::uint64_t init_seed = 1;
+  std::uint64_t data_seed = 2;
+};
+
+// One training run: the model, AdamW, its schedule, and the loss function, either called
+// directly (eager) or wrapped in jit::compile with the model declared as its state, so the
+// parameters the optimizer rebinds each step are read on every call. Not copyable or movable
+// (the loss function and the scheduler refer to members): construct it where it lives.
+class Trainer {
+ public:
+  Trainer(const GptConfig& model_config, const TrainConfig& train, Device device, bool compiled)
+      : train_(train),
+        device_(device),
+        model_(model_config, train.init_seed, device),
+        optimizer_(model_.parameters(), train.lr, 0.9, 0.95, 1e-8, train.weight_decay),
+        scheduler_(optimizer_, train.warmup_steps, train.steps, train.min_lr),
+        data_(train.data_seed) {
+    auto loss = [this](const Tensor& tokens, const Tensor& targets) {
+      return model_.loss(tokens, targets);
+    };
+    if (compiled) {
+      jit::CompileOptions options;
+      options.name = "gpt_loss";
+      options.arg_names = {"tokens", "targets"};
+      options.modules = {&model_};
+      auto fn = jit::compile(loss, options);
+      compiled_ = &fn.core();  // shared by the copy std::function keeps
+      loss_ = std::move(fn);
+    } else {
+      loss_ = loss;
+    }
+  }
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One step on the next batch: loss, backward, clipping, AdamW, schedule. Returns the loss.
+  double step() {
+    TaskBatch b =
+        make_batch(model_.config(), train_.batch, model_.config().seq_len, data_, device_);
+    optimizer_.zero_grad();
+    Tensor loss = loss_(b.tokens, b.targets);
+    loss.backward();
+    optim::clip_grad_norm_(optimizer_.params(), train_.clip_norm);
+    optimizer_.step();
+    scheduler_.step();
+    return loss.item();
+  }
+
+  // The loss on `b` without gradients (a compiled function traces a separate entry for it).
+  double evaluate(const TaskBatch& b) {
+    NoGradGuard no_grad;
+    return loss_(b.tokens, b.targets).item();
+  }
+
+  Gpt& model() { return model_; }
+  // The compiled function's core (entries, plans, stats), or null when eager.
+  const jit::CompiledFunctionCore* compiled() const { return compiled_; }
+
+ private:
+  TrainConfig train_;
+  Device device_;
+  Gpt model_;
+  optim::AdamW optimizer_;
+  optim::CosineWithWarmup scheduler_;
+  Generator data_;
+  std::function<Tensor(const Tensor&, const Tensor&)> loss_;
+  const jit::CompiledFunctionCore* compiled_ = nullptr;
+};
+
+}  // namespace kiln::gpt
