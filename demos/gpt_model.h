@@ -46,9 +46,9 @@ struct GptConfig {
 class CausalSelfAttention : public nn::Module {
  public:
   CausalSelfAttention(const GptConfig& config, Generator* gen)
-      : heads_(config.heads),
-        qkv(config.d_model, 3 * config.d_model, true, DType::f32, gen),
-        proj(config.d_model, config.d_model, true, DType::f32, gen) {
+      : qkv(config.d_model, 3 * config.d_model, true, DType::f32, gen),
+        proj(config.d_model, config.d_model, true, DType::f32, gen),
+        heads_(config.heads) {
     KILN_CHECK(config.d_model % config.heads == 0, "gpt: d_model {} is not a multiple of heads {}",
                config.d_model, config.heads);
     // True above the diagonal: position t may not look at positions after t. A buffer, so it
@@ -78,13 +78,12 @@ class CausalSelfAttention : public nn::Module {
   }
   Tensor operator()(const Tensor& x) const { return forward(x); }
 
- private:
-  std::int64_t heads_;
-
- public:
   nn::Linear qkv;
   nn::Linear proj;
   Tensor future_mask;  // bool [seq_len, seq_len]
+
+ private:
+  std::int64_t heads_;
 };
 
 // Pre-LN transformer block: x + attn(ln1(x)), then + mlp(ln2(x)).

@@ -20,6 +20,7 @@
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/lt_matmul.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/blaslt/blaslt.h"
 #include "runtime/cuda/virtual/profiler.h"
 #include "runtime/cuda_backend.h"
 
@@ -195,6 +196,7 @@ struct RunResult {
   double launches_per_step = 0, library_calls_per_step = 0;
   std::optional<Dram> step_dram;  // one warm step, on the virtual GPU
   std::optional<std::size_t> peak_bytes;
+  std::size_t workspace_bytes = 0;  // the cuBLASLt workspace each library call borrows
   std::int64_t nvrtc_compiles = 0;
   double nvrtc_ms = 0;
   // The held-out evaluation (a forward without gradients): what the compiled function runs as
@@ -271,7 +273,14 @@ RunResult train(const DemoOptions& options, bool compiled) {
   WorkCounters total = WorkCounters::now() - start;
   r.nvrtc_compiles = total.nvrtc_compiles;
   r.nvrtc_ms = static_cast<double>(total.nvrtc_us) / 1e3;
-  if (device.is_cuda()) r.peak_bytes = cuda_allocator().stats().peak_allocated;
+  if (device.is_cuda()) {
+    r.peak_bytes = cuda_allocator().stats().peak_allocated;
+    // Every library call takes its workspace from the caching allocator for the call's duration,
+    // so the peak holds one workspace (32 MiB on sm_90) next to the model's tensors.
+    if (total.library_calls > 0)
+      r.workspace_bytes = cuda::CachingAllocator::round_size(
+          cuda::blaslt::service(cuda_allocator().backend()).workspace_bytes());
+  }
   if (trainer.compiled()) r.compiled_stats = trainer.compiled()->stats();
   std::printf("held-out loss %.4f (target < %.2f)\n", r.eval_loss, kTargetLoss);
   return r;
@@ -322,7 +331,6 @@ void summary(const DemoOptions& options,
       static_cast<long long>(options.model.seq_len), static_cast<long long>(options.model.d_model),
       static_cast<long long>(options.model.heads), static_cast<long long>(options.model.layers),
       static_cast<long long>(options.train.batch));
-  row("", cells([](const RunResult&) { return std::string(); }));
   std::vector<std::string> names;
   for (const auto& [name, r] : runs) names.push_back(name);
   row("", names);
@@ -355,6 +363,11 @@ void summary(const DemoOptions& options,
         return bytes_text(r.peak_bytes ? std::optional(static_cast<std::int64_t>(*r.peak_bytes))
                                        : std::nullopt);
       }));
+  row("  less the cuBLASLt workspace", cells([](const RunResult& r) {
+        return bytes_text(r.peak_bytes ? std::optional(static_cast<std::int64_t>(*r.peak_bytes -
+                                                                                 r.workspace_bytes))
+                                       : std::nullopt);
+      }));
   row("first step", cells([](const RunResult& r) { return ms_text(r.first_step_ms); }));
   row("compile (first step - warm step)",
       cells([](const RunResult& r) { return ms_text(r.first_step_ms - r.warm_step_ms); }));
@@ -378,6 +391,37 @@ void summary(const DemoOptions& options,
         return std::to_string(r.compiled_stats->kernel_calls) + " of " +
                std::to_string(r.compiled_stats->calls);
       }));
+
+  // What the figures mean, where that is not obvious from the row.
+  bool profiled = false, node_by_node = false, cached = cuda, compare = runs.size() == 2;
+  for (const auto& [name, r] : runs) {
+    profiled = profiled || r.step_dram.has_value();
+    node_by_node = node_by_node ||
+                   (r.compiled_stats && r.compiled_stats->kernel_calls < r.compiled_stats->calls);
+    cached = cached && r.nvrtc_compiles == 0;
+  }
+  std::printf("\n");
+  if (profiled)
+    std::printf(
+        "DRAM: the generated kernels of step 2 as the virtual GPU's profiler measured them\n"
+        "(distinct 32-byte sectors per launch), plus each library call's operands read or\n"
+        "written once (the virtual GPU runs cuBLASLt on the host, unobserved). Host time on\n"
+        "the virtual GPU includes interpreting every kernel.\n");
+  if (node_by_node && !cuda)
+    std::printf(
+        "compiled on the CPU: kernels are generated for CUDA only, so every call runs\n"
+        "the traced (optimized) graph node by node.\n");
+  else if (node_by_node)
+    std::printf(
+        "compiled: a call that needs gradients runs its traced graph node by node through\n"
+        "autograd (the compiled backward is not built yet), with linear and the MLP as the\n"
+        "primitives they trace to; the no-grad held-out forward runs the generated kernels.\n");
+  if (cached)
+    std::printf(
+        "NVRTC compiles 0: every kernel came from the disk cache (a cold run:\n"
+        "KILN_CACHE_DIR=$(mktemp -d)).\n");
+  else if (compare && cuda)
+    std::printf("The compiled run reuses the kernels the eager run compiled in this process.\n");
 }
 
 }  // namespace
