@@ -11,7 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -192,11 +192,12 @@ double ms_since(Clock::time_point start) {
 struct RunResult {
   std::vector<double> losses;
   double eval_loss = NAN;
-  double first_step_ms = 0, warm_step_ms = 0;  // warm: the mean over steps 3.. (unprofiled)
+  // warm: the mean over the steps after the first, less the one profiled
+  double first_step_ms = 0, warm_step_ms = 0;
   double launches_per_step = 0, library_calls_per_step = 0;
-  std::optional<Dram> step_dram;  // one warm step, on the virtual GPU
-  std::optional<std::size_t> peak_bytes;
-  std::size_t workspace_bytes = 0;  // the cuBLASLt workspace each library call borrows
+  std::optional<Dram> step_dram;          // one warm step, on the virtual GPU
+  std::optional<std::size_t> peak_bytes;  // over the training steps
+  std::size_t workspace_bytes = 0;        // the cuBLASLt workspace each library call borrows
   std::int64_t nvrtc_compiles = 0;
   double nvrtc_ms = 0;
   // The held-out evaluation (a forward without gradients): what the compiled function runs as
@@ -258,6 +259,15 @@ RunResult train(const DemoOptions& options, bool compiled) {
         static_cast<double>(counted.library_calls) / static_cast<double>(timed_steps);
   }
 
+  if (device.is_cuda()) {
+    r.peak_bytes = cuda_allocator().stats().peak_allocated;
+    // Every library call takes its workspace from the caching allocator for the call's duration,
+    // so the peak holds one workspace (32 MiB on sm_90) next to the model's tensors.
+    if ((WorkCounters::now() - start).library_calls > 0)
+      r.workspace_bytes = cuda::CachingAllocator::round_size(
+          cuda::blaslt::service(cuda_allocator().backend()).workspace_bytes());
+  }
+
   // Held-out batch: fresh data from a seed the training stream never uses.
   Generator held_out(options.train.data_seed + 1000);
   gpt::TaskBatch eval =
@@ -273,14 +283,6 @@ RunResult train(const DemoOptions& options, bool compiled) {
   WorkCounters total = WorkCounters::now() - start;
   r.nvrtc_compiles = total.nvrtc_compiles;
   r.nvrtc_ms = static_cast<double>(total.nvrtc_us) / 1e3;
-  if (device.is_cuda()) {
-    r.peak_bytes = cuda_allocator().stats().peak_allocated;
-    // Every library call takes its workspace from the caching allocator for the call's duration,
-    // so the peak holds one workspace (32 MiB on sm_90) next to the model's tensors.
-    if (total.library_calls > 0)
-      r.workspace_bytes = cuda::CachingAllocator::round_size(
-          cuda::blaslt::service(cuda_allocator().backend()).workspace_bytes());
-  }
   if (trainer.compiled()) r.compiled_stats = trainer.compiled()->stats();
   std::printf("held-out loss %.4f (target < %.2f)\n", r.eval_loss, kTargetLoss);
   return r;
@@ -359,7 +361,7 @@ void summary(const DemoOptions& options,
   row("  library operands", cells([&](const RunResult& r) {
         return bytes_text(r.step_dram ? std::optional(r.step_dram->library_bytes) : std::nullopt);
       }));
-  row("peak device memory", cells([](const RunResult& r) {
+  row("peak device memory (training)", cells([](const RunResult& r) {
         return bytes_text(r.peak_bytes ? std::optional(static_cast<std::int64_t>(*r.peak_bytes))
                                        : std::nullopt);
       }));
@@ -371,7 +373,7 @@ void summary(const DemoOptions& options,
   row("first step", cells([](const RunResult& r) { return ms_text(r.first_step_ms); }));
   row("compile (first step - warm step)",
       cells([](const RunResult& r) { return ms_text(r.first_step_ms - r.warm_step_ms); }));
-  row("  NVRTC compiles (time)", cells([&](const RunResult& r) {
+  row("  NVRTC compiles in the run (time)", cells([&](const RunResult& r) {
         return cuda ? count_text(static_cast<double>(r.nvrtc_compiles)) + " (" +
                           ms_text(r.nvrtc_ms) + ")"
                     : std::string("n/a");
@@ -424,11 +426,8 @@ void summary(const DemoOptions& options,
     std::printf("The compiled run reuses the kernels the eager run compiled in this process.\n");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  DemoOptions options;
-  if (!parse(argc, argv, options)) return 2;
+// Trains as `options` say, prints the figures; the exit status.
+int run_demo(const DemoOptions& options) {
   const bool checked = options.train.steps >= gpt::TrainConfig{}.steps;
 
   std::vector<std::pair<std::string, RunResult>> runs;
@@ -456,4 +455,17 @@ int main(int argc, char** argv) {
   }
   std::printf("target held-out loss < %.2f: %s\n", kTargetLoss, reached ? "reached" : "MISSED");
   return reached ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  DemoOptions options;
+  if (!parse(argc, argv, options)) return 2;
+  try {
+    return run_demo(options);
+  } catch (const std::exception& e) {  // kiln::Error: no device, an op the model needs failed
+    std::fprintf(stderr, "gpt_train: %s\n", e.what());
+    return 1;
+  }
 }
