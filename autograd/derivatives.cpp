@@ -202,6 +202,10 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
     case OpId::slice:
       return slice_backward(g, in[0], attrs);
     case OpId::matmul:
+      // A weight shared across a batch: one [K, B*M] x [B*M, N] product, not one product per
+      // batch element summed afterwards (B times the traffic).
+      if (i == 1 && in[1].dim() == 2 && in[0].dim() > 2)
+        return matmul(transpose(flatten(in[0], 0, -2), 0, 1), flatten(g, 0, -2));
       return i == 0 ? matmul(g, transpose(in[1], -1, -2)) : matmul(transpose(in[0], -1, -2), g);
     case OpId::gather:
       return scatter_add(zeros_of(in[0], g.dtype()), attrs.dim, in[1], g);

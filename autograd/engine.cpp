@@ -7,9 +7,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "runtime/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "runtime/grad_mode.h"
 
 namespace kiln::autograd {
 
@@ -48,9 +48,8 @@ void add_to(Buffers& buffers, const Edge& edge, const Tensor& g) {
 
 // Runs the graph; when `capture` is given, gradients reaching those nodes are stored there
 // instead of being accumulated into leaves.
-void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
-             bool retain_graph, bool create_graph,
-             std::unordered_map<Node*, Tensor>* capture) {
+void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
+             bool create_graph, std::unordered_map<Node*, Tensor>* capture) {
   KILN_CHECK_AS(AutogradError, roots.size() == grads.size(),
                 "backward: {} outputs but {} gradients", roots.size(), grads.size());
   GradModeGuard mode(create_graph);
@@ -95,7 +94,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, bool retain_graph,
-                         bool create_graph) {
+                         bool create_graph, bool materialize_unused) {
   std::vector<Tensor> seeds = grad_outputs;
   if (seeds.empty())
     for (const auto& o : outputs) {
@@ -108,8 +107,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   std::vector<Edge> edges;
   for (const auto& in : inputs) {
     Edge e = gradient_edge(in);
-    KILN_CHECK_AS(AutogradError, e.valid(),
-                  "grad: an input of shape {} does not require grad", shape_str(in.shape()));
+    KILN_CHECK_AS(AutogradError, e.valid(), "grad: an input of shape {} does not require grad",
+                  shape_str(in.shape()));
     KILN_CHECK_AS(AutogradError, in.is_leaf(),
                   "grad: only leaf inputs are supported (got a non-leaf of shape {})",
                   shape_str(in.shape()));
@@ -120,7 +119,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   std::vector<Tensor> result;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     Tensor g = capture[edges[i].fn.get()];
-    result.push_back(g.defined() ? g : zeros_like(inputs[i]));
+    result.push_back(g.defined() || !materialize_unused ? g : zeros_like(inputs[i]));
   }
   return result;
 }

@@ -12,9 +12,11 @@ namespace kiln::autograd {
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
                   bool retain_graph, bool create_graph);
 
-// Gradients of `outputs` with respect to `inputs` (returned, not accumulated into .grad).
+// Gradients of `outputs` with respect to `inputs` (returned, not accumulated into .grad). An
+// input no gradient reaches gets zeros, or with `materialize_unused` false an undefined tensor
+// (PyTorch's allow_unused).
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
-                         bool create_graph = false);
+                         bool create_graph = false, bool materialize_unused = true);
 
 }  // namespace kiln::autograd

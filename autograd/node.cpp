@@ -18,6 +18,8 @@ Tensor metadata_only(const Tensor& t) {
   meta->shape = t.impl().shape;
   meta->strides = contiguous_strides(meta->shape);
   meta->dtype = t.dtype();
+  // While a joint graph is traced, the placeholder's sizes stay symbolic.
+  meta->trace_value = t.impl().trace_value;
   return Tensor(std::move(meta));
 }
 

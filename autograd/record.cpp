@@ -28,7 +28,8 @@ Tensor unaliased(const Tensor& out, const std::vector<Tensor>& inputs) {
 std::vector<Tensor> record_outputs(OpId op, std::vector<Tensor> inputs, const OpAttrs& attrs) {
   KILN_OP_SCOPE;
   std::vector<Tensor> outputs = dispatch(op, inputs, attrs);
-  if (active_interceptor() || !grad_enabled() || op_def(op).grad == Grad::none ||
+  const OpInterceptor* tracer = active_interceptor();
+  if ((tracer && !tracer->records_history()) || !grad_enabled() || op_def(op).grad == Grad::none ||
       !any_requires_grad(inputs))
     return outputs;
   std::shared_ptr<OpNode> node;

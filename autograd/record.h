@@ -1,6 +1,7 @@
 // Where eager ops meet autograd: run a primitive through the dispatch point and, when grad mode
 // is on and an input requires grad, give its outputs the node that knows its derivative. While a
-// function is traced, the tracer records the op and no history is made.
+// function is traced, the tracer records the op and no history is made, unless the tracer asks
+// for it (a joint forward + backward trace).
 #pragma once
 
 #include <vector>

@@ -239,15 +239,24 @@ class Trainer {
 
   // One step on the next batch: loss, backward, clipping, AdamW, schedule. Returns the loss.
   double step() {
+    Tensor loss = forward_backward();
+    optimizer_step();
+    return loss.item();
+  }
+  // The two halves of a step, apart so that their costs can be told apart: the loss and its
+  // gradients (what jit::compile compiles), then clipping, AdamW and the schedule.
+  Tensor forward_backward() {
     TaskBatch b =
         make_batch(model_.config(), train_.batch, model_.config().seq_len, data_, device_);
     optimizer_.zero_grad();
     Tensor loss = loss_(b.tokens, b.targets);
     loss.backward();
+    return loss.detach();
+  }
+  void optimizer_step() {
     optim::clip_grad_norm_(optimizer_.params(), train_.clip_norm);
     optimizer_.step();
     scheduler_.step();
-    return loss.item();
   }
 
   // The loss on `b` without gradients (a compiled function traces a separate entry for it).

@@ -194,8 +194,11 @@ struct RunResult {
   double eval_loss = NAN;
   // warm: the mean over the steps after the first, less the one profiled
   double first_step_ms = 0, warm_step_ms = 0;
-  double launches_per_step = 0, library_calls_per_step = 0;
-  std::optional<Dram> step_dram;          // one warm step, on the virtual GPU
+  // The step's halves: the loss with its gradients, and the optimizer (clipping, AdamW).
+  struct Phase {
+    double launches_per_step = 0, library_calls_per_step = 0, warm_ms = 0;
+    std::optional<Dram> dram;  // one warm step, on the virtual GPU
+  } training, optimizer;
   std::optional<std::size_t> peak_bytes;  // over the training steps
   std::size_t workspace_bytes = 0;        // the cuBLASLt workspace each library call borrows
   std::int64_t nvrtc_compiles = 0;
@@ -225,26 +228,40 @@ RunResult train(const DemoOptions& options, bool compiled) {
 
   // Step 1 is cold (tracing, kernel compiles); step 2 is profiled on the virtual GPU (the
   // profiler slows the interpreter); the rest are timed and counted.
-  WorkCounters counted{};
+  struct Tally {
+    WorkCounters work{};
+    double ms = 0;
+  } tally[2];  // forward + backward, optimizer
   double timed_ms = 0;
   std::int64_t timed_steps = 0;
   for (std::int64_t step = 0; step < options.train.steps; ++step) {
     double loss = 0;
     if (step == 1 && profile) {
-      r.step_dram = measure_dram([&] { loss = trainer.step(); });
+      r.training.dram = measure_dram([&] { loss = trainer.forward_backward().item(); });
+      r.optimizer.dram = measure_dram([&] { trainer.optimizer_step(); });
     } else {
-      WorkCounters before = WorkCounters::now();
       auto t0 = Clock::now();
-      loss = trainer.step();
+      Tensor l;
+      for (int half = 0; half < 2; ++half) {
+        WorkCounters before = WorkCounters::now();
+        auto h0 = Clock::now();
+        if (half == 0)
+          l = trainer.forward_backward();
+        else
+          trainer.optimizer_step();
+        if (step == 0) continue;
+        tally[half].ms += ms_since(h0);
+        WorkCounters d = WorkCounters::now() - before;
+        tally[half].work.launches += d.launches;
+        tally[half].work.library_calls += d.library_calls;
+      }
+      loss = l.item();
       double ms = ms_since(t0);
       if (step == 0) {
         r.first_step_ms = ms;
       } else {
         timed_ms += ms;
         ++timed_steps;
-        WorkCounters d = WorkCounters::now() - before;
-        counted.launches += d.launches;
-        counted.library_calls += d.library_calls;
       }
     }
     r.losses.push_back(loss);
@@ -253,10 +270,15 @@ RunResult train(const DemoOptions& options, bool compiled) {
     std::fflush(stdout);  // progress shows when piped, too
   }
   if (timed_steps > 0) {
-    r.warm_step_ms = timed_ms / static_cast<double>(timed_steps);
-    r.launches_per_step = static_cast<double>(counted.launches) / static_cast<double>(timed_steps);
-    r.library_calls_per_step =
-        static_cast<double>(counted.library_calls) / static_cast<double>(timed_steps);
+    auto n = static_cast<double>(timed_steps);
+    r.warm_step_ms = timed_ms / n;
+    RunResult::Phase* phases[2] = {&r.training, &r.optimizer};
+    for (int half = 0; half < 2; ++half) {
+      phases[half]->launches_per_step = static_cast<double>(tally[half].work.launches) / n;
+      phases[half]->library_calls_per_step =
+          static_cast<double>(tally[half].work.library_calls) / n;
+      phases[half]->warm_ms = tally[half].ms / n;
+    }
   }
 
   if (device.is_cuda()) {
@@ -347,20 +369,29 @@ void summary(const DemoOptions& options,
         return std::string(b);
       }));
   const bool cuda = options.device.is_cuda();
-  row("kernel launches per step", cells([&](const RunResult& r) {
-        return cuda ? count_text(r.launches_per_step) : std::string("n/a");
-      }));
-  row("library calls per step", cells([&](const RunResult& r) {
-        return cuda ? count_text(r.library_calls_per_step) : std::string("n/a");
-      }));
-  row("DRAM bytes per step (kernels+library)",
-      cells([&](const RunResult& r) { return bytes_text(dram_total(r.step_dram)); }));
-  row("  kernels (profiler-measured)", cells([&](const RunResult& r) {
-        return bytes_text(r.step_dram ? std::optional(r.step_dram->kernel_bytes) : std::nullopt);
-      }));
-  row("  library operands", cells([&](const RunResult& r) {
-        return bytes_text(r.step_dram ? std::optional(r.step_dram->library_bytes) : std::nullopt);
-      }));
+  for (auto [label, phase] :
+       {std::pair{"forward + backward (the loss, compiled)", &RunResult::training},
+        std::pair{"optimizer (clipping, AdamW, eager)", &RunResult::optimizer}}) {
+    row(label, cells([](const RunResult&) { return std::string(); }));
+    row("  kernel launches per step", cells([&](const RunResult& r) {
+          return cuda ? count_text((r.*phase).launches_per_step) : std::string("n/a");
+        }));
+    row("  library calls per step", cells([&](const RunResult& r) {
+          return cuda ? count_text((r.*phase).library_calls_per_step) : std::string("n/a");
+        }));
+    row("  DRAM bytes per step (kernels+library)",
+        cells([&](const RunResult& r) { return bytes_text(dram_total((r.*phase).dram)); }));
+    row("    kernels (profiler-measured)", cells([&](const RunResult& r) {
+          const auto& d = (r.*phase).dram;
+          return bytes_text(d ? std::optional(d->kernel_bytes) : std::nullopt);
+        }));
+    row("    library operands", cells([&](const RunResult& r) {
+          const auto& d = (r.*phase).dram;
+          return bytes_text(d ? std::optional(d->library_bytes) : std::nullopt);
+        }));
+    row("  host time per warm step",
+        cells([&](const RunResult& r) { return ms_text((r.*phase).warm_ms); }));
+  }
   row("peak device memory (training)", cells([](const RunResult& r) {
         return bytes_text(r.peak_bytes ? std::optional(static_cast<std::int64_t>(*r.peak_bytes))
                                        : std::nullopt);
@@ -378,7 +409,8 @@ void summary(const DemoOptions& options,
                           ms_text(r.nvrtc_ms) + ")"
                     : std::string("n/a");
       }));
-  row("host time per warm step", cells([](const RunResult& r) { return ms_text(r.warm_step_ms); }));
+  row("host time per warm step (whole step)",
+      cells([](const RunResult& r) { return ms_text(r.warm_step_ms); }));
   row("held-out forward, no grad: launches", cells([&](const RunResult& r) {
         return cuda ? count_text(static_cast<double>(r.eval_work.launches)) : std::string("n/a");
       }));
@@ -397,7 +429,7 @@ void summary(const DemoOptions& options,
   // What the figures mean, where that is not obvious from the row.
   bool profiled = false, node_by_node = false, cached = cuda, compare = runs.size() == 2;
   for (const auto& [name, r] : runs) {
-    profiled = profiled || r.step_dram.has_value();
+    profiled = profiled || r.training.dram.has_value();
     node_by_node = node_by_node ||
                    (r.compiled_stats && r.compiled_stats->kernel_calls < r.compiled_stats->calls);
     cached = cached && r.nvrtc_compiles == 0;
@@ -415,9 +447,7 @@ void summary(const DemoOptions& options,
         "the traced (optimized) graph node by node.\n");
   else if (node_by_node)
     std::printf(
-        "compiled: a call that needs gradients runs its traced graph node by node through\n"
-        "autograd (the compiled backward is not built yet), with linear and the MLP as the\n"
-        "primitives they trace to; the no-grad held-out forward runs the generated kernels.\n");
+        "compiled: some calls ran node by node through autograd (KILN_LOG=aot says why).\n");
   if (cached)
     std::printf(
         "NVRTC compiles 0: every kernel came from the disk cache (a cold run:\n"

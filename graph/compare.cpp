@@ -59,14 +59,14 @@ std::optional<std::string> structural_difference(const Graph& a, const Graph& b)
   for (std::size_t i = 0; i < a.nodes.size(); ++i) {
     const Node &x = a.nodes[i], &y = b.nodes[i];
     if (x.op != y.op || x.inputs != y.inputs || x.outputs != y.outputs || x.grad != y.grad ||
-        !attrs_equal(x.op, x.attrs, y.attrs))
+        x.checkpoint != y.checkpoint || !attrs_equal(x.op, x.attrs, y.attrs))
       return fmt::format("op {} of the trace was {}({}) and is now {}({})", i, x.op,
                          attrs_str(x.op, x.attrs), y.op, attrs_str(y.op, y.attrs));
     for (std::size_t k = 0; k < x.outputs.size(); ++k) {
       const Value &vx = a.values[x.outputs[k]], &vy = b.values[y.outputs[k]];
       if (vx.meta.dtype != vy.meta.dtype || vx.meta.shape.size() != vy.meta.shape.size())
-        return fmt::format("op {} ({}) made {} and now makes {}", i, x.op,
-                           type_of(a, x.outputs[k]), type_of(b, y.outputs[k]));
+        return fmt::format("op {} ({}) made {} and now makes {}", i, x.op, type_of(a, x.outputs[k]),
+                           type_of(b, y.outputs[k]));
     }
   }
   if (a.outputs != b.outputs) return std::string("the function now returns other values");

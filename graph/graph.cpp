@@ -51,7 +51,8 @@ std::string value_type_str(const Value& v) {
   std::vector<std::string> dims;
   for (const auto& s : v.sizes) dims.push_back(s.str());
   std::string out = fmt::format("{}[{}]", v.meta.dtype, fmt::join(dims, ", "));
-  if (v.strides != StrideClass::contiguous) out += fmt::format("{{{}}}", stride_class_name(v.strides));
+  if (v.strides != StrideClass::contiguous)
+    out += fmt::format("{{{}}}", stride_class_name(v.strides));
   if (!v.device.is_cpu()) out += "@" + v.device.str();
   return out;
 }
@@ -66,10 +67,14 @@ std::string constant_str(const Tensor& t) {
 
 const char* kind_str(InputKind k) {
   switch (k) {
-    case InputKind::argument: return "argument";
-    case InputKind::state: return "state";
-    case InputKind::captured: return "captured";
-    case InputKind::constant: return "constant";
+    case InputKind::argument:
+      return "argument";
+    case InputKind::state:
+      return "state";
+    case InputKind::captured:
+      return "captured";
+    case InputKind::constant:
+      return "constant";
   }
   return "?";
 }
@@ -82,9 +87,10 @@ std::string node_str(const Graph& g, const Node& n) {
   }
   for (int v : n.inputs) args.push_back(fmt::format("%{}", v));
   std::string attrs = attrs_str(n.op, n.attrs);
-  return fmt::format("{}: {} = {}({}{}{}){}", fmt::join(outs, ", "), fmt::join(types, ", "),
-                     n.op, fmt::join(args, ", "), attrs.empty() ? "" : ", ", attrs,
-                     n.grad ? "" : " no_grad");
+  return fmt::format("{}: {} = {}({}{}{}){}{}", fmt::join(outs, ", "), fmt::join(types, ", "), n.op,
+                     fmt::join(args, ", "), attrs.empty() ? "" : ", ", attrs,
+                     n.grad ? "" : " no_grad",
+                     n.checkpoint ? fmt::format(" checkpoint {}", n.checkpoint) : "");
 }
 
 }  // namespace

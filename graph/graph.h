@@ -24,7 +24,7 @@ struct Value {
   // Per dim: the size as an expression of the symbols (a constant for a static dim, opaque for
   // one that follows symbols in a way kiln does not track).
   std::vector<SymExpr> sizes;
-  int producer = -1;  // node index, or -1 for a graph input
+  int producer = -1;     // node index, or -1 for a graph input
   int output_index = 0;  // which output of the producer
   Device device;
   StrideClass strides = StrideClass::contiguous;
@@ -33,9 +33,9 @@ struct Value {
 
 struct Input {
   InputKind kind = InputKind::argument;
-  int arg_index = -1;           // argument: position in the call's argument list
+  int arg_index = -1;            // argument: position in the call's argument list
   const Tensor* slot = nullptr;  // state: where the current tensor lives
-  Tensor tensor;                // state (as traced), captured, constant
+  Tensor tensor;                 // state (as traced), captured, constant
   std::string name;
   int value = -1;
 };
@@ -47,6 +47,9 @@ struct Node {
   std::vector<int> outputs;  // value ids, one per output of the op
   // False when traced with grad mode off (NoGradGuard in the function): it records no history.
   bool grad = true;
+  // The jit::checkpoint region it was recorded in (0: none). Values a region makes and only it
+  // reads are never saved for the compiled backward, which recomputes them.
+  int checkpoint = 0;
   int output() const { return outputs.at(0); }
 };
 

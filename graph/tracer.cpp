@@ -12,8 +12,10 @@ namespace {
 // every other op writes a fresh contiguous tensor.
 StrideClass output_strides(OpId op, const OpAttrs& attrs, StrideClass input) {
   switch (op) {
-    case OpId::detach: return input;
-    case OpId::reshape: return input == StrideClass::contiguous ? input : StrideClass::general;
+    case OpId::detach:
+      return input;
+    case OpId::reshape:
+      return input == StrideClass::contiguous ? input : StrideClass::general;
     case OpId::permute: {
       auto rank = static_cast<std::int64_t>(attrs.dims.size());
       bool identity = true, swaps_last_two = rank >= 2;
@@ -28,8 +30,9 @@ StrideClass output_strides(OpId op, const OpAttrs& attrs, StrideClass input) {
       return StrideClass::general;
     }
     case OpId::expand:
-    case OpId::slice: return StrideClass::general;
-    // Every other op writes a fresh contiguous tensor
+    case OpId::slice:
+      return StrideClass::general;
+      // Every other op writes a fresh contiguous tensor
 #define KILN_HANDLED_view
 #include "runtime/op_class_cases.inc"
       break;
@@ -37,9 +40,24 @@ StrideClass output_strides(OpId op, const OpAttrs& attrs, StrideClass input) {
   return StrideClass::contiguous;
 }
 
+thread_local int current_region = 0, last_region = 0;
+
 }  // namespace
 
-Tracer::Tracer(std::string name) { graph_.name = std::move(name); }
+CheckpointScope::CheckpointScope() : previous_(current_region) {
+  if (current_region == 0) current_region = ++last_region;
+}
+CheckpointScope::CheckpointScope(int region) : previous_(current_region) {
+  current_region = region;
+}
+CheckpointScope::~CheckpointScope() {
+  current_region = previous_;
+}
+
+Tracer::Tracer(std::string name) {
+  graph_.name = std::move(name);
+  last_region = 0;  // regions are numbered alike in every trace of a function
+}
 
 Tensor Tracer::placeholder(int value, Device device) {
   auto impl = std::make_shared<TensorImpl>();
@@ -51,8 +69,8 @@ Tensor Tracer::placeholder(int value, Device device) {
   return Tensor(std::move(impl));
 }
 
-Tensor Tracer::add_argument(const Tensor& real, int arg_index, std::string name,
-                            const Shape& shape, std::vector<SymExpr> sizes) {
+Tensor Tracer::add_argument(const Tensor& real, int arg_index, std::string name, const Shape& shape,
+                            std::vector<SymExpr> sizes) {
   Input in;
   in.kind = InputKind::argument;
   in.arg_index = arg_index;
@@ -63,6 +81,18 @@ Tensor Tracer::add_argument(const Tensor& real, int arg_index, std::string name,
   value.device = real.device();
   value.strides = stride_class(real.impl().shape, real.strides());
   return placeholder(v, real.device());
+}
+
+Tensor Tracer::add_input(Input in, const Value& like) {
+  const TensorImpl* real = in.tensor.defined() ? &in.tensor.impl() : nullptr;
+  int v = graph_.add_input(std::move(in), like.meta);
+  if (real) lifted_.emplace(real, v);
+  given_inputs_.insert(v);
+  Value& value = graph_.values[v];
+  value.sizes = like.sizes;
+  value.device = like.device;
+  value.strides = like.strides;
+  return placeholder(v, like.device);
 }
 
 void Tracer::declare_state(const Tensor* slot, std::string name) {
@@ -95,12 +125,13 @@ int Tracer::value_of(const Tensor& t) {
   return v;
 }
 
-std::vector<Tensor> Tracer::intercept(OpId op, std::span<const Tensor> inputs,
-                                      const OpAttrs& attrs, std::span<const TensorMeta> outputs) {
+std::vector<Tensor> Tracer::intercept(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs,
+                                      std::span<const TensorMeta> outputs) {
   Node node;
   node.op = op;
   node.attrs = attrs;
   node.grad = grad_enabled();
+  node.checkpoint = current_region;
   Device device = op == OpId::to_device ? attrs.device
                   : inputs.empty()      ? Device::cpu()
                                         : inputs[0].device();
@@ -151,14 +182,20 @@ void Tracer::classify_lifted() {
   // A tensor made during tracing (a scalar operand, a factory result) is referenced only by the
   // graph: nothing can change it later, so it is a constant and may be folded.
   int constants = 0, captured = 0;
+  for (const auto& in : graph_.inputs)
+    if (given_inputs_.count(in.value)) {
+      constants += in.kind == InputKind::constant;
+      captured += in.kind == InputKind::captured;
+    }
   for (auto& in : graph_.inputs) {
     if (in.kind == InputKind::state) in.tensor = Tensor();  // the slot is read per call
     if (in.kind == InputKind::argument || in.kind == InputKind::state) continue;
+    if (given_inputs_.count(in.value)) continue;  // described by whoever added it
     bool sole_owner =
         in.tensor.impl_ptr().use_count() == 1 && in.tensor.impl().storage.use_count() == 1;
     in.kind = sole_owner ? InputKind::constant : InputKind::captured;
-    in.name = sole_owner ? fmt::format("const{}", constants++)
-                         : fmt::format("captured{}", captured++);
+    in.name =
+        sole_owner ? fmt::format("const{}", constants++) : fmt::format("captured{}", captured++);
   }
   lifted_.clear();
 }

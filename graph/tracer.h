@@ -24,6 +24,12 @@ class Tracer : public OpInterceptor {
   // A tensor slot the function declared as its state: when the function reads the tensor it
   // holds, the graph reads the slot (on every call) instead of capturing the tensor.
   void declare_state(const Tensor* slot, std::string name);
+  // An input described by `in` whose value has the metadata and size expressions of `like`
+  // (re-tracing a graph: its inputs, or the incoming gradients of its outputs).
+  Tensor add_input(Input in, const Value& like);
+  // While on, recorded ops also get autograd history (see OpInterceptor::records_history).
+  void set_records_history(bool on) { records_history_ = on; }
+  bool records_history() const override { return records_history_; }
   void set_outputs(const std::vector<Tensor>& outputs);
   Graph& graph() { return graph_; }
 
@@ -46,8 +52,24 @@ class Tracer : public OpInterceptor {
   Graph graph_;
   std::unordered_map<const TensorImpl*, int> lifted_;  // real tensors already made inputs
   std::unordered_map<const TensorImpl*, std::pair<const Tensor*, std::string>> state_;
+  std::set<int> given_inputs_;  // values from add_input: their kind is the caller's
   std::set<int> read_symbols_;
   bool read_opaque_ = false;
+  bool records_history_ = false;
+};
+
+// Puts the nodes traced while it lives in one checkpoint region (graph::Node::checkpoint): a new
+// one, numbered per trace, unless a region is open already; or `region` when re-recording.
+class CheckpointScope {
+ public:
+  CheckpointScope();
+  explicit CheckpointScope(int region);
+  ~CheckpointScope();
+  CheckpointScope(const CheckpointScope&) = delete;
+  CheckpointScope& operator=(const CheckpointScope&) = delete;
+
+ private:
+  int previous_;
 };
 
 }  // namespace kiln::graph

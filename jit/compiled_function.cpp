@@ -16,6 +16,7 @@
 #include "graph/node_values.h"
 #include "graph/passes.h"
 #include "graph/tracer.h"
+#include "jit/aot/joint_graph.h"
 #include "jit/codegen/kernel_coverage.h"
 #include "jit/reference_executor.h"
 #include "runtime/log.h"
@@ -188,12 +189,13 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
       }
     }
     Trace trace = run_trace(args, invoke, arg_symbols, s1);
+    std::optional<Trace> probe;
     DimSet demote;
     if (!symbols.empty()) {
       bool matched = false;
       try {
-        Trace probe = run_trace(args, invoke, arg_symbols, s2);
-        matched = match_traces(trace.graph, probe.graph, s1, s2);
+        probe = run_trace(args, invoke, arg_symbols, s2);
+        matched = match_traces(trace.graph, probe->graph, s1, s2);
       } catch (const Error&) {
         matched = false;  // the function cannot run at other sizes as traced
       }
@@ -216,8 +218,65 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
     e.graph.symbols = std::move(symbols);
     e.arg_symbols = arg_symbols;
     graph::optimize(e.graph);
+    bool on_device = runs_on_device(e.graph, args);
+    // Guards pin grad mode and every requires_grad: this entry's calls all need gradients, or
+    // none does.
+    if (on_device && grad_enabled() && needs_grad(e.graph, args)) {
+      std::optional<JointGraph> joint;
+      try {
+        joint = build_joint_graph(e.graph, args);
+      } catch (const Error& err) {
+        e.aot_fallback = err.what();
+      }
+      // The backward must serve every size the forward serves: its rules may not read a
+      // symbolic size, and its trace must follow the symbols at the probe sizes too.
+      if (joint && !e.graph.symbols.empty()) {
+        std::string why = joint->read_opaque ? "a derivative rule read an untracked size" : "";
+        if (why.empty() && probe) {
+          try {
+            Graph probe_forward = std::move(probe->graph);
+            probe_forward.symbols = e.graph.symbols;
+            graph::optimize(probe_forward);
+            Graph probe_joint = build_joint_graph(probe_forward, args).graph;
+            if (!match_traces(joint->graph, probe_joint, s1, s2))
+              why = fmt::format("traced at other sizes it differs ({})",
+                                graph::structural_difference(joint->graph, probe_joint)
+                                    .value_or("a size does not follow its symbols"));
+          } catch (const Error& err) {
+            why = fmt::format("it cannot be traced at other sizes ({})", err.what());
+          }
+        }
+        bool generic = why.empty();
+        for (const auto& c : candidates)
+          if (!generic || joint->read_symbols.count(arg_symbols[c.first][c.second]))
+            demote.insert(c);
+        if (why.empty() && !demote.empty()) why = "a derivative rule read their sizes";
+        if (!demote.empty()) {
+          if (log_enabled(LogTopic::aot))
+            log_line(
+                fmt::format("kiln: aot: the backward of '{}' does not serve every size of "
+                            "{} dynamic dims ({}); retracing with them static",
+                            options_.name, demote.size(), why));
+          for (const auto& d : demote) {
+            specialized_.insert(d);
+            candidates.erase(d);
+          }
+          continue;
+        }
+      }
+      if (joint) {
+        try {
+          e.aot = std::make_shared<const AotProgram>(*joint, options_.name);
+        } catch (const Error& err) {
+          e.aot_fallback = err.what();
+        }
+      }
+      if (!e.aot && log_enabled(LogTopic::aot))
+        log_line(fmt::format("kiln: aot: '{}' runs node by node through autograd: {}",
+                             options_.name, e.aot_fallback));
+    }
     e.fusion = graph::partition(e.graph, {}, &codegen::kernel_coverage());
-    if (runs_on_device(e.graph, args)) e.plan.emplace(e.graph, e.fusion);
+    if (on_device && !e.aot && e.aot_fallback.empty()) e.plan.emplace(e.graph, e.fusion);
     GuardSet& gs = e.guards;
     gs.grad_enabled = grad_enabled();
     gs.num_symbols = static_cast<int>(e.graph.symbols.size());
@@ -267,6 +326,9 @@ void CompiledFunctionCore::report(const Entry& e, std::size_t index) const {
   if (log_enabled(LogTopic::graph))
     log_line(fmt::format("kiln: graph of '{}' entry {}:\n{}", options_.name, index, e.graph.str()));
   if (log_enabled(LogTopic::fusion)) log_line(fmt::format("kiln: {}", e.fusion.str(e.graph)));
+  if (e.aot && log_enabled(LogTopic::aot))
+    log_line(fmt::format("kiln: aot: '{}' entry {}:\n{}", options_.name, index,
+                         e.aot->partition().str()));
   if (const char* dir = std::getenv("KILN_DUMP_DIR")) {
     std::string path = fmt::format("{}/{}.{}.dot", dir, options_.name, index);
     std::ofstream out(path);
@@ -377,7 +439,12 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
   }
   if (!entry) return invoke(args);
   if (verify_now) verify(*entry, args, invoke, symbol_values);
-  // Generated kernels record no autograd history: calls that need gradients run node by node.
+  if (entry->aot) {
+    ++stats_.kernel_calls;
+    return entry->aot->run(args, symbol_values);
+  }
+  // A plan's kernels record no autograd history: an entry whose calls need gradients and that
+  // could not be compiled for training (aot_fallback says why) runs node by node.
   if (entry->plan && !(grad_enabled() && needs_grad(entry->graph, args))) {
     ++stats_.kernel_calls;
     return entry->plan->run(entry->graph, args, symbol_values);
@@ -411,8 +478,9 @@ std::string CompiledFunctionCore::explain() const {
   std::shared_lock lock(mutex_);
   std::string out = fmt::format(
       "compiled function '{}': {} calls, {} hits, {} compiles, {} eager calls, {} entries\n"
-      "ran on: generated kernels for {} calls; the reference executor (node by node through "
-      "autograd: inputs on the CPU, or gradients needed) for the others\n",
+      "ran on: generated kernels for {} calls (forward and backward plans for calls that "
+      "need gradients); the reference executor (node by node through autograd: inputs on the "
+      "CPU, or a function not compiled for training) for the others\n",
       options_.name, stats_.calls.get(), stats_.hits.get(), stats_.compiles.get(),
       stats_.eager_calls.get(), entries_.size(), stats_.kernel_calls.get());
   if (options_.verify_every > 0)
@@ -424,6 +492,10 @@ std::string CompiledFunctionCore::explain() const {
                        e.hits.get(), e.reason, e.guards.count(), indent(e.guards.str(), 2));
     out += "  graph:\n" + indent(e.graph.str(), 4);
     out += "  fusion plan:\n" + indent(e.fusion.str(e.graph), 4);
+    if (e.aot)
+      out += "  compiled for training (forward + backward):\n" + indent(e.aot->str(), 4);
+    else if (!e.aot_fallback.empty())
+      out += fmt::format("  runs node by node through autograd: {}\n", e.aot_fallback);
     if (e.plan)
       out += fmt::format(
           "  launches ({} generated kernels; intermediates at the traced sizes: {} bytes at "
@@ -463,6 +535,11 @@ const KernelPlan* CompiledFunctionCore::plan(int entry) const {
   std::shared_lock lock(mutex_);
   const auto& p = entries_.at(entry)->plan;
   return p ? &*p : nullptr;
+}
+
+const AotProgram* CompiledFunctionCore::aot(int entry) const {
+  std::shared_lock lock(mutex_);
+  return entries_.at(entry)->aot.get();
 }
 
 const GuardSet& CompiledFunctionCore::guards(int entry) const {

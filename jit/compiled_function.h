@@ -16,6 +16,7 @@
 
 #include "graph/fusion.h"
 #include "graph/graph.h"
+#include "jit/aot/aot_program.h"
 #include "jit/call_args.h"
 #include "jit/guards.h"
 #include "jit/kernel_plan.h"
@@ -70,6 +71,8 @@ class CompiledFunctionCore {
   const graph::Partition& fusion(int entry) const;
   // The entry's launches (graphs on CUDA tensors), or null.
   const KernelPlan* plan(int entry) const;
+  // The entry's forward + backward program (calls that need gradients), or null.
+  const AotProgram* aot(int entry) const;
   const GuardSet& guards(int entry) const;
   std::vector<std::string> recompile_reasons() const;
   CompiledStats stats() const;
@@ -91,6 +94,9 @@ class CompiledFunctionCore {
     graph::Graph traced;             // as recorded: what a verification re-trace is compared with
     graph::Partition fusion;         // the kernels `graph` becomes
     std::optional<KernelPlan> plan;  // for graphs on CUDA tensors
+    // For calls that need gradients: the compiled forward and backward, or why there is none.
+    std::shared_ptr<const AotProgram> aot;
+    std::string aot_fallback;
     std::vector<std::vector<int>> arg_symbols;
     Counter hits;
     std::string reason;  // why it was traced

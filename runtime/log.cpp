@@ -5,12 +5,24 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "runtime/error.h"
 
 namespace kiln {
 
 namespace {
+
+constexpr std::pair<std::string_view, LogTopic> kTopics[] = {
+    {"recompiles", LogTopic::recompiles},
+    {"guards", LogTopic::guards},
+    {"graph", LogTopic::graph},
+    {"fusion", LogTopic::fusion},
+    {"kernels", LogTopic::kernels},
+    {"cache", LogTopic::cache},
+    {"aot", LogTopic::aot},
+};
 
 int parse(const char* spec) {
   if (!spec) return 0;
@@ -21,16 +33,17 @@ int parse(const char* spec) {
     std::size_t end = s.find(',', start);
     if (end == std::string::npos) end = s.size();
     std::string topic = s.substr(start, end - start);
-    if (topic == "recompiles") mask |= static_cast<int>(LogTopic::recompiles);
-    else if (topic == "guards") mask |= static_cast<int>(LogTopic::guards);
-    else if (topic == "graph") mask |= static_cast<int>(LogTopic::graph);
-    else if (topic == "fusion") mask |= static_cast<int>(LogTopic::fusion);
-    else if (topic == "kernels") mask |= static_cast<int>(LogTopic::kernels);
-    else if (topic == "cache") mask |= static_cast<int>(LogTopic::cache);
-    else if (topic == "all") mask |= 63;
-    else if (!topic.empty())
-      std::fprintf(stderr, "kiln: KILN_LOG topic '%s' is unknown (known: recompiles, guards, "
-                   "graph, fusion, kernels, cache, all)\n", topic.c_str());
+    bool known = topic.empty();
+    for (const auto& [name, bit] : kTopics) {
+      if (topic != name && topic != "all") continue;
+      mask |= static_cast<int>(bit);
+      known = true;
+    }
+    if (!known)
+      std::fprintf(stderr,
+                   "kiln: KILN_LOG topic '%s' is unknown (known: recompiles, guards, graph, "
+                   "fusion, kernels, cache, aot, all)\n",
+                   topic.c_str());
     start = end + 1;
   }
   return mask;
@@ -43,10 +56,14 @@ std::atomic<int>& mask() {
 
 }  // namespace
 
-bool log_enabled(LogTopic topic) { return (mask().load() & static_cast<int>(topic)) != 0; }
+bool log_enabled(LogTopic topic) {
+  return (mask().load() & static_cast<int>(topic)) != 0;
+}
 void log_line(std::string_view text) {
   std::fprintf(stderr, "%.*s\n", static_cast<int>(text.size()), text.data());
 }
-void reload_log_settings() { mask().store(parse(std::getenv("KILN_LOG"))); }
+void reload_log_settings() {
+  mask().store(parse(std::getenv("KILN_LOG")));
+}
 
 }  // namespace kiln

@@ -6,7 +6,15 @@
 
 namespace kiln {
 
-enum class LogTopic { recompiles = 1, guards = 2, graph = 4, fusion = 8, kernels = 16, cache = 32 };
+enum class LogTopic {
+  recompiles = 1,
+  guards = 2,
+  graph = 4,
+  fusion = 8,
+  kernels = 16,
+  cache = 32,
+  aot = 64,  // the compiled backward: forward/backward graphs, what is saved and why
+};
 
 bool log_enabled(LogTopic topic);
 void log_line(std::string_view text);

@@ -151,6 +151,12 @@ Tensor make_view(const Tensor& base, Shape shape, Strides strides, std::int64_t 
   impl->offset = offset;
   impl->dtype = base.dtype();
   impl->is_view = true;
+  // An alias of a traced placeholder (autograd's history-free copies while a joint graph is
+  // traced) stands for the same traced value.
+  const TensorImpl& b = base.impl();
+  if (b.trace_value >= 0 && impl->shape == b.shape && impl->strides == b.strides &&
+      impl->offset == b.offset)
+    impl->trace_value = b.trace_value;
   return Tensor(std::move(impl));
 }
 

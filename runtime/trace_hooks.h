@@ -31,6 +31,9 @@ class OpInterceptor {
   virtual SymExpr size_expr(const TensorImpl& tensor, std::int64_t dim) = 0;
   // User code turned a size with this expression into a plain integer.
   virtual void on_size_read(const SymExpr& size) = 0;
+  // True while recorded ops should also get autograd history, so that running the engine on
+  // traced outputs records the backward (the compiled backward's joint graph).
+  virtual bool records_history() const { return false; }
 };
 
 // The interceptor active on this thread, or nullptr when not tracing.

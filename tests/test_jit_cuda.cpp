@@ -257,7 +257,7 @@ BOOST_AUTO_TEST_CASE(a_cast_to_half_inside_a_kernel_still_rounds) {
   BOOST_TEST(relative_error(got[1], want1) <= 1e-7);
 }
 
-BOOST_AUTO_TEST_CASE(inputs_that_need_gradients_take_the_autograd_path) {
+BOOST_AUTO_TEST_CASE(inputs_that_need_gradients_run_compiled_forward_and_backward_plans) {
   Tensor x0 = randn({3, 16}), w0 = randn({16}), b0 = randn({16});
   Tensor x = x0.to(Device::cuda()).detach().requires_grad_();
   Tensor w = w0.to(Device::cuda()).detach().requires_grad_();
@@ -267,7 +267,8 @@ BOOST_AUTO_TEST_CASE(inputs_that_need_gradients_take_the_autograd_path) {
   });
   Tensor y = f(x, w, b);
   y.backward();
-  BOOST_TEST(f.core().stats().kernel_calls == 0);
+  BOOST_TEST(f.core().stats().kernel_calls == 1);
+  BOOST_TEST(f.core().aot(0) != nullptr);
   BOOST_TEST(x.grad().device().str() == "cuda:0");  // the seed of backward() is on y's device
   // The same gradients on the CPU.
   Tensor xc = x0.detach().requires_grad_(), wc = w0.detach().requires_grad_(),
@@ -276,10 +277,13 @@ BOOST_AUTO_TEST_CASE(inputs_that_need_gradients_take_the_autograd_path) {
   BOOST_TEST(relative_error(x.grad(), xc.grad()) <= 1e-4);
   BOOST_TEST(relative_error(w.grad(), wc.grad()) <= 1e-4);
   BOOST_TEST(relative_error(b.grad(), bc.grad()) <= 1e-4);
-  // Under no_grad the same function runs as kernels.
+  // Under no_grad the same function is another entry, a forward plan alone.
   NoGradGuard no_grad;
   f(x, w, b);
-  BOOST_TEST(f.core().stats().kernel_calls == 1);
+  BOOST_TEST(f.core().stats().kernel_calls == 2);
+  BOOST_TEST(f.core().num_entries() == 2u);
+  BOOST_TEST(f.core().aot(1) == nullptr);
+  BOOST_TEST(f.core().plan(1) != nullptr);
 }
 
 BOOST_AUTO_TEST_CASE(kiln_check_accuracy_passes_correct_kernels_and_names_a_wrong_one) {

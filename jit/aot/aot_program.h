@@ -1,0 +1,44 @@
+// A compiled function's training path: the forward and backward graphs of its joint graph, each
+// fused and compiled to a KernelPlan, and the one autograd node a call's outputs hang from,
+// whose backward runs the backward plan on what the forward saved.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "graph/fusion.h"
+#include "jit/aot/partition.h"
+#include "jit/call_args.h"
+#include "jit/kernel_plan.h"
+
+namespace kiln::jit {
+
+class AotProgram : public std::enable_shared_from_this<AotProgram> {
+ public:
+  // Partitions `joint` and compiles both graphs.
+  AotProgram(const JointGraph& joint, std::string function_name);
+
+  // Runs the forward plan; outputs that carry gradients share one autograd node. The program
+  // must be owned by a shared_ptr (the node keeps it alive).
+  std::vector<Tensor> run(std::span<const CallArg> args,
+                          std::span<const std::int64_t> symbol_values) const;
+
+  const AotPartition& partition() const { return partition_; }
+  const KernelPlan& forward_plan() const { return forward_plan_; }
+  const KernelPlan& backward_plan() const { return backward_plan_; }
+  // Both graphs, their fusion and launches (explain()).
+  std::string str() const;
+
+ private:
+  friend class CompiledFunctionBackward;
+  std::string name_;
+  std::vector<bool> output_requires_grad_;
+  std::vector<graph::Input> grad_targets_;
+  AotPartition partition_;
+  graph::Partition forward_fusion_, backward_fusion_;
+  KernelPlan forward_plan_, backward_plan_;
+};
+
+}  // namespace kiln::jit
