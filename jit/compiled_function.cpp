@@ -228,6 +228,10 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
       } catch (const Error& err) {
         e.aot_fallback = err.what();
       }
+      // No output carries a gradient (an argmax of a parameter): the forward plan serves, as no
+      // history would be recorded eagerly either.
+      if (joint && joint->grad_targets.empty()) joint.reset();
+      bool wants_aot = joint.has_value() || !e.aot_fallback.empty();
       // The backward must serve every size the forward serves: its rules may not read a
       // symbolic size, and its trace must follow the symbols at the probe sizes too.
       if (joint && !e.graph.symbols.empty()) {
@@ -271,7 +275,7 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
           e.aot_fallback = err.what();
         }
       }
-      if (!e.aot && log_enabled(LogTopic::aot))
+      if (wants_aot && !e.aot && log_enabled(LogTopic::aot))
         log_line(fmt::format("kiln: aot: '{}' runs node by node through autograd: {}",
                              options_.name, e.aot_fallback));
     }

@@ -134,6 +134,16 @@ BOOST_AUTO_TEST_CASE(only_the_inputs_that_require_grad_get_one) {
   BOOST_TEST(f.core().aot(0) != nullptr);
 }
 
+BOOST_AUTO_TEST_CASE(outputs_that_carry_no_gradient_run_the_forward_plan_alone) {
+  auto f = jit::compile([](const Tensor& x) { return argmax(x, 0); });
+  Tensor x = leaf(test::f32s({1, 5, 3}), DType::f32, Device::cuda());
+  Tensor i = f(x);
+  BOOST_TEST(!i.requires_grad());
+  BOOST_TEST(i.to(Device::cpu()).item() == 1.0);
+  BOOST_TEST(f.core().aot(0) == nullptr);
+  BOOST_TEST(f.core().plan(0) != nullptr);
+}
+
 BOOST_AUTO_TEST_CASE(retain_graph_allows_a_second_backward_and_without_it_a_second_raises) {
   auto f = jit::compile([](const Tensor& x) { return sum(exp(x) * x); });
   Tensor x = leaf(randn({5}), DType::f32, Device::cuda());
