@@ -23,13 +23,13 @@ Tensor metadata_only(const Tensor& t) {
   return Tensor(std::move(meta));
 }
 
-// The same data without history.
+}  // namespace
+
 Tensor without_history(const Tensor& t) {
   Tensor alias = make_view(t, t.impl().shape, t.strides(), t.offset());
   alias.impl().is_view = t.impl().is_view;
   return alias;
 }
-}  // namespace
 
 Node::Node(std::size_t num_outputs) : sequence_nr_(next_sequence_nr++), num_outputs_(num_outputs) {}
 

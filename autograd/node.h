@@ -57,6 +57,10 @@ class Node : public std::enable_shared_from_this<Node> {
   std::size_t num_outputs_;
 };
 
+// A new tensor over `t`'s data (a view exactly when `t` is one) with no history: where history
+// can be attached without touching `t`.
+Tensor without_history(const Tensor& t);
+
 // A tensor kept for backward, with the storage version it had: unpacking after an in-place
 // change of that storage is an AutogradError, as silent wrong gradients would be worse.
 // - An input whose values the rule does not read is kept as metadata only, so later in-place

@@ -75,12 +75,12 @@ Tensor Tracer::add_argument(const Tensor& real, int arg_index, std::string name,
   in.kind = InputKind::argument;
   in.arg_index = arg_index;
   in.name = std::move(name);
-  int v = graph_.add_input(std::move(in), {shape, real.dtype()});
-  Value& value = graph_.values[v];
-  value.sizes = std::move(sizes);
-  value.device = real.device();
-  value.strides = stride_class(real.impl().shape, real.strides());
-  return placeholder(v, real.device());
+  Value like;
+  like.meta = {shape, real.dtype()};
+  like.sizes = std::move(sizes);
+  like.device = real.device();
+  like.strides = stride_class(real.impl().shape, real.strides());
+  return add_input(std::move(in), like);
 }
 
 Tensor Tracer::add_input(Input in, const Value& like) {

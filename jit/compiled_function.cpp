@@ -231,7 +231,6 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
       // No output carries a gradient (an argmax of a parameter): the forward plan serves, as no
       // history would be recorded eagerly either.
       if (joint && joint->grad_targets.empty()) joint.reset();
-      bool wants_aot = joint.has_value() || !e.aot_fallback.empty();
       // The backward must serve every size the forward serves: its rules may not read a
       // symbolic size, and its trace must follow the symbols at the probe sizes too.
       if (joint && !e.graph.symbols.empty()) {
@@ -275,7 +274,7 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
           e.aot_fallback = err.what();
         }
       }
-      if (wants_aot && !e.aot && log_enabled(LogTopic::aot))
+      if (!e.aot_fallback.empty() && log_enabled(LogTopic::aot))
         log_line(fmt::format("kiln: aot: '{}' runs node by node through autograd: {}",
                              options_.name, e.aot_fallback));
     }
@@ -341,6 +340,17 @@ void CompiledFunctionCore::report(const Entry& e, std::size_t index) const {
   }
 }
 
+std::shared_ptr<const CompiledFunctionCore::Entry> CompiledFunctionCore::find_entry(
+    std::span<const CallArg> args, std::vector<std::int64_t>& symbol_values) {
+  for (auto& e : entries_) {
+    if (!e->guards.check(args, symbol_values)) continue;
+    ++e->hits;
+    ++stats_.hits;
+    return e;
+  }
+  return nullptr;
+}
+
 std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, InvokeRef invoke) {
   std::vector<std::int64_t> symbol_values;
   std::shared_ptr<const Entry> entry;
@@ -351,26 +361,12 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
   // wait for each other.
   {
     std::shared_lock lock(mutex_);
-    for (auto& e : entries_) {
-      if (e->guards.check(args, symbol_values)) {
-        ++e->hits;
-        ++stats_.hits;
-        entry = e;
-        break;
-      }
-    }
+    entry = find_entry(args, symbol_values);
   }
   if (!entry) {
     std::unique_lock lock(mutex_);
     // Another thread may have traced this call's entry meanwhile.
-    for (auto& e : entries_) {
-      if (e->guards.check(args, symbol_values)) {
-        ++e->hits;
-        ++stats_.hits;
-        entry = e;
-        break;
-      }
-    }
+    entry = find_entry(args, symbol_values);
     if (!entry) {
       // Explain the miss against the closest entry: the one that passed the most checks.
       GuardFailure failure;

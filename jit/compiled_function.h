@@ -104,6 +104,10 @@ class CompiledFunctionCore {
   using DimSet = std::set<std::pair<int, int>>;  // (argument, dim)
   struct Trace;
 
+  // The first entry whose guards pass this call, its hit counted; the caller holds mutex_
+  // (shared or exclusive).
+  std::shared_ptr<const Entry> find_entry(std::span<const CallArg> args,
+                                          std::vector<std::int64_t>& symbol_values);
   Entry make_entry(std::span<const CallArg> args, InvokeRef invoke, DimSet dynamic);
   Trace run_trace(std::span<const CallArg> args, InvokeRef invoke,
                   const std::vector<std::vector<int>>& arg_symbols,

@@ -7,7 +7,6 @@
 
 #include "autograd/engine.h"
 #include "autograd/nn.h"
-#include "autograd/node.h"
 #include "autograd/ops.h"
 #include "jit/checkpoint.h"
 #include "jit/codegen/launch_stats.h"
@@ -15,22 +14,16 @@
 #include "runtime/cuda/allocator.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/grad_mode.h"
+#include "support/autograd_leaves.h"
 #include "support/device_compare.h"
 #include "support/reference.h"
 
 using namespace kiln;
+using test::grad_fn_name;
+using test::leaf;
 using test::relative_error;
 
 namespace {
-
-// A leaf with `values` on `device` in `dtype` that requires grad.
-Tensor leaf(const Tensor& values, DType dtype, Device device) {
-  return values.to(dtype).to(device).detach().requires_grad_();
-}
-
-std::string grad_fn_name(const Tensor& t) {
-  return t.grad_fn() ? t.grad_fn()->name() : "";
-}
 
 std::int64_t launches() {
   return jit::codegen::launch_stats().launches.load();

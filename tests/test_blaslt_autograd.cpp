@@ -16,11 +16,14 @@
 #include "jit/compile.h"
 #include "runtime/cuda/blaslt/blaslt.h"
 #include "runtime/cuda_backend.h"
+#include "support/autograd_leaves.h"
 #include "support/device_compare.h"
 #include "support/reference.h"
 
 using namespace kiln;
 using jit::codegen::lt_stats;
+using test::grad_fn_name;
+using test::leaf;
 using test::relative_error;
 namespace lt = kiln::cuda::blaslt;
 
@@ -40,22 +43,11 @@ Counts count(Run&& run) {
   return {lt_stats().calls.load() - calls, jit::codegen::launch_stats().launches.load() - kernels};
 }
 
-// A leaf on `device` in `dtype` holding `t`'s values.
-Tensor leaf(const Tensor& t, DType dtype, Device device) {
-  Tensor out = t.to(dtype).to(device).detach();
-  out.requires_grad_();
-  return out;
-}
-
 double forward_tolerance(DType t) {
   return t == DType::f16 ? 4e-3 : t == DType::bf16 ? 3e-2 : 1e-5;
 }
 double grad_tolerance(DType t) {
   return t == DType::f16 ? 1e-2 : t == DType::bf16 ? 5e-2 : 5e-5;
-}
-
-std::string grad_fn_name(const Tensor& t) {
-  return t.grad_fn() ? t.grad_fn()->name() : "";
 }
 
 lt::MatmulSpec last_spec() {

@@ -106,10 +106,7 @@ std::vector<Tensor> AotProgram::run(std::span<const CallArg> args,
     if (!output_requires_grad_[k]) continue;
     // History goes on a fresh alias: the plan may hand back an input, an earlier output or a
     // saved value (which, with the node as its grad_fn, would keep the node alive forever).
-    Tensor alias =
-        make_view(outputs[k], outputs[k].impl().shape, outputs[k].strides(), outputs[k].offset());
-    alias.impl().is_view = outputs[k].impl().is_view;
-    outputs[k] = std::move(alias);
+    outputs[k] = autograd::without_history(outputs[k]);
     TensorImpl& impl = outputs[k].impl();
     impl.grad_fn = node;
     impl.output_nr = static_cast<std::uint32_t>(k);

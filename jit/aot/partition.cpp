@@ -292,17 +292,12 @@ AotPartition partition_joint(const JointGraph& joint) {
     }
     backward_nodes.push_back(i);
   };
+  // Gradient nodes in their order (what they read of other gradient nodes came earlier), then
+  // whatever no tangent reaches.
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
-    if (in_backward[i] && backward_node[i]) {
-      for (int u : g.nodes[i].inputs) {
-        int p = g.values[u].producer;
-        if (p >= 0 && in_backward[p] && !tangent[u]) emit(p);
-      }
-      emitted[i] = true;
-      backward_nodes.push_back(static_cast<int>(i));
-    }
+    if (in_backward[i] && backward_node[i]) emit(static_cast<int>(i));
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
-    if (in_backward[i]) emit(static_cast<int>(i));  // gradients no tangent reaches
+    if (in_backward[i]) emit(static_cast<int>(i));
   std::sort(backward_inputs.begin(), backward_inputs.end(),
             [](const auto& a, const auto& b) { return a.second.arg_index < b.second.arg_index; });
   part.backward = graph::subgraph(
