@@ -140,12 +140,20 @@ std::vector<Tensor> AccumulateGrad::backward(const std::vector<Tensor>& grad_out
     g = g.to(leaf_->dtype);
     sole_owner = true;
   }
-  if (leaf_->grad)
+  // A view that is the whole of a storage it alone holds (a reshape of a fresh result) is as
+  // good as that result: .grad takes it, as no longer a view, rather than a copy.
+  const TensorImpl& gi = g.impl();
+  bool whole = !gi.is_view ||
+               (gi.offset == 0 &&
+                static_cast<std::size_t>(g.numel()) * itemsize(g.dtype()) == gi.storage->nbytes());
+  if (leaf_->grad) {
     leaf_->grad = add(Tensor(leaf_->grad), g).impl_ptr();
-  else if (sole_owner && g.is_contiguous() && !g.impl().is_view)
+  } else if (sole_owner && g.is_contiguous() && whole) {
     leaf_->grad = g.impl_ptr();
-  else
+    leaf_->grad->is_view = false;
+  } else {
     leaf_->grad = g.clone().impl_ptr();
+  }
   return {};
 }
 

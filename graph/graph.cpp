@@ -11,6 +11,46 @@ bool Value::is_symbolic() const {
   return false;
 }
 
+std::vector<std::int64_t> last_two_swapped(std::size_t rank) {
+  std::vector<std::int64_t> dims;
+  for (std::size_t i = 0; i < rank; ++i) dims.push_back(static_cast<std::int64_t>(i));
+  if (rank >= 2) std::swap(dims[rank - 1], dims[rank - 2]);
+  return dims;
+}
+
+bool swaps_last_two(const std::vector<std::int64_t>& dims) {
+  return dims.size() >= 2 && dims == last_two_swapped(dims.size());
+}
+
+// The layout an op's output has on the backends: views keep or permute their input's layout,
+// every other op writes a fresh contiguous tensor.
+StrideClass output_strides(OpId op, const OpAttrs& attrs, StrideClass input) {
+  switch (op) {
+    case OpId::detach:
+      return input;
+    case OpId::reshape:
+      return input == StrideClass::contiguous ? input : StrideClass::general;
+    case OpId::permute: {
+      bool identity = true;
+      for (std::size_t i = 0; i < attrs.dims.size(); ++i)
+        identity = identity && attrs.dims[i] == static_cast<std::int64_t>(i);
+      bool swap = swaps_last_two(attrs.dims);
+      if (identity) return input;
+      if (swap && input == StrideClass::contiguous) return StrideClass::transposed;
+      if (swap && input == StrideClass::transposed) return StrideClass::contiguous;
+      return StrideClass::general;
+    }
+    case OpId::expand:
+    case OpId::slice:
+      return StrideClass::general;
+      // Every other op writes a fresh contiguous tensor
+#define KILN_HANDLED_view
+#include "runtime/op_class_cases.inc"
+      break;
+  }
+  return StrideClass::contiguous;
+}
+
 int Graph::add_value(TensorMeta meta, int producer, int output_index) {
   Value v;
   for (auto d : meta.shape) v.sizes.push_back(SymExpr::constant(d));

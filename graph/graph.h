@@ -84,6 +84,14 @@ class Graph {
                   std::span<const std::string> cluster_labels = {}) const;
 };
 
+// The layout an op's output has on the backends: views keep or permute their input's layout,
+// every other op writes a fresh contiguous tensor.
+StrideClass output_strides(OpId op, const OpAttrs& attrs, StrideClass input);
+// The permutation of `rank` dims that swaps the last two (a matrix transpose), and whether
+// `dims` is one.
+std::vector<std::int64_t> last_two_swapped(std::size_t rank);
+bool swaps_last_two(const std::vector<std::int64_t>& dims);
+
 // "f32[s0, 4]" (with {general} strides and @device when they are not the default).
 std::string value_type_str(const Value& v);
 

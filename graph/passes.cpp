@@ -58,12 +58,17 @@ bool constant_equals(const Graph& g, int value, double expected) {
 bool widens_exactly(DType from, DType to) {
   if (from == to) return true;
   switch (from) {
-    case DType::bool_: return true;
-    case DType::i32: return to == DType::i64 || to == DType::f64;
+    case DType::bool_:
+      return true;
+    case DType::i32:
+      return to == DType::i64 || to == DType::f64;
     case DType::f16:
-    case DType::bf16: return to == DType::f32 || to == DType::f64;
-    case DType::f32: return to == DType::f64;
-    default: return false;
+    case DType::bf16:
+      return to == DType::f32 || to == DType::f64;
+    case DType::f32:
+      return to == DType::f64;
+    default:
+      return false;
   }
 }
 
@@ -100,14 +105,20 @@ int identity_of(const Graph& g, const Node& n) {
     case OpId::cast:
       if (same_meta(n.inputs[0])) return n.inputs[0];
       if (const Node* p = producer(n.inputs[0]); p && p->op == OpId::cast && p->grad == n.grad &&
-                                                  same_meta(p->inputs[0]) &&
-                                                  widens_exactly(out.meta.dtype, p->attrs.dtype))
+                                                 same_meta(p->inputs[0]) &&
+                                                 widens_exactly(out.meta.dtype, p->attrs.dtype))
         return p->inputs[0];
       break;
     case OpId::reshape:
     case OpId::expand:
       if (same_meta(n.inputs[0])) return n.inputs[0];
       break;
+    case OpId::pad: {
+      bool none = true;  // a pad of zero on every side: a backward's slice of the whole tensor
+      for (auto amount : n.attrs.dims) none = none && amount == 0;
+      if (none && same_meta(n.inputs[0])) return n.inputs[0];
+      break;
+    }
     case OpId::permute: {
       bool identity = true;
       for (std::size_t i = 0; i < n.attrs.dims.size(); ++i)
@@ -176,7 +187,6 @@ int identity_of(const Graph& g, const Node& n) {
     case OpId::index_add:
     case OpId::matmul:
     case OpId::cat:
-    case OpId::pad:
     case OpId::to_device:
       break;
   }
@@ -196,7 +206,8 @@ struct NodeKeyHash {
 struct NodeKeyEqual {
   bool operator()(const NodeKey& a, const NodeKey& b) const {
     return a.node->op == b.node->op && a.node->grad == b.node->grad &&
-           a.node->inputs == b.node->inputs && attrs_equal(a.node->op, a.node->attrs, b.node->attrs);
+           a.node->inputs == b.node->inputs &&
+           attrs_equal(a.node->op, a.node->attrs, b.node->attrs);
   }
 };
 
@@ -247,11 +258,17 @@ void simplify(Graph& g) {
   for (auto& n : g.nodes) {
     // A no_grad node is a stop-gradient even where it computes nothing.
     if (n.outputs.size() != 1 || !n.grad) continue;
-    // Reshape of a reshape is one reshape of the original.
-    if (n.op == OpId::reshape) {
+    // Reshape of a reshape is one reshape of the original; permute of a permute one permute.
+    if (n.op == OpId::reshape || n.op == OpId::permute) {
       int p = g.values[n.inputs[0]].producer;
-      if (p >= 0 && g.nodes[p].op == OpId::reshape && g.nodes[p].grad == n.grad)
+      if (p >= 0 && g.nodes[p].op == n.op && g.nodes[p].grad == n.grad) {
+        if (n.op == OpId::permute) {
+          std::vector<std::int64_t> composed;
+          for (auto d : n.attrs.dims) composed.push_back(g.nodes[p].attrs.dims[d]);
+          n.attrs.dims = std::move(composed);
+        }
         n.inputs[0] = g.nodes[p].inputs[0];
+      }
     }
     int same = identity_of(g, n);
     if (same >= 0) replace_uses(g, n.output(), same);
@@ -267,6 +284,69 @@ void optimize(Graph& g) {
     eliminate_common_subexpressions(g);
     if (g.nodes.size() == before) break;
   }
+}
+
+void transpose_matmul_results(Graph& g) {
+  std::vector<int> readers(g.values.size(), 0);
+  for (const auto& n : g.nodes)
+    for (int v : n.inputs) ++readers[v];
+  for (int v : g.outputs) ++readers[v];
+  std::vector<int> permute_of(g.nodes.size(), -1);  // matmul node -> the permute of its result
+  std::vector<bool> dropped(g.nodes.size(), false);
+  bool any = false;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.op != OpId::permute || !swaps_last_two(n.attrs.dims)) continue;
+    int m = g.values[n.inputs[0]].producer;
+    if (m < 0 || g.nodes[m].op != OpId::matmul || readers[n.inputs[0]] != 1) continue;
+    const Node& mm = g.nodes[m];
+    if (mm.grad != n.grad || mm.checkpoint != n.checkpoint ||
+        g.values[mm.inputs[0]].meta.shape.size() < 2 ||
+        g.values[mm.inputs[1]].meta.shape.size() < 2)
+      continue;
+    permute_of[m] = static_cast<int>(i);
+    dropped[i] = any = true;
+  }
+  if (!any) return;
+  std::vector<Node> nodes;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (dropped[i]) continue;
+    if (permute_of[i] < 0) {
+      nodes.push_back(std::move(g.nodes[i]));
+      continue;
+    }
+    const Node& mm = g.nodes[i];
+    // The transpose of operand `v`, a host view.
+    auto transposed = [&](int v) {
+      Value t = g.values[v];
+      std::size_t rank = t.meta.shape.size();
+      Node permute;
+      permute.op = OpId::permute;
+      permute.attrs.dims = last_two_swapped(rank);
+      permute.inputs = {v};
+      permute.grad = mm.grad;
+      permute.checkpoint = mm.checkpoint;
+      std::swap(t.meta.shape[rank - 1], t.meta.shape[rank - 2]);
+      std::swap(t.sizes[rank - 1], t.sizes[rank - 2]);
+      t.strides = output_strides(OpId::permute, permute.attrs, t.strides);
+      t.producer = static_cast<int>(nodes.size());
+      t.output_index = 0;
+      g.values.push_back(std::move(t));
+      int id = static_cast<int>(g.values.size()) - 1;
+      permute.outputs = {id};
+      nodes.push_back(std::move(permute));
+      return id;
+    };
+    int tb = transposed(mm.inputs[1]);
+    int ta = transposed(mm.inputs[0]);
+    Node product = mm;
+    product.inputs = {tb, ta};
+    product.outputs = {g.nodes[permute_of[i]].output()};
+    g.values[product.output()].strides = StrideClass::contiguous;
+    nodes.push_back(std::move(product));
+  }
+  g.nodes = std::move(nodes);
+  eliminate_dead_code(g);  // drops the old product's value and renumbers producers
 }
 
 }  // namespace kiln::graph

@@ -13,11 +13,17 @@ void eliminate_common_subexpressions(Graph& g);
 // Evaluates nodes whose inputs are all constants (and whose sizes are static) at compile time.
 void fold_constants(Graph& g);
 // x*1, 1*x, x/1, x+0, 0+x, x-0 (when the result's shape and dtype equal x's), neg(neg(x)), casts
-// to the same dtype, round trips through a wider dtype, reshapes to the same shape, reshape
-// chains, identity permutes and expands.
+// to the same dtype, round trips through a wider dtype, reshapes to the same shape, reshape and
+// permute chains, identity permutes and expands, pads of zero.
 void simplify(Graph& g);
 // All of the above, to a fixed point.
 void optimize(Graph& g);
+
+// permute(matmul(a, b)) swapping the last two dims, where nothing else reads the product, as
+// matmul(bᵀ, aᵀ): the result comes out contiguous instead of as a transposed view (a weight's
+// gradient that .grad would otherwise copy). Not part of optimize: the library may order the
+// product's sums differently, so results agree to rounding, not bit for bit.
+void transpose_matmul_results(Graph& g);
 
 // Points every use of value `from` (node inputs and graph outputs) at `to`.
 void replace_uses(Graph& g, int from, int to);

@@ -8,38 +8,6 @@ namespace kiln::graph {
 
 namespace {
 
-// The layout an op's output has on the backends: views keep or permute their input's layout,
-// every other op writes a fresh contiguous tensor.
-StrideClass output_strides(OpId op, const OpAttrs& attrs, StrideClass input) {
-  switch (op) {
-    case OpId::detach:
-      return input;
-    case OpId::reshape:
-      return input == StrideClass::contiguous ? input : StrideClass::general;
-    case OpId::permute: {
-      auto rank = static_cast<std::int64_t>(attrs.dims.size());
-      bool identity = true, swaps_last_two = rank >= 2;
-      for (std::int64_t i = 0; i < rank; ++i) {
-        identity = identity && attrs.dims[i] == i;
-        std::int64_t swapped = i == rank - 1 ? rank - 2 : i == rank - 2 ? rank - 1 : i;
-        swaps_last_two = swaps_last_two && attrs.dims[i] == swapped;
-      }
-      if (identity) return input;
-      if (swaps_last_two && input == StrideClass::contiguous) return StrideClass::transposed;
-      if (swaps_last_two && input == StrideClass::transposed) return StrideClass::contiguous;
-      return StrideClass::general;
-    }
-    case OpId::expand:
-    case OpId::slice:
-      return StrideClass::general;
-      // Every other op writes a fresh contiguous tensor
-#define KILN_HANDLED_view
-#include "runtime/op_class_cases.inc"
-      break;
-  }
-  return StrideClass::contiguous;
-}
-
 thread_local int current_region = 0, last_region = 0;
 
 }  // namespace

@@ -331,7 +331,7 @@ void CompiledFunctionCore::report(const Entry& e, std::size_t index) const {
   if (log_enabled(LogTopic::fusion)) log_line(fmt::format("kiln: {}", e.fusion.str(e.graph)));
   if (e.aot && log_enabled(LogTopic::aot))
     log_line(fmt::format("kiln: aot: '{}' entry {}:\n{}", options_.name, index,
-                         e.aot->partition().str()));
+                         e.aot->str()));
   if (const char* dir = std::getenv("KILN_DUMP_DIR")) {
     std::string path = fmt::format("{}/{}.{}.dot", dir, options_.name, index);
     std::ofstream out(path);

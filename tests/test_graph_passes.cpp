@@ -7,6 +7,8 @@
 #include "autograd/ops.h"
 #include "graph/passes.h"
 #include "jit/compile.h"
+#include "jit/reference_executor.h"
+#include "support/device_compare.h"
 
 using namespace kiln;
 
@@ -28,16 +30,19 @@ using Ops = std::vector<OpId>;
 BOOST_AUTO_TEST_SUITE(passes)
 
 BOOST_AUTO_TEST_CASE(dead_code_is_removed) {
-  auto ops = traced_ops([](const Tensor& x) {
-    Tensor unused = exp(x) * 3.0;
-    (void)unused;
-    return sin(x);
-  }, tensor({1, 2}));
+  auto ops = traced_ops(
+      [](const Tensor& x) {
+        Tensor unused = exp(x) * 3.0;
+        (void)unused;
+        return sin(x);
+      },
+      tensor({1, 2}));
   BOOST_TEST(ops == Ops{OpId::sin});
 }
 
 BOOST_AUTO_TEST_CASE(common_subexpressions_are_merged) {
-  auto ops = traced_ops([](const Tensor& x) { return exp(x) + exp(x) + exp(x * 2.0); }, tensor({1}));
+  auto ops =
+      traced_ops([](const Tensor& x) { return exp(x) + exp(x) + exp(x * 2.0); }, tensor({1}));
   // C++ leaves the evaluation order of operands open: count ops rather than list them.
   BOOST_TEST(std::count(ops.begin(), ops.end(), OpId::exp) == 2);
   BOOST_TEST(std::count(ops.begin(), ops.end(), OpId::add) == 2);
@@ -71,11 +76,15 @@ BOOST_AUTO_TEST_CASE(algebraic_identities_simplify_away) {
   BOOST_TEST(traced_ops([](const Tensor& t) { return (t * 1.0 + 0.0 - 0.0) / 1.0; }, x).empty());
   BOOST_TEST(traced_ops([](const Tensor& t) { return 1.0 * (0.0 + t); }, x).empty());
   BOOST_TEST(traced_ops([](const Tensor& t) { return neg(neg(t)); }, x).empty());
-  BOOST_TEST(traced_ops([](const Tensor& t) { return t.to(DType::f64).to(DType::f32); }, x).empty());
+  BOOST_TEST(
+      traced_ops([](const Tensor& t) { return t.to(DType::f64).to(DType::f32); }, x).empty());
   BOOST_TEST(traced_ops([](const Tensor& t) { return t.reshape({3, 1}).reshape({3}); }, x).empty());
   BOOST_TEST(traced_ops([](const Tensor& t) { return t.permute({0}); }, x).empty());
-  BOOST_TEST((traced_ops([](const Tensor& t) { return t.reshape({1, 3}).reshape({3, 1}); }, x) ==
-              Ops{OpId::reshape}));
+  BOOST_TEST((traced_ops(
+                  [](const Tensor& t) {
+                    return t.reshape({1, 3}).reshape({3, 1});
+                  },
+                  x) == Ops{OpId::reshape}));
 }
 
 BOOST_AUTO_TEST_CASE(identities_that_would_change_results_are_kept) {
@@ -99,8 +108,8 @@ BOOST_AUTO_TEST_CASE(text_printing_is_deterministic_and_exact) {
   jit::CompileOptions options;
   options.name = "affine";
   options.arg_names = {"x", "w"};
-  auto f = jit::compile([](const Tensor& x, const Tensor& w) { return relu(matmul(x, w)).sum({1}); },
-                        options);
+  auto f = jit::compile(
+      [](const Tensor& x, const Tensor& w) { return relu(matmul(x, w)).sum({1}); }, options);
   f(ones({2, 3}), ones({3, 4}));
   std::string expected =
       "graph affine(%0: f32[2, 3] argument 'x',\n"
@@ -111,9 +120,53 @@ BOOST_AUTO_TEST_CASE(text_printing_is_deterministic_and_exact) {
       "  return (%4)\n";
   BOOST_TEST(f.core().graph(0).str() == expected);
   std::string dot = f.core().graph(0).dot();
-  BOOST_TEST(dot.find("v0 -> n0;") != std::string::npos);       // input x into matmul
+  BOOST_TEST(dot.find("v0 -> n0;") != std::string::npos);                 // input x into matmul
   BOOST_TEST(dot.find("n0 -> n1 [label=\"%2\"];") != std::string::npos);  // matmul into relu
   BOOST_TEST(dot.find("n2 -> out0 [label=\"%4\"];") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(permute_chains_compose_and_zero_pads_vanish) {
+  // A transpose of a transpose is the tensor; a general pair composes into one permute.
+  auto f = jit::compile([](const Tensor& x) {
+    return std::make_tuple(x.transpose(0, 1).transpose(0, 1) + 1.0,
+                           x.permute({1, 2, 0}).permute({1, 2, 0}), pad(x, {0, 0, 0, 0}) * 2.0);
+  });
+  Tensor x = randn({2, 3, 4});
+  auto [a, b, c] = f(x);
+  Ops ops;
+  for (const auto& n : f.core().graph(0).nodes) ops.push_back(n.op);
+  BOOST_TEST(std::count(ops.begin(), ops.end(), OpId::permute) == 1);
+  BOOST_TEST(std::count(ops.begin(), ops.end(), OpId::pad) == 0);
+  BOOST_TEST(test::relative_error(a, x + 1.0) == 0.0);
+  BOOST_TEST(test::relative_error(b, x.permute({2, 0, 1})) == 0.0);
+  BOOST_TEST(test::relative_error(c, x * 2.0) == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_transposed_matmul_result_is_computed_transposed) {
+  auto f = jit::compile([](const Tensor& a, const Tensor& b) {
+    Tensor c = matmul(a.transpose(0, 1), a);
+    return std::make_tuple(matmul(a, b).transpose(0, 1), c.transpose(0, 1) + c);
+  });
+  Tensor a = randn({3, 5}, DType::f64), b = randn({5, 4}, DType::f64);
+  f(a, b);
+  graph::Graph g = f.core().graph(0);
+  graph::transpose_matmul_results(g);
+  // The first product is read only by its transpose: it becomes matmul(bᵀ, aᵀ), returned as
+  // is; the second has two readers and stays.
+  int matmuls = 0;
+  for (const auto& n : g.nodes) {
+    if (n.op != OpId::matmul) continue;
+    ++matmuls;
+    if (n.output() == g.outputs[0])
+      for (int v : n.inputs) BOOST_TEST((g.nodes[g.values[v].producer].op == OpId::permute));
+  }
+  BOOST_TEST(matmuls == 2);
+  BOOST_TEST((g.nodes[g.values[g.outputs[0]].producer].op == OpId::matmul));
+  std::array<jit::CallArg, 2> args{jit::CallArg{true, &a, 0.0}, jit::CallArg{true, &b, 0.0}};
+  std::vector<Tensor> got = jit::run_reference(g, args, {});
+  BOOST_TEST(test::relative_error(got[0], matmul(b.transpose(0, 1), a.transpose(0, 1))) <= 1e-12);
+  BOOST_TEST(test::relative_error(got[0], matmul(a, b).transpose(0, 1)) <= 1e-12);
+  BOOST_TEST(got[0].is_contiguous());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -321,6 +321,7 @@ AotPartition partition_joint(const JointGraph& joint) {
   // Each graph keeps the constants it reads (and every argument).
   graph::eliminate_dead_code(part.forward);
   graph::eliminate_dead_code(part.backward);
+  graph::transpose_matmul_results(part.backward);  // weight gradients come out contiguous
   return part;
 }
 
