@@ -28,6 +28,7 @@
 #include "autograd/nn.h"
 #include "autograd/ops.h"
 #include "autograd/optim.h"
+#include "jit/checkpoint.h"
 #include "jit/compile.h"
 
 namespace kiln::gpt {
@@ -39,6 +40,9 @@ struct GptConfig {
   std::int64_t heads = 2;
   std::int64_t layers = 2;
   std::int64_t mlp_ratio = 4;  // the MLP's hidden width is mlp_ratio * d_model
+  // Each block inside jit::checkpoint: compiled for training, the forward keeps only what
+  // enters each block and the backward recomputes the rest.
+  bool checkpoint_blocks = false;
 };
 
 // Multi-head causal self-attention: one projection to queries, keys and values, scaled dot
@@ -141,7 +145,8 @@ class Gpt : public nn::Module {
                time, config_.seq_len);
     // The position table's first `time` rows broadcast over the batch.
     Tensor x = token_embedding(tokens) + position_embedding.weight.slice(0, 0, time);
-    for (const auto& block : blocks) x = (*block)(x);
+    for (const auto& block : blocks)
+      x = config_.checkpoint_blocks ? jit::checkpoint(*block, x) : (*block)(x);
     return lm_head(final_ln(x));
   }
 
