@@ -24,7 +24,7 @@ struct Value {
   // Per dim: the size as an expression of the symbols (a constant for a static dim, opaque for
   // one that follows symbols in a way kiln does not track).
   std::vector<SymExpr> sizes;
-  int producer = -1;     // node index, or -1 for a graph input
+  int producer = -1;     // node index, or -1 for a graph input (or a value a pass removed)
   int output_index = 0;  // which output of the producer
   Device device;
   StrideClass strides = StrideClass::contiguous;

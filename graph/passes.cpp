@@ -28,6 +28,9 @@ void eliminate_dead_code(Graph& g) {
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
     if (keep[i]) kept.push_back(std::move(g.nodes[i]));
   g.nodes = std::move(kept);
+  // Values of removed nodes stay in `values` (ids are stable) but no longer name a producer:
+  // an index into the shorter node list would be another node, or none.
+  for (auto& v : g.values) v.producer = -1;
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
     for (int v : g.nodes[i].outputs) g.values[v].producer = static_cast<int>(i);
   std::vector<Input> inputs;

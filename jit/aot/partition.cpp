@@ -186,7 +186,7 @@ AotPartition partition_joint(const JointGraph& joint) {
         add_edge(source, in_vertex(v), infinite);
         add_edge(in_vertex(v), out_vertex(v), 0);
       }
-    } else if (val.producer >= 0) {
+    } else if (val.producer >= 0) {  // else a value a pass removed: not in the graph
       const graph::Node& n = g.nodes[val.producer];
       bool discarded = n.checkpoint != 0 && !leaves_region[v];
       add_edge(in_vertex(v), out_vertex(v), discarded ? infinite : bytes_of(val));
