@@ -5,7 +5,8 @@
 // forward leaves allocated for the backward, and the first (cold) step's time against a warm one.
 // Kernels compile into a fresh cache directory, so the cold figure includes every NVRTC compile
 // the mode needs that an earlier mode did not. The optimizer is not part of the step here.
-// KILN_BENCH_REPS: warm steps timed per mode (default 5).
+// KILN_BENCH_REPS: warm steps timed per mode (default 5). KILN_BENCH_TABLE=1: each mode's
+// per-kernel profile of the measured step, on stderr.
 #include <unistd.h>
 #include <chrono>
 #include <cstdio>
@@ -74,6 +75,9 @@ Figures measure(const gpt::GptConfig& config, const gpt::TaskBatch& batch, bool 
   out.held_for_backward = static_cast<std::int64_t>(alloc.stats().allocated - before);
   loss.backward();
   cuda::vgpu::set_profiling(false);
+  if (const char* table = std::getenv("KILN_BENCH_TABLE"); table && std::string(table) == "1")
+    std::fprintf(stderr, "%s step, per kernel:\n%s\n", compiled ? "compiled" : "eager",
+                 cuda::vgpu::profile_table(cuda::vgpu::profiles()).c_str());
   for (const auto& p : cuda::vgpu::profiles())
     out.kernel_dram += static_cast<std::int64_t>(p.dram_bytes());
   cuda::vgpu::clear_profiles();

@@ -350,6 +350,16 @@ class Partitioner {
     groups_[b].nodes.clear();
   }
 
+  // Every value group `w` computes covers domain `d` (so w's nodes can join a kernel over d).
+  bool full_over(int w, const Domain& d) const {
+    return std::all_of(groups_[w].nodes.begin(), groups_[w].nodes.end(), [&](int n) {
+      const Node& node = g_.nodes[n];
+      return op_class(node.op) == OpClass::view ||
+             std::all_of(node.outputs.begin(), node.outputs.end(),
+                         [&](int v) { return level_in(d, g_.values[v].sizes) == Level::full; });
+    });
+  }
+
   bool computes(int w) const {
     return std::any_of(groups_[w].nodes.begin(), groups_[w].nodes.end(),
                        [&](int n) { return op_class(g_.nodes[n].op) != OpClass::view; });
@@ -372,24 +382,34 @@ class Partitioner {
     }
   }
 
-  // Rule 7: groups over the same domain and rows that read a common tensor and are independent.
+  // Rule 7: groups over the same domain and rows that are independent and read a common tensor,
+  // or tensors one group writes (a norm backward's weight and input-gradient column sums).
   void merge_siblings() {
+    std::map<int, std::vector<int>> sources;  // producing group, or -1 - value for an input
     for (std::size_t v = 0; v < g_.values.size(); ++v) {
+      int p = g_.values[v].producer;
+      sources[p >= 0 ? group_of_[p] : -1 - static_cast<int>(v)].push_back(static_cast<int>(v));
+    }
+    for (const auto& [source, values] : sources) {
       std::vector<int> readers;
-      for (int c : consumers_[v]) {
-        int w = group_of_[c];
-        if (groups_[w].fusible && computes(w) &&
-            std::find(readers.begin(), readers.end(), w) == readers.end())
-          readers.push_back(w);
-      }
+      for (int v : values)
+        for (int c : consumers_[v]) {
+          int w = group_of_[c];
+          if (w != source && groups_[w].fusible && computes(w) &&
+              std::find(readers.begin(), readers.end(), w) == readers.end())
+            readers.push_back(w);
+        }
       for (std::size_t i = 0; i < readers.size(); ++i)
         for (std::size_t j = i + 1; j < readers.size(); ++j) {
           int a = readers[i], b = readers[j];
           if (!groups_[a].alive || !groups_[b].alive) continue;
+          // A pointwise sibling over a reduction's whole domain joins it as an elementwise
+          // output (GELU's value and its derivative's column sum, both from the saved input).
+          if (!groups_[a].domain.reduces && groups_[b].domain.reduces) std::swap(a, b);
           const Domain& da = groups_[a].domain;
           const Domain& db = groups_[b].domain;
-          if (da.reduces != db.reduces || !same_sizes(da.sizes, db.sizes) || da.dims != db.dims)
-            continue;
+          if (!same_sizes(da.sizes, db.sizes)) continue;
+          if (da.reduces == db.reduces ? da.dims != db.dims : !full_over(b, da)) continue;
           if (indirect_path(a, b) >= 0 || indirect_path(b, a) >= 0 || successors(a).count(b) ||
               successors(b).count(a))
             continue;

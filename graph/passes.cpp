@@ -257,14 +257,58 @@ void fold_constants(Graph& g) {
   eliminate_dead_code(g);
 }
 
+namespace {
+
+// An expand that only elementwise ops read, each of which broadcasts another operand to the
+// expand's full size anyway, is an implicit broadcast made explicit (a derivative rule's
+// expand(grad)). Reading the small value directly is the same arithmetic, and lets a kernel
+// that computes the small value (a row reduction) also compute its readers.
+void drop_broadcast_expands(Graph& g) {
+  std::vector<std::vector<int>> readers(g.values.size());
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    for (int v : g.nodes[i].inputs) readers[v].push_back(static_cast<int>(i));
+  for (int v : g.outputs) readers[v].push_back(-1);
+  for (const Node& e : g.nodes) {
+    if (e.op != OpId::expand || !e.grad) continue;
+    const int wide = e.output(), small = e.inputs[0];
+    const auto& sizes = g.values[wide].sizes;
+    bool absorbed = !readers[wide].empty();
+    for (int r : readers[wide]) {
+      if (!absorbed) break;
+      if (r < 0) {
+        absorbed = false;
+        break;
+      }
+      const Node& reader = g.nodes[r];
+      bool full_operand = false;
+      for (int v : reader.inputs)
+        full_operand = full_operand || (v != wide && g.values[v].sizes == sizes);
+      absorbed = op_class(reader.op) == OpClass::elementwise && reader.inputs.size() >= 2 &&
+                 full_operand && g.values[reader.output()].sizes == sizes &&
+                 g.values[reader.output()].meta.shape == g.values[wide].meta.shape;
+    }
+    if (!absorbed) continue;
+    for (int r : readers[wide])
+      for (int& v : g.nodes[r].inputs)
+        if (v == wide) v = small;
+  }
+}
+
+}  // namespace
+
 void simplify(Graph& g) {
+  drop_broadcast_expands(g);
   for (auto& n : g.nodes) {
     // A no_grad node is a stop-gradient even where it computes nothing.
     if (n.outputs.size() != 1 || !n.grad) continue;
     // Reshape of a reshape is one reshape of the original; permute of a permute one permute.
     if (n.op == OpId::reshape || n.op == OpId::permute) {
       int p = g.values[n.inputs[0]].producer;
-      if (p >= 0 && g.nodes[p].op == n.op && g.nodes[p].grad == n.grad) {
+      // Unless the first reshape copies (a permuted input): the second is then a view of the
+      // copy, where reshaping the original again would copy again.
+      bool copies = n.op == OpId::reshape && p >= 0 &&
+                    g.values[g.nodes[p].inputs[0]].strides == StrideClass::general;
+      if (p >= 0 && g.nodes[p].op == n.op && g.nodes[p].grad == n.grad && !copies) {
         if (n.op == OpId::permute) {
           std::vector<std::int64_t> composed;
           for (auto d : n.attrs.dims) composed.push_back(g.nodes[p].attrs.dims[d]);
@@ -283,6 +327,8 @@ void optimize(Graph& g) {
   for (int round = 0; round < 4; ++round) {
     std::size_t before = g.nodes.size();
     simplify(g);
+    pads_to_cat(g);
+    cat_before_reshape(g);
     fold_constants(g);
     eliminate_common_subexpressions(g);
     if (g.nodes.size() == before) break;

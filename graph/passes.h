@@ -16,6 +16,14 @@ void fold_constants(Graph& g);
 // to the same dtype, round trips through a wider dtype, reshapes to the same shape, reshape and
 // permute chains, identity permutes and expands, pads of zero.
 void simplify(Graph& g);
+// A tree of adds over zero pads that tile one dim (a backward gathering the gradients of slices
+// of one tensor, such as q, k and v split from one projection): one cat of the padded values.
+// Exact but for the sign of a zero (-0 + 0 is +0, a cat keeps -0).
+void pads_to_cat(Graph& g);
+// cat(reshape(x_i)) along the last dim, where each reshape merges x_i's trailing dims into it:
+// reshape(cat(x_i)) along the first merged dim. A permuted x_i is then read where it lies
+// instead of being copied to make the reshape a view.
+void cat_before_reshape(Graph& g);
 // All of the above, to a fixed point.
 void optimize(Graph& g);
 

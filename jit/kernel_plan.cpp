@@ -59,11 +59,25 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
   std::vector<std::string> lines;
   for (auto& l : codegen::plan_epilogues(g, partition, lines)) {
     steps_[l.epilogue_group].absorbed_by = l.matmul_group;
+    if (l.epilogue_group < l.matmul_group) steps_[l.epilogue_group].runs_after = l.matmul_group;
+    for (int view : l.moved_views) steps_[view].runs_after = l.matmul_group;
     steps_[l.epilogue_group].note += " [computed by the cuBLASLt epilogue of group " +
                                      std::to_string(l.matmul_group) + " unless it falls back]";
     steps_[l.matmul_group].note = "library " + l.note;
     steps_[l.matmul_group].lt = std::make_shared<const codegen::EpilogueLowering>(std::move(l));
   }
+  // A bias gradient's column sum that its weight gradient's call computes (BGRADB) may come
+  // before that matmul in the partition's order: it runs right after it instead, with the host
+  // views of it in between (nothing else between reads it).
+  std::vector<Step> ordered;
+  for (auto& step : steps_) {
+    if (step.runs_after >= 0) continue;
+    int group = step.group;
+    ordered.push_back(std::move(step));
+    for (auto& later : steps_)
+      if (later.runs_after == group) ordered.push_back(std::move(later));
+  }
+  steps_ = std::move(ordered);
   if (log_enabled(LogTopic::fusion))
     for (const auto& line : lines) log_line(line);
   plan_releases(g, partition);

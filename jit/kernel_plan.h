@@ -55,6 +55,7 @@ class KernelPlan {
     // epilogue step after it, which then only runs when the call fell back.
     std::shared_ptr<const codegen::EpilogueLowering> lt;
     int absorbed_by = -1;  // the matmul step whose cuBLASLt call computes this step
+    int runs_after = -1;   // a group before it in the partition it must follow (a BGRADB sum)
   };
   void plan_releases(const graph::Graph& graph, const graph::Partition& partition);
 

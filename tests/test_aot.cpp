@@ -302,6 +302,32 @@ BOOST_AUTO_TEST_CASE(a_compiled_training_step_launches_fewer_kernels_than_eager)
   BOOST_TEST(relative_error(b1.cuda.grad(), gb1) <= 1e-4);
 }
 
+BOOST_AUTO_TEST_CASE(a_layer_norm_backward_is_one_row_kernel_and_one_column_kernel) {
+  // layer_norm is written with primitives; its derivative rules give two chained row sums (one
+  // read through expand(grad)) and three column sums (the weight's, the bias's and, of the
+  // input gradient, the bias gradient of the linear before it). They fuse into one kernel over
+  // rows and one over columns; the references are eager f64 on the CPU.
+  // A pre-LN transformer's: linear, layer_norm, linear.
+  auto fn = [](const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& g,
+               const Tensor& beta, const Tensor& v) {
+    return sum(matmul(layer_norm(matmul(x, w) + b, {16}, g, beta, 1e-5), v));
+  };
+  auto f = jit::compile(fn);
+  Pair x = leaves({12, 8}), w = leaves({8, 16}, 0.3), b = leaves({16}), g = leaves({16}),
+       beta = leaves({16}), v = leaves({16, 4});
+  std::array<Pair*, 6> all{&x, &w, &b, &g, &beta, &v};
+  f(x.cuda, w.cuda, b.cuda, g.cuda, beta.cuda, v.cuda);  // compiles
+  for (auto* p : all) p->cuda.set_grad(Tensor());
+  Tensor loss = f(x.cuda, w.cuda, b.cuda, g.cuda, beta.cuda, v.cuda);
+  loss.backward();
+  // The plan's generated kernels; the gradient matmuls of `sum`'s broadcast seed (zero
+  // strides, which cuBLASLt does not take) run the generated GEMM besides.
+  const jit::KernelPlan& plan = f.core().aot(0)->backward_plan();
+  BOOST_TEST(plan.kernel_count() == 2, plan.str());
+  fn(x.cpu, w.cpu, b.cpu, g.cpu, beta.cpu, v.cpu).backward();
+  for (auto* p : all) BOOST_TEST(relative_error(p->cuda.grad(), p->cpu.grad()) <= 1e-4);
+}
+
 BOOST_AUTO_TEST_CASE(checkpointing_saves_less_and_leaves_gradients_unchanged) {
   // A deep residual MLP whose blocks save two matmul outputs each; checkpointed, the forward
   // keeps only what enters each block and the backward recomputes one block at a time, so the

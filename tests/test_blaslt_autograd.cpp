@@ -11,6 +11,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/optim.h"
+#include "jit/aot/aot_program.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/compile.h"
@@ -264,12 +265,38 @@ BOOST_AUTO_TEST_CASE(a_trace_records_the_primitives) {
   BOOST_TEST(relative_error(got, gelu(linear(x, w, b), GeluApproximation::tanh)) <= 1e-5);
 }
 
+BOOST_AUTO_TEST_CASE(a_compiled_linear_backward_gets_the_bias_gradient_from_bgradb) {
+  // The backward of x @ Wᵀ + b over a 3-D input: dW = dYᵀ @ X and db = dY summed over every
+  // row. BGRADB gives db from the dW call, so the backward launches no kernel; references are
+  // eager f64 on the CPU.
+  auto fn = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return matmul(x, w.transpose(0, 1)) + b;
+  };
+  auto f = jit::compile(fn);
+  Tensor x0 = randn({3, 4, 16}), w0 = randn({8, 16}), b0 = randn({8}), gy = randn({3, 4, 8});
+  Tensor x = leaf(x0, DType::f64, Device::cpu()), w = leaf(w0, DType::f64, Device::cpu()),
+         b = leaf(b0, DType::f64, Device::cpu());
+  fn(x, w, b).backward(gy.to(DType::f64));
+  Tensor xd = leaf(x0, DType::f32, Device::cuda()), wd = leaf(w0, DType::f32, Device::cuda()),
+         bd = leaf(b0, DType::f32, Device::cuda());
+  Tensor got = f(xd, wd, bd);
+  Counts backward = count([&] { got.backward(gy.to(Device::cuda())); });
+  BOOST_TEST(backward.kernels == 0);
+  BOOST_TEST(backward.calls == 2);  // dW with db, and dX
+  BOOST_TEST(f.core().aot(0)->backward_plan().str().find("cuBLASLt BGRADB") != std::string::npos,
+             f.core().aot(0)->backward_plan().str());
+  BOOST_TEST(relative_error(xd.grad(), x.grad()) <= 5e-5);
+  BOOST_TEST(relative_error(wd.grad(), w.grad()) <= 5e-5);
+  BOOST_TEST(relative_error(bd.grad(), b.grad()) <= 5e-5);
+}
+
 BOOST_AUTO_TEST_CASE(a_compiled_function_that_needs_gradients_keeps_the_library_calls) {
   // A PyTorch user's layer, written with the primitives, compiled for training: the forward is
-  // one library call (the matmul, whose output the backward needs) and one kernel (bias + GELU);
-  // the backward is one kernel (GELU's derivative with the bias gradient's column sum) and the
-  // two gradient matmuls (dW computed transposed, so it comes out contiguous and .grad takes it
-  // without a copy, as it takes db's reshape of a fresh sum).
+  // one library call and no kernel (GELU_AUX_BIAS writes the output and the pre-activation the
+  // backward needs, which the partition saves rather than the bare product); the backward is one
+  // kernel (GELU's derivative with the bias gradient's column sum) and the two gradient matmuls (dW
+  // computed transposed, so it comes out contiguous and .grad takes it without a copy, as it takes
+  // db's reshape of a fresh sum).
   auto fn = [](const Tensor& x, const Tensor& w, const Tensor& b) {
     return gelu(matmul(x, w.transpose(0, 1)) + b, GeluApproximation::tanh);
   };
@@ -284,7 +311,8 @@ BOOST_AUTO_TEST_CASE(a_compiled_function_that_needs_gradients_keeps_the_library_
   Tensor got;
   Counts forward = count([&] { got = f(xd, wd, bd); });
   BOOST_TEST(forward.calls == 1);
-  BOOST_TEST(forward.kernels == 1);
+  BOOST_TEST(forward.kernels == 0);
+  BOOST_TEST(f.explain().find("cuBLASLt GELU_AUX_BIAS") != std::string::npos, f.explain());
   BOOST_TEST(grad_fn_name(got) == "CompiledFunctionBackward(fn)");
   Counts backward = count([&] { got.backward(gy.to(Device::cuda())); });
   BOOST_TEST(backward.calls == 2);

@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cmath>
 
 #include "autograd/ops.h"
 #include "graph/passes.h"
@@ -118,6 +119,78 @@ BOOST_AUTO_TEST_CASE(identities_that_would_change_results_are_kept) {
   Tensor xi = from_vector(std::vector<std::int32_t>{1, 2});
   BOOST_TEST(traced_ops([](const Tensor& t) { return t * 1.5; }, xi) == Ops{OpId::mul});
   BOOST_TEST(traced_ops([](const Tensor& t) { return t * 2.0; }, x) == Ops{OpId::mul});
+}
+
+BOOST_AUTO_TEST_CASE(an_expand_that_broadcasting_does_anyway_is_dropped) {
+  // A derivative rule's expand(grad) read by ops that broadcast it against a full operand: the
+  // readers take the small value (so a kernel reducing it can also compute them). An expand a
+  // unary op reads, or one that is returned, is a real result and stays.
+  auto f = jit::compile([](const Tensor& x, const Tensor& r) {
+    Tensor wide = r.expand_as(x);
+    return std::make_tuple(x * wide + wide, exp(r.expand_as(x)), r.expand_as(x));
+  });
+  Tensor x = randn({3, 4}, DType::f64), r = randn({3, 1}, DType::f64);
+  auto [a, b, c] = f(x, r);
+  const auto& g = f.core().graph(0);
+  // The mul and the add read r itself; the expand is left to exp and the returned value.
+  for (const auto& n : g.nodes)
+    if (n.op == OpId::mul || n.op == OpId::add)
+      for (int v : n.inputs) {
+        int p = g.values[v].producer;
+        BOOST_TEST((p < 0 || g.nodes[p].op != OpId::expand));
+      }
+  BOOST_TEST(std::count_if(g.nodes.begin(), g.nodes.end(),
+                           [](const auto& n) { return n.op == OpId::expand; }) == 1);
+  std::vector<double> xs = x.to_vector<double>(), rs = r.to_vector<double>(),
+                      av = a.to_vector<double>(), bv = b.to_vector<double>(),
+                      cv = c.to_vector<double>();
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) {
+      BOOST_TEST(av[i * 4 + j] == xs[i * 4 + j] * rs[i] + rs[i]);
+      BOOST_TEST(bv[i * 4 + j] == std::exp(rs[i]));
+      BOOST_TEST(cv[i * 4 + j] == rs[i]);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(zero_pads_that_tile_a_dim_become_one_cat) {
+  // The gradient of q, k, v sliced from one projection: a pad of each, summed. It is their cat,
+  // and when each piece is a reshape merging trailing dims, the cat of the unmerged pieces.
+  auto f = jit::compile([](const Tensor& q, const Tensor& k, const Tensor& v) {
+    Tensor q2 = q.permute({0, 2, 1, 3}).reshape({2, 3, 8});
+    Tensor k2 = k.permute({0, 2, 1, 3}).reshape({2, 3, 8});
+    Tensor v2 = v.permute({0, 2, 1, 3}).reshape({2, 3, 8});
+    Tensor tiled = pad(v2, {16, 0}) + pad(q2, {0, 16}) + pad(k2, {8, 8});
+    Tensor gap = pad(q2, {0, 17}) + pad(k2, {9, 8});  // a zero column between: not a cat
+    return std::make_tuple(tiled, gap);
+  });
+  Tensor q = randn({2, 2, 3, 4}, DType::f64), k = randn({2, 2, 3, 4}, DType::f64),
+         v = randn({2, 2, 3, 4}, DType::f64);
+  auto [tiled, gap] = f(q, k, v);
+  Ops ops;
+  for (const auto& n : f.core().graph(0).nodes) ops.push_back(n.op);
+  BOOST_TEST(std::count(ops.begin(), ops.end(), OpId::cat) == 1);
+  BOOST_TEST(std::count(ops.begin(), ops.end(), OpId::pad) == 2);  // the gap's
+  // The cat reads the permuted pieces themselves (no reshape of a permute copies them).
+  const auto& g = f.core().graph(0);
+  for (const auto& n : g.nodes)
+    if (n.op == OpId::cat)
+      for (int in : n.inputs) BOOST_TEST(g.values[in].meta.shape.size() == 4u);
+  // Element by element from the inputs: out[b, t, c] with c = piece * 8 + h * 4 + d.
+  std::vector<double> got = tiled.to_vector<double>(), got_gap = gap.to_vector<double>();
+  const Tensor* pieces[3] = {&q, &k, &v};
+  for (int b = 0; b < 2; ++b)
+    for (int t = 0; t < 3; ++t)
+      for (int c = 0; c < 24; ++c) {
+        int piece = c / 8, h = c % 8 / 4, d = c % 4;
+        double want = pieces[piece]->to_vector<double>()[((b * 2 + h) * 3 + t) * 4 + d];
+        BOOST_TEST(got[(b * 3 + t) * 24 + c] == want);
+        double q_part = c < 8 ? q.to_vector<double>()[((b * 2 + h) * 3 + t) * 4 + d] : 0.0;
+        double k_part =
+            c >= 9 && c < 17
+                ? k.to_vector<double>()[((b * 2 + (c - 9) / 4) * 3 + t) * 4 + (c - 9) % 4]
+                : 0.0;
+        if (c < 24) BOOST_TEST(got_gap[(b * 3 + t) * 25 + c] == q_part + k_part);
+      }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

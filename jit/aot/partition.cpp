@@ -189,7 +189,14 @@ AotPartition partition_joint(const JointGraph& joint) {
     } else if (val.producer >= 0) {  // else a value a pass removed: not in the graph
       const graph::Node& n = g.nodes[val.producer];
       bool discarded = n.checkpoint != 0 && !leaves_region[v];
-      add_edge(in_vertex(v), out_vertex(v), discarded ? infinite : bytes_of(val));
+      // Costs are doubled so that ties can be broken: of a library or reduction result or a
+      // view and the value after it of the same bytes (matmul then + bias, a permute then the
+      // reshape that copies it), the later one is saved, so the backward does not redo the step
+      // and the forward can fuse it (a cuBLASLt epilogue).
+      bool copies = n.op == OpId::reshape && g.values[n.inputs[0]].strides == StrideClass::general;
+      bool view = op_class(n.op) == OpClass::view && !copies;
+      std::int64_t cost = 2 * bytes_of(val) + (recomputable(n.op) && !view ? 0 : 1);
+      add_edge(in_vertex(v), out_vertex(v), discarded ? infinite : cost);
       // What leaves a region is not recomputed either, so that the backward recomputes one
       // region at a time from what entered it, as PyTorch's checkpoint does.
       bool computed_once = n.checkpoint != 0 ? leaves_region[v] : !recomputable(n.op);

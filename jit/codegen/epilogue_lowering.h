@@ -22,12 +22,22 @@ struct EpilogueLowering {
   int bias_value = -1;  // -1: no bias
   Activation act = Activation::none;
   int out_value = -1;  // the value the call writes (the epilogue group's output)
+  // The pre-activation when the group also writes it (a training forward saves it for GELU's
+  // derivative): cuBLASLt's GELU_AUX form writes it beside the output.
+  int aux_value = -1;
+  // A weight gradient dW = dYᵀ @ X whose dY's column sum (the bias gradient) a reduction group
+  // computes: cuBLASLt's BGRADB gives both. epilogue_group is then the reduction group, which
+  // the plan runs right after the matmul, and this is the sum it writes.
+  int bias_grad_value = -1;
+  // Host view groups between the two that read the sum: they move after the matmul with it.
+  std::vector<int> moved_views;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   std::string note;  // "cuBLASLt GELU_BIAS: matmul + add + gelu_tanh"
 };
 
 // The lowerings of `partition`; `log` gets one line per matmul group saying what it became
-// and, when it keeps a generated epilogue kernel, which rule failed.
+// and, when it keeps a generated epilogue kernel, which rule failed. A bias-gradient lowering's
+// reduction group may come before its matmul group: the plan moves it to just after.
 std::vector<EpilogueLowering> plan_epilogues(const graph::Graph& graph,
                                              const graph::Partition& partition,
                                              std::vector<std::string>& log);
