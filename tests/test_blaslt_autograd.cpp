@@ -290,6 +290,39 @@ BOOST_AUTO_TEST_CASE(a_compiled_linear_backward_gets_the_bias_gradient_from_bgra
   BOOST_TEST(relative_error(bd.grad(), b.grad()) <= 5e-5);
 }
 
+BOOST_AUTO_TEST_CASE(a_compiled_mlp_backward_takes_gelus_derivative_into_dgelu_bgrad) {
+  // Linear, gelu(x, tanh), linear: the hidden gradient dh = dY @ W2 times gelu'(z) with its
+  // bias gradient is one DGELU_BGRAD call reading the pre-activation the forward's
+  // GELU_AUX_BIAS saved, so the backward launches no kernel. Exact-erf GELU has another
+  // derivative: the matcher, which checks the arithmetic on probe values, leaves it a kernel.
+  for (auto approximation : {GeluApproximation::tanh, GeluApproximation::none}) {
+    auto fn = [approximation](const Tensor& x, const Tensor& w1, const Tensor& b1,
+                              const Tensor& w2) {
+      Tensor h = gelu(matmul(x, w1.transpose(0, 1)) + b1, approximation);
+      return matmul(h, w2.transpose(0, 1));
+    };
+    auto f = jit::compile(fn);
+    Tensor x0 = randn({2, 4, 16}), w10 = randn({32, 16}) * 0.3, b10 = randn({32}),
+           w20 = randn({8, 32}) * 0.3, gy = randn({2, 4, 8});
+    Tensor x = leaf(x0, DType::f64, Device::cpu()), w1 = leaf(w10, DType::f64, Device::cpu()),
+           b1 = leaf(b10, DType::f64, Device::cpu()), w2 = leaf(w20, DType::f64, Device::cpu());
+    fn(x, w1, b1, w2).backward(gy.to(DType::f64));
+    Tensor xd = leaf(x0, DType::f32, Device::cuda()), w1d = leaf(w10, DType::f32, Device::cuda()),
+           b1d = leaf(b10, DType::f32, Device::cuda()), w2d = leaf(w20, DType::f32, Device::cuda());
+    Tensor got = f(xd, w1d, b1d, w2d);
+    Counts backward = count([&] { got.backward(gy.to(Device::cuda())); });
+    std::string plan = f.core().aot(0)->backward_plan().str();
+    bool tanh = approximation == GeluApproximation::tanh;
+    BOOST_TEST((plan.find("cuBLASLt DGELU_BGRAD") != std::string::npos) == tanh, plan);
+    if (tanh) BOOST_TEST(backward.kernels == 0);
+    BOOST_TEST(backward.calls == 4);  // dz with db1, dW1, dX, dW2
+    BOOST_TEST(relative_error(xd.grad(), x.grad()) <= 5e-5);
+    BOOST_TEST(relative_error(w1d.grad(), w1.grad()) <= 5e-5);
+    BOOST_TEST(relative_error(b1d.grad(), b1.grad()) <= 5e-5);
+    BOOST_TEST(relative_error(w2d.grad(), w2.grad()) <= 5e-5);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_compiled_function_that_needs_gradients_keeps_the_library_calls) {
   // A PyTorch user's layer, written with the primitives, compiled for training: the forward is
   // one library call and no kernel (GELU_AUX_BIAS writes the output and the pre-activation the

@@ -158,6 +158,26 @@ AotPartition partition_joint(const JointGraph& joint) {
         if (p >= 0 && g.nodes[p].checkpoint != g.nodes[i].checkpoint) leaves_region[v] = true;
       }
 
+  // A pointwise value the forward computes anyway and a backward matmul or indexing op reads
+  // (through views) would be written to memory by the backward if recomputed, so recomputing it
+  // trades no memory traffic away: it is saved (AOTAutograd bans the same recomputations). A
+  // LayerNorm's output read by its weight's gradient, GELU's output by the next layer's.
+  std::vector<bool> materialized(num_values, false);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    OpClass c = op_class(g.nodes[i].op);
+    if (!backward_node[i] || (c != OpClass::matmul && c != OpClass::index)) continue;
+    for (int v : g.nodes[i].inputs) {
+      for (int p = g.values[v].producer;
+           p >= 0 && !tangent[v] && op_class(g.nodes[p].op) == OpClass::view;
+           p = g.values[v].producer)
+        v = g.nodes[p].inputs[0];
+      int p = g.values[v].producer;
+      if (p >= 0 && !tangent[v] && forward_node[p] && g.nodes[p].checkpoint == 0 &&
+          op_class(g.nodes[p].op) == OpClass::elementwise)
+        materialized[v] = true;
+    }
+  }
+
   // The flow network.
   constexpr std::int64_t infinite = std::int64_t{1} << 60;
   const int source = 0, sink = 1;
@@ -199,7 +219,8 @@ AotPartition partition_joint(const JointGraph& joint) {
       add_edge(in_vertex(v), out_vertex(v), discarded ? infinite : cost);
       // What leaves a region is not recomputed either, so that the backward recomputes one
       // region at a time from what entered it, as PyTorch's checkpoint does.
-      bool computed_once = n.checkpoint != 0 ? leaves_region[v] : !recomputable(n.op);
+      bool computed_once =
+          n.checkpoint != 0 ? leaves_region[v] : !recomputable(n.op) || materialized[v];
       if (forward_node[val.producer] && computed_once) add_edge(source, in_vertex(v), infinite);
     }
     if (backward_reads[v]) add_edge(out_vertex(v), sink, infinite);
@@ -227,6 +248,8 @@ AotPartition partition_joint(const JointGraph& joint) {
       s.why = fmt::format("leaves checkpoint region {}", g.nodes[p].checkpoint);
     else if (!recomputable(g.nodes[p].op))
       s.why = fmt::format("made by {}, which is never computed twice", g.nodes[p].op);
+    else if (materialized[v])
+      s.why = "a backward matmul or indexing op reads it: recomputed, it would be stored again";
     else
       s.why = "cheaper to keep than what recomputing it would need to keep";
     saved_args[v] = static_cast<int>(part.saved.size());

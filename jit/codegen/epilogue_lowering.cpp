@@ -4,6 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <numbers>
+
+#include "graph/subgraph.h"
+#include "jit/reference_executor.h"
+#include "runtime/factories.h"
 
 namespace kiln::jit::codegen {
 namespace {
@@ -134,6 +141,96 @@ int bias_grad_group(const graph::Graph& g, const graph::Partition& p, int mm,
   return -1;
 }
 
+// Whether reduction group `eg` after matmul node `mm` (dh = dY @ W) computes exactly
+// dz = dh * gelu_tanh'(z) for a z from outside, and db = dz summed over its rows: the backward
+// of matmul + bias + gelu(x, tanh), which cuBLASLt's DGELU_BGRAD computes in the call. The
+// derivative rule's arithmetic is checked by running the group's pointwise part on probe values
+// against the closed form, so any way of writing it matches and nothing else does.
+bool match_gelu_grad(const graph::Graph& g, const graph::Partition& p, int mm, int eg,
+                     EpilogueLowering& out) {
+  const graph::FusionGroup& group = p.groups[eg];
+  const int dh = g.nodes[mm].output();
+  const graph::Value& dh_value = g.values[dh];
+  const auto& shape = dh_value.meta.shape;
+  if (group.kind != graph::FusionKind::reduction || group.outputs.size() != 2 || shape.empty() ||
+      dh_value.is_symbolic())
+    return false;
+  int sum = -1;
+  std::vector<int> pointwise;
+  for (int n : group.nodes) {
+    OpClass c = op_class(g.nodes[n].op);
+    if (g.nodes[n].op == OpId::sum && sum < 0)
+      sum = n;
+    else if (c == OpClass::elementwise || c == OpClass::view)
+      pointwise.push_back(n);
+    else
+      return false;
+  }
+  if (sum < 0) return false;
+  const int dz = g.nodes[sum].inputs[0], db = g.nodes[sum].output();
+  const std::int64_t n = shape.back();
+  std::vector<std::int64_t> rows(shape.size() - 1);
+  for (std::size_t d = 0; d < rows.size(); ++d) rows[d] = static_cast<std::int64_t>(d);
+  auto dims =
+      normalize_dims(g.nodes[sum].attrs.dims, static_cast<std::int64_t>(shape.size()), "sum");
+  std::sort(dims.begin(), dims.end());
+  auto writes = [&](int v) {
+    return std::find(group.outputs.begin(), group.outputs.end(), v) != group.outputs.end();
+  };
+  if (!writes(dz) || !writes(db) || g.values[dz].meta.shape != shape || dims != rows ||
+      numel(g.values[db].meta.shape) != n)
+    return false;
+  // The pointwise part reads dh, one z of dh's shape and dtype, and constants.
+  int z = -1;
+  graph::SubgraphInputs inputs;
+  for (int v : group.inputs) {
+    const graph::Input* in = g.input_of(v);
+    if (in && in->kind == graph::InputKind::constant) {
+      graph::Input on_host = *in;  // the probe runs on the CPU
+      on_host.tensor = in->tensor.to(Device::cpu());
+      inputs.emplace_back(v, std::move(on_host));
+      continue;
+    }
+    if (v == dh) continue;
+    if (z >= 0 || g.values[v].meta.shape != shape || g.values[v].meta.dtype != dh_value.meta.dtype)
+      return false;
+    z = v;
+  }
+  if (z < 0) return false;
+  graph::Input dh_in, z_in;
+  dh_in.arg_index = 0, dh_in.name = "dh";
+  z_in.arg_index = 1, z_in.name = "z";
+  inputs.emplace_back(dh, dh_in);
+  inputs.emplace_back(z, z_in);
+  std::vector<int> outputs = {dz};
+  graph::Graph probe = graph::subgraph(g, inputs, pointwise, outputs);
+  // z from -6 to 6 (both tails and the curve between), dh varying independently.
+  const std::int64_t count = numel(shape);
+  std::vector<double> zs(static_cast<std::size_t>(count)), hs(zs.size());
+  for (std::int64_t i = 0; i < count; ++i) {
+    zs[i] = -6.0 + 12.0 * static_cast<double>(i % 97) / 96.0;
+    hs[i] = 0.5 + static_cast<double>(i % 13) / 7.0;
+  }
+  Tensor zt = from_vector(zs).reshape(shape).to(dh_value.meta.dtype);
+  Tensor ht = from_vector(hs).reshape(shape).to(dh_value.meta.dtype);
+  std::array<CallArg, 2> args{CallArg{true, &ht, 0.0}, CallArg{true, &zt, 0.0}};
+  std::vector<double> got = run_reference(probe, args, {})[0].to_vector<double>();
+  std::vector<double> z_used = zt.to_vector<double>(), h_used = ht.to_vector<double>();
+  const double k = std::sqrt(2.0 / std::numbers::pi), c = 0.044715;
+  const double tolerance = dh_value.meta.dtype == DType::f32 ? 1e-5 : 2e-2;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    double x = z_used[i], t = std::tanh(k * (x + c * x * x * x));
+    double want = h_used[i] * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x));
+    if (!(std::abs(got[i] - want) <= tolerance * (1 + std::abs(want)))) return false;
+  }
+  out.act = Activation::gelu_tanh;
+  out.aux_value = z;
+  out.out_value = dz;
+  out.bias_grad_value = db;
+  out.backward = true;
+  return true;
+}
+
 }  // namespace
 
 std::vector<EpilogueLowering> plan_epilogues(const graph::Graph& g, const graph::Partition& p,
@@ -177,6 +274,14 @@ std::vector<EpilogueLowering> plan_epilogues(const graph::Graph& g, const graph:
         grad.note =
             fmt::format("cuBLASLt BGRADB: weight gradient + bias gradient (groups {} and {})", gi,
                         grad.epilogue_group);
+      } else if (readers.size() == 1 && !returned && match_gelu_grad(g, p, mm, eg, grad)) {
+        grad.epilogue_group = eg;
+        grad.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+        grad.note = fmt::format(
+            "cuBLASLt DGELU_BGRAD: matmul * gelu_tanh'(aux) + bias gradient (groups {} and {})", gi,
+            eg);
+      }
+      if (grad.epilogue_group >= 0) {
         log.push_back(fmt::format("kiln: group {} (matmul) + group {} -> {}", gi,
                                   grad.epilogue_group, grad.note));
         result.push_back(std::move(grad));
@@ -208,6 +313,12 @@ bool run_epilogue(const graph::Graph& g, const EpilogueLowering& l, std::vector<
     problem.a = values.at(mm.inputs[0]);
     problem.b = values.at(mm.inputs[1]);
     problem.bias_grad = true;
+    if (l.backward) {
+      problem.act = l.act;
+      problem.aux = values.at(l.aux_value);
+      problem.aux_ld =
+          problem.aux.defined() && problem.aux.dim() > 0 ? problem.aux.shape().back() : 0;
+    }
     std::string why;
     auto r = try_lt_backward(problem, &why);
     if (!r) {

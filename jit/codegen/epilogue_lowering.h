@@ -31,6 +31,9 @@ struct EpilogueLowering {
   int bias_grad_value = -1;
   // Host view groups between the two that read the sum: they move after the matmul with it.
   std::vector<int> moved_views;
+  // A backward form (DGELU_BGRAD): aux_value is then the forward's pre-activation it reads,
+  // out_value the activation's gradient, bias_grad_value its column sum.
+  bool backward = false;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   std::string note;  // "cuBLASLt GELU_BIAS: matmul + add + gelu_tanh"
 };
