@@ -458,7 +458,10 @@ Tensor clip_grad_norm_tensor_(const std::vector<Tensor>& params, double max_norm
                          [](const Tensor& g) { return g.dtype() == DType::f64; });
   Tensor total =
       scalar_tensor(clip_reference(grads, max_norm, norm_type), f64 ? DType::f64 : DType::f32);
-  return grads.empty() ? total : total.to(grads.front().device());
+  // On the gradients' device; with none, on the parameters'.
+  for (const auto& p : params)
+    if (p.defined()) return total.to(grads.empty() ? p.device() : grads.front().device());
+  return total;
 }
 
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
