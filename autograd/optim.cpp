@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
+#include <numeric>
+#include <optional>
 
 #include "autograd/ops.h"
 #include "runtime/grad_mode.h"
@@ -67,10 +70,103 @@ Tensor read_buffer(StateReader& reader, const std::string& owner, const std::str
 
 Optimizer::Optimizer(std::string name, std::vector<Tensor> params, double lr)
     : name_(std::move(name)), params_(std::move(params)), lr_(lr) {
-  for (std::size_t i = 0; i < params_.size(); ++i)
+  for (std::size_t i = 0; i < params_.size(); ++i) {
     KILN_CHECK_AS(AutogradError, params_[i].defined() && params_[i].requires_grad(),
                   "{}: parameter {} (shape {}) does not require grad", name_, i,
                   params_[i].defined() ? shape_str(params_[i].shape()) : "undefined");
+    KILN_CHECK(params_[i].device() == params_[0].device(),
+               "{}: parameters on two devices: parameter 0 is on {} and parameter {} (shape "
+               "{}) on {}",
+               name_, params_[0].device().str(), i, shape_str(params_[i].shape()),
+               params_[i].device().str());
+  }
+}
+
+bool Optimizer::fused() const {
+  return fused_backend() != nullptr;
+}
+
+MultiTensorBackend* Optimizer::fused_backend() const {
+  if (!fused_ || params_.empty()) return nullptr;
+  return multi_tensor_backend(params_[0].device().type);
+}
+
+namespace {
+
+// The order of dims that makes `t` contiguous (t.permute(order) is then a contiguous view of the
+// same memory), or nullopt when none does: a view with gaps between its elements.
+std::optional<std::vector<std::int64_t>> dense_order(const Tensor& t) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(t.dim()));
+  std::iota(order.begin(), order.end(), 0);
+  if (t.numel() == 0 || t.is_contiguous()) return order;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int64_t a, std::int64_t b) { return t.strides()[a] > t.strides()[b]; });
+  if (t.detach().permute(order).is_contiguous()) return order;
+  return std::nullopt;
+}
+
+std::vector<std::int64_t> inverse(const std::vector<std::int64_t>& order) {
+  std::vector<std::int64_t> out(order.size());
+  for (std::size_t i = 0; i < order.size(); ++i)
+    out[static_cast<std::size_t>(order[i])] = static_cast<std::int64_t>(i);
+  return out;
+}
+
+// `t` in `order`, contiguous when t is laid out as its parameter is (empty tensors as they are).
+Tensor in_order(const Tensor& t, const std::vector<std::int64_t>& order) {
+  return t.numel() == 0 ? t.detach() : t.detach().permute(order);
+}
+
+}  // namespace
+
+Optimizer::FusedLists Optimizer::fused_lists() const {
+  FusedLists lists;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    KILN_CHECK(g.device() == p.device(),
+               "{}.step: parameter {} (shape {}) is on {} but its gradient is on {}", name_, i,
+               shape_str(p.shape()), p.device().str(), g.device().str());
+    KILN_CHECK_AS(DTypeError, g.dtype() == p.dtype(),
+                  "{}.step: parameter {} (shape {}) is {} but its gradient is {}: the fused step "
+                  "updates a parameter, its gradient and its state in one dtype",
+                  name_, i, shape_str(p.shape()), dtype_name(p.dtype()), dtype_name(g.dtype()));
+    auto order = dense_order(p);
+    KILN_CHECK(order.has_value(),
+               "{}.step: parameter {} (shape {}, strides {}) is a view with gaps between its "
+               "elements, which the fused step cannot update in place; make the parameter a "
+               "tensor of its own, or call set_fused(false)",
+               name_, i, shape_str(p.shape()), shape_str(p.strides()));
+    Tensor grad = in_order(g, *order);
+    lists.index.push_back(i);
+    lists.params.push_back(in_order(p, *order));
+    lists.grads.push_back(grad.numel() == 0 || grad.is_contiguous() ? grad : grad.contiguous());
+    lists.order.push_back(std::move(*order));
+  }
+  return lists;
+}
+
+Tensor Optimizer::fused_state(Tensor& state, const FusedLists& lists, std::size_t k) {
+  const Tensor& work = lists.params[k];
+  const auto& order = lists.order[k];
+  if (!state.defined())
+    state = zeros(work.shape(), work.dtype(), work.device()).permute(inverse(order));
+  Tensor view = in_order(state, order);
+  if (view.numel() != 0 && !view.is_contiguous()) {  // loaded in another layout
+    state = view.contiguous().permute(inverse(order));
+    view = in_order(state, order);
+  }
+  return view;
+}
+
+void Optimizer::finish_fused(const FusedLists& lists, const std::vector<Tensor>& states) {
+  for (const auto& p : lists.params) p.impl().storage->bump_version();
+  for (const auto& s : states) s.impl().storage->bump_version();
+}
+
+Tensor Optimizer::state_entry(const Tensor& t) const {
+  return fused_backend() ? t.detach().clone() : t.detach();
 }
 
 void Optimizer::zero_grad() {
@@ -95,6 +191,7 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_d
 
 void SGD::step() {
   NoGradGuard no_grad;
+  if (MultiTensorBackend* backend = fused_backend()) return step_fused(*backend);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     Tensor g = p.grad();
@@ -109,6 +206,17 @@ void SGD::step() {
   }
 }
 
+void SGD::step_fused(MultiTensorBackend& backend) {
+  FusedLists lists = fused_lists();
+  std::vector<Tensor> buffers;
+  if (momentum_ != 0)  // zeros at first: the first step's buffer is then g, as torch's
+    for (std::size_t k = 0; k < lists.index.size(); ++k)
+      buffers.push_back(fused_state(momentum_buffers_[lists.index[k]], lists, k));
+  backend.sgd(lists.params, lists.grads, buffers, {lr_, momentum_, weight_decay_, nesterov_},
+              fused_cache_);
+  finish_fused(lists, buffers);
+}
+
 nn::StateDict SGD::state_dict() const {
   nn::StateDict state = {{"lr", f64_scalar(lr_)},
                          {"momentum", f64_scalar(momentum_)},
@@ -117,7 +225,7 @@ nn::StateDict SGD::state_dict() const {
                          {"num_params", i64_scalar(static_cast<std::int64_t>(params_.size()))}};
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (momentum_buffers_[i].defined())
-      state.emplace_back(state_key(i, "momentum_buffer"), momentum_buffers_[i].detach());
+      state.emplace_back(state_key(i, "momentum_buffer"), state_entry(momentum_buffers_[i]));
   return state;
 }
 
@@ -157,6 +265,7 @@ AdamW::AdamW(std::vector<Tensor> params, double lr, double beta1, double beta2, 
 void AdamW::step() {
   NoGradGuard no_grad;
   ++step_;
+  if (MultiTensorBackend* backend = fused_backend()) return step_fused(*backend);
   double bias1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
   double bias2_sqrt = std::sqrt(1.0 - std::pow(beta2_, static_cast<double>(step_)));
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -176,6 +285,19 @@ void AdamW::step() {
   }
 }
 
+void AdamW::step_fused(MultiTensorBackend& backend) {
+  FusedLists lists = fused_lists();
+  std::vector<Tensor> avg, avg_sq;
+  for (std::size_t k = 0; k < lists.index.size(); ++k) {
+    avg.push_back(fused_state(exp_avg_[lists.index[k]], lists, k));
+    avg_sq.push_back(fused_state(exp_avg_sq_[lists.index[k]], lists, k));
+  }
+  backend.adamw(lists.params, lists.grads, avg, avg_sq,
+                {lr_, beta1_, beta2_, eps_, weight_decay_, step_}, fused_cache_);
+  avg.insert(avg.end(), avg_sq.begin(), avg_sq.end());
+  finish_fused(lists, avg);
+}
+
 nn::StateDict AdamW::state_dict() const {
   nn::StateDict state = {{"lr", f64_scalar(lr_)},
                          {"beta1", f64_scalar(beta1_)},
@@ -186,8 +308,8 @@ nn::StateDict AdamW::state_dict() const {
                          {"num_params", i64_scalar(static_cast<std::int64_t>(params_.size()))}};
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (exp_avg_[i].defined()) {
-      state.emplace_back(state_key(i, "exp_avg"), exp_avg_[i].detach());
-      state.emplace_back(state_key(i, "exp_avg_sq"), exp_avg_sq_[i].detach());
+      state.emplace_back(state_key(i, "exp_avg"), state_entry(exp_avg_[i]));
+      state.emplace_back(state_key(i, "exp_avg_sq"), state_entry(exp_avg_sq_[i]));
     }
   return state;
 }
@@ -236,14 +358,30 @@ double grad_norm(const Tensor& grad, double p) {
 
 }  // namespace
 
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+namespace {
+
+void check_clip(double max_norm, double norm_type) {
   KILN_CHECK(max_norm >= 0, "clip_grad_norm_: max_norm must be non-negative, got {}", max_norm);
   KILN_CHECK(norm_type > 0, "clip_grad_norm_: norm_type must be positive or infinity, got {}",
              norm_type);
-  NoGradGuard no_grad;
+}
+
+// The gradients of `params` that exist; Error when they are on two devices.
+std::vector<Tensor> grads_of(const std::vector<Tensor>& params) {
   std::vector<Tensor> grads;
   for (const auto& p : params)
-    if (p.defined() && p.grad().defined()) grads.push_back(p.grad());
+    if (p.defined() && p.grad().defined()) {
+      grads.push_back(p.grad());
+      KILN_CHECK(grads.back().device() == grads.front().device(),
+                 "clip_grad_norm_: gradients on two devices: {} and {} (shape {})",
+                 grads.front().device().str(), grads.back().device().str(),
+                 shape_str(grads.back().shape()));
+    }
+  return grads;
+}
+
+// The reference: per-gradient norms in f64 on the host, combined as torch does.
+double clip_reference(std::vector<Tensor>& grads, double max_norm, double norm_type) {
   // The norm of the per-parameter norms, as torch (equal to the norm over all elements).
   bool inf_norm = std::isinf(norm_type), nan = false;
   double total = 0.0;
@@ -264,6 +402,65 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   double coef = std::min(max_norm / (total + 1e-6), 1.0);
   if (coef != 1.0)
     for (auto& g : grads) g.mul_(coef);
+  return total;
+}
+
+// The multi-tensor implementation for these gradients' device, or nullptr.
+MultiTensorBackend* clip_backend(const std::vector<Tensor>& grads) {
+  return grads.empty() ? nullptr : multi_tensor_backend(grads.front().device().type);
+}
+
+// The fused clip over contiguous views of the gradients (a norm and a scaling do not care in
+// which order they visit elements); Error on a gradient with gaps, which it cannot scale in place.
+Tensor fused_clip(MultiTensorBackend& backend, const std::vector<Tensor>& grads, double max_norm,
+                  double norm_type) {
+  // One cache for every caller: a training loop clips the same gradients' addresses each step,
+  // so the table stays on the device; another list uploads its own.
+  static std::mutex mutex;
+  static std::unique_ptr<MultiTensorCache> cache;
+  std::vector<Tensor> work;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    auto order = dense_order(grads[i]);
+    KILN_CHECK(order.has_value(),
+               "clip_grad_norm_: gradient {} (shape {}, strides {}) is a view with gaps between "
+               "its elements, which cannot be scaled in place",
+               i, shape_str(grads[i].shape()), shape_str(grads[i].strides()));
+    work.push_back(in_order(grads[i], *order));
+  }
+  Tensor total;
+  {
+    std::lock_guard lock(mutex);
+    total = backend.clip_grad_norm(work, {max_norm, norm_type}, cache);
+  }
+  for (const auto& g : work) g.impl().storage->bump_version();
+  return total;
+}
+
+}  // namespace
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  check_clip(max_norm, norm_type);
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads = grads_of(params);
+  if (MultiTensorBackend* backend = clip_backend(grads))
+    return fused_clip(*backend, grads, max_norm, norm_type).item();  // the one host read
+  return clip_reference(grads, max_norm, norm_type);
+}
+
+Tensor clip_grad_norm_tensor_(const std::vector<Tensor>& params, double max_norm,
+                              double norm_type) {
+  check_clip(max_norm, norm_type);
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads = grads_of(params);
+  if (MultiTensorBackend* backend = clip_backend(grads))
+    return fused_clip(*backend, grads, max_norm, norm_type);
+  bool f64 = std::any_of(grads.begin(), grads.end(),
+                         [](const Tensor& g) { return g.dtype() == DType::f64; });
+  Tensor total =
+      scalar_tensor(clip_reference(grads, max_norm, norm_type), f64 ? DType::f64 : DType::f32);
+  // On the gradients' device; with none, on the parameters'.
+  for (const auto& p : params)
+    if (p.defined()) return total.to(grads.empty() ? p.device() : grads.front().device());
   return total;
 }
 

@@ -1,14 +1,18 @@
-// Reference optimizers (SGD, AdamW), their learning rate and state dicts, and gradient clipping.
-// Each update is a few kiln ops under NoGradGuard; fused multi-tensor versions come with the
-// code generator.
+// Optimizers (SGD, AdamW), their learning rate and state dicts, and gradient clipping. On a
+// device with a multi-tensor implementation (CUDA: runtime/multi_tensor.h) a step updates every
+// parameter in one generated launch per dtype group, and clipping scales the gradients without
+// reading the norm on the host; elsewhere (the CPU) each update is the reference: a few kiln ops
+// per parameter under NoGradGuard.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "autograd/nn.h"
+#include "runtime/multi_tensor.h"
 #include "runtime/tensor.h"
 
 namespace kiln::optim {
@@ -19,6 +23,11 @@ class Optimizer {
   virtual void step() = 0;
   // Drops every parameter's .grad (the next backward starts from nothing).
   void zero_grad();
+  // Whether step() runs the fused multi-tensor update (the default wherever the parameters'
+  // device has one, as torch's fused=True; false runs the reference ops on every device, a
+  // launch or more per op and parameter on CUDA: for comparisons).
+  bool fused() const;
+  void set_fused(bool fused) { fused_ = fused; }
   const std::vector<Tensor>& params() const { return params_; }
   const std::string& name() const { return name_; }
 
@@ -29,7 +38,9 @@ class Optimizer {
 
   // Hyperparameters (0-dim f64, "lr", ...), "num_params" (0-dim i64) and per-parameter state
   // ("state.<i>.<buffer>", i the parameter's index), as torch.optim's state_dict: the tensors
-  // are the optimizer's own (steps rebind them, never write into them), not copies.
+  // are the optimizer's own where the reference step runs (it rebinds them, never writes into
+  // them), and copies where the fused step runs (it updates them in place), so a state dict is a
+  // snapshot either way.
   virtual nn::StateDict state_dict() const = 0;
   // Replaces hyperparameters and state with copies of `state`'s, cast to each parameter's dtype
   // and device. Error (and nothing changed) on a missing or unexpected key, a parameter count
@@ -37,11 +48,34 @@ class Optimizer {
   virtual void load_state_dict(const nn::StateDict& state) = 0;
 
  protected:
+  // Error naming the optimizer when the parameters are on more than one device.
   Optimizer(std::string name, std::vector<Tensor> params, double lr);
+  // The multi-tensor implementation step() uses, or nullptr for the reference ops.
+  MultiTensorBackend* fused_backend() const;
+  // The parameters that have a gradient, for a fused step: Error naming the optimizer when a
+  // gradient's dtype or device is not its parameter's, or a parameter is a view with gaps (a
+  // strided slice), which a fused step cannot update in place. A dense parameter that is not
+  // contiguous (a transpose) is updated through the permutation that makes it contiguous, its
+  // state kept in the same layout; a gradient in another layout is read through a copy.
+  struct FusedLists {
+    std::vector<std::size_t> index;                // into params_
+    std::vector<std::vector<std::int64_t>> order;  // dims that make the parameter contiguous
+    std::vector<Tensor> params, grads;             // contiguous (params: views of the parameters)
+  };
+  FusedLists fused_lists() const;
+  // State buffer `state` of entry k of `lists` as the kernels take it (a contiguous view in the
+  // parameter's layout): zero-filled when there is none yet, laid out again when loaded unlike it.
+  static Tensor fused_state(Tensor& state, const FusedLists& lists, std::size_t k);
+  // Bumps the versions of what the kernels wrote in place.
+  static void finish_fused(const FusedLists& lists, const std::vector<Tensor>& states);
+  // `t` as a state dict holds it: a copy where the fused step writes it in place.
+  Tensor state_entry(const Tensor& t) const;
 
   std::string name_;  // "SGD", "AdamW": for error messages
   std::vector<Tensor> params_;
   double lr_;
+  bool fused_ = true;
+  std::unique_ptr<MultiTensorCache> fused_cache_;  // the fused step's device tables
 };
 
 // SGD with optional momentum, Nesterov and (L2) weight decay, as torch.optim.SGD (dampening 0).
@@ -56,6 +90,8 @@ class SGD : public Optimizer {
   void load_state_dict(const nn::StateDict& state) override;
 
  private:
+  void step_fused(MultiTensorBackend& backend);
+
   double momentum_, weight_decay_;
   bool nesterov_;
   std::vector<Tensor> momentum_buffers_;
@@ -74,6 +110,8 @@ class AdamW : public Optimizer {
   void load_state_dict(const nn::StateDict& state) override;
 
  private:
+  void step_fused(MultiTensorBackend& backend);
+
   double beta1_, beta2_, eps_, weight_decay_;
   // One count for all parameters (torch keeps one per parameter; they agree unless a parameter
   // misses gradients on some steps, where torch's count for it lags).
@@ -84,11 +122,20 @@ class AdamW : public Optimizer {
 // Scales the gradients of `params` in place so that their global norm (the norm of the vector
 // of per-parameter norms, as torch.nn.utils.clip_grad_norm_) is at most `max_norm`, and returns
 // that norm before clipping. Every gradient is multiplied by min(1, max_norm / (total + 1e-6))
-// in its dtype; parameters without a gradient are skipped. `norm_type` is a p > 0 or infinity;
-// norms are accumulated in f64. A non-finite total is not an error (torch's default
-// error_if_nonfinite=false): the gradients are scaled anyway, to zeros or NaNs.
+// in its dtype; parameters without a gradient are skipped. `norm_type` is a p > 0 or infinity.
+// A non-finite total is not an error (torch's default error_if_nonfinite=false): the gradients
+// are scaled anyway, to zeros or NaNs. Gradients on two devices are an error.
 // Runs under NoGradGuard: no autograd history, whatever the grad mode.
+// CPU gradients: norms accumulated in f64. CUDA gradients: clip_grad_norm_tensor_'s two launches,
+// then the norm is read on the host: one device-to-host copy, which waits for the device.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+// The same, returning the norm as a 0-dim tensor on the gradients' device (f32, f64 when a
+// gradient is f64), as torch's clip_grad_norm_ does. On CUDA nothing is read on the host: one
+// multi-tensor reduction leaves per-block partials (deterministic: a fixed tree, no atomics), and
+// one multi-tensor launch combines them and scales every gradient, whatever their dtypes;
+// accumulation in f32 (f64 when a gradient is f64).
+Tensor clip_grad_norm_tensor_(const std::vector<Tensor>& params, double max_norm,
+                              double norm_type = 2.0);
 // Clamps every gradient of `params` to [-clip_value, clip_value] in place (NaNs stay NaN).
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 

@@ -259,7 +259,8 @@ class Trainer {
     return loss.detach();
   }
   void optimizer_step() {
-    optim::clip_grad_norm_(optimizer_.params(), train_.clip_norm);
+    // The tensor form: on CUDA the norm stays on the device (no host sync).
+    optim::clip_grad_norm_tensor_(optimizer_.params(), train_.clip_norm);
     optimizer_.step();
     scheduler_.step();
   }

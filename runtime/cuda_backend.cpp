@@ -3,6 +3,7 @@
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/host_sync.h"
 #include "runtime/device_checks.h"
 
 namespace kiln {
@@ -49,9 +50,11 @@ Tensor download(const Tensor& t) {
   span->shape = {high - low};
   span->strides = {1};
   Tensor staging(span);
-  if (high > low)
+  if (high > low) {
+    cuda::count_device_to_host_copy();
     cuda::backend().copy_to_host(staging.raw_data(), device_address(t) + low * item,
                                  static_cast<std::size_t>(high - low) * item);
+  }
   return make_view(staging, t.impl().shape, t.strides(), -low);
 }
 

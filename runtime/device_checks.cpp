@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/cuda/host_sync.h"
 #include "runtime/tensor.h"
 
 namespace kiln {
@@ -51,6 +52,7 @@ std::pair<DeviceCheckRaiser, std::vector<std::int64_t>> drain(PendingChecks& p) 
   if (used == 0) return {};
   std::vector<std::int64_t> words(2 * used);
   cuda::Backend& be = cuda::backend();
+  cuda::count_device_to_host_copy();
   be.copy_to_host(words.data(), address(p.flags), used * kSlotBytes);
   be.memset8(address(p.flags), 0, used * kSlotBytes);
   std::vector<DeviceCheckRaiser> raisers;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/cuda/host_sync.h"
+
 namespace kiln::cuda {
 
 std::string AllocatorStats::to_string() const {
@@ -117,6 +119,7 @@ std::size_t CachingAllocator::block_size(DevicePtr ptr) const {
 }
 
 void CachingAllocator::release_stream(Stream stream) {
+  count_synchronization();
   backend_.synchronize_stream(stream);
   std::lock_guard lock(mutex_);
   auto it = stream_free_.lower_bound({stream, 0});
@@ -128,6 +131,7 @@ void CachingAllocator::release_stream(Stream stream) {
 
 void CachingAllocator::free_cached_locked() {
   if (stream_free_.empty() && shared_free_.empty()) return;
+  count_synchronization();
   backend_.synchronize();  // a cached block may still be in use by queued work
   std::vector<std::pair<DevicePtr, std::size_t>> blocks;
   for (auto& [key, p] : stream_free_) blocks.emplace_back(p, key.second);

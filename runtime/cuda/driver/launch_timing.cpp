@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "runtime/cuda/driver/driver_api.h"
+#include "runtime/cuda/host_sync.h"
 #include "runtime/error.h"
 
 namespace kiln::cuda::driver {
@@ -44,6 +45,7 @@ std::vector<KernelTime> take_launch_times() {
   CUresult failed = CUDA_SUCCESS;
   for (const auto& l : launches) {
     float ms = 0;
+    count_synchronization();
     CUresult r = api.event_synchronize(l.end);
     if (r == CUDA_SUCCESS) r = api.event_elapsed_time(&ms, l.start, l.end);
     api.event_destroy(l.start);
