@@ -724,6 +724,49 @@ BOOST_AUTO_TEST_CASE(mma_in_a_divergent_or_partial_warp_is_a_fault) {
   for (float x : out) BOOST_TEST(x == 64.0f);
 }
 
+BOOST_AUTO_TEST_CASE(hand_written_ptx_two_mma_sites_immediates_and_unsupported_forms) {
+  Gpu gpu;
+  auto module = [](const std::string& body) {
+    return ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k(.param .u64 p)\n{\n"
+           "  .reg .pred %p<2>;\n  .reg .b32 %r<4>;\n  .reg .f32 %f<4>;\n  .reg .b64 %rd<4>;\n"
+           "  ld.param.u64 %rd1, [p];\n  mov.u32 %r2, %tid.x;\n  mul.wide.u32 %rd2, %r2, 4;\n"
+           "  add.s64 %rd3, %rd1, %rd2;\n  mov.b32 %r1, 1006648320;\n" +  // two f16 1.0
+           body +
+           "\n  st.global.f32 [%rd3], %f0;\n  ret;\n}\n";
+  };
+  const std::string mma =
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0,%f1,%f2,%f3}, {%r1,%r1,%r1,%r1}, "
+      "{%r1,%r1}, ";
+  DevicePtr d = gpu.zeros<float>(32);
+  // C given as immediates: D = 16 + 2.5 everywhere.
+  BOOST_TEST(error_text([&] {
+               gpu.run(module(mma + "{0f40200000,0f40200000,0f40200000,0f40200000};"), "k", Dim3{1},
+                       Dim3{32}, 0, d);
+             }).empty());
+  for (float x : gpu.download<float>(d, 32)) BOOST_TEST(x == 18.5f);
+  // Half the warp at one mma, half at another: .aligned is broken, which the report says.
+  std::string split = error_text([&] {
+    gpu.run(module("  setp.lt.u32 %p1, %r2, 16;\n  @%p1 bra A;\n  " + mma +
+                   "{%f0,%f0,%f0,%f0};\n  bra.uni E;\nA:\n  " + mma + "{%f1,%f1,%f1,%f1};\nE:"),
+            "k", Dim3{1}, Dim3{32}, 0, d);
+  });
+  BOOST_TEST(mentions(split, "another mma.sync.aligned instruction"), split);
+  // Forms not implemented are refused when the module loads, naming the instruction.
+  std::string shape = error_text([&] {
+    gpu.run(module("  mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 {%f0,%f1,%f2,%f3,%f0,%f1,"
+                   "%f2,%f3}, {%r1,%r1}, {%r1,%r1}, {%f0,%f1,%f2,%f3,%f0,%f1,%f2,%f3};"),
+            "k", Dim3{1}, Dim3{32}, 0, d);
+  });
+  BOOST_TEST(mentions(shape, "mma.sync.aligned.m8n8k4"), shape);
+  BOOST_TEST(mentions(shape, "m16n8k16"), shape);
+  std::string types = error_text([&] {
+    gpu.run(module("  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f16 {%f0,%f1,%f2,%f3}, "
+                   "{%r1,%r1,%r1,%r1}, {%r1,%r1}, {%r1,%r1};"),
+            "k", Dim3{1}, Dim3{32}, 0, d);
+  });
+  BOOST_TEST(mentions(types, ".f32.bf16.bf16.f16"), types);
+}
+
 BOOST_AUTO_TEST_CASE(nvrtc_builds_the_tensor_core_kernels_for_sm_80_and_sm_90) {
   for (const char* src : {kMmaKernels, kLdmatrixKernels, kDivergent})
     for (auto target : {nvrtc::Target::sass(8, 0), nvrtc::Target::sass(9, 0)}) {
