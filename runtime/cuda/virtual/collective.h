@@ -10,7 +10,23 @@
 
 namespace kiln::cuda::vgpu {
 
-enum class WarpKind : std::uint8_t { shfl, vote, activemask, match, redux, sync, elect };
+enum class WarpKind : std::uint8_t {
+  shfl,
+  vote,
+  activemask,
+  match,
+  redux,
+  sync,
+  elect,
+  mma,      // mma.sync.aligned (ops_mma.cpp)
+  ldmatrix  // ldmatrix.sync.aligned (ops_mma.cpp)
+};
+
+// .sync.aligned collectives with no member mask: all 32 lanes of the warp must execute the same
+// instruction (PTX ISA, mma and ldmatrix: "all threads in the warp must execute the same ...").
+inline bool is_whole_warp(WarpKind k) {
+  return k == WarpKind::mma || k == WarpKind::ldmatrix;
+}
 
 // Which collective `in` is (stored in Instr::aux by the decoders).
 inline WarpKind warp_kind(const Instr& in) {
@@ -21,6 +37,13 @@ const char* warp_kind_name(WarpKind k);
 // Runs the collective for the lanes in `group` (all parked at a compatible collective with the
 // same member mask) and writes every lane's results. `lanes` has 32 entries (null: no thread).
 void execute_warp_group(ThreadState* const* lanes, std::uint32_t group);
+
+// Sets `in` up to park its thread as collective `kind` (ops_warp.cpp).
+void park_as(Instr& in, WarpKind kind);
+
+// The tensor-core collectives over a whole converged warp (ops_mma.cpp).
+void execute_mma(ThreadState* const* lanes);
+void execute_ldmatrix(ThreadState* const* lanes);
 
 // bar.warp.sync is decoded here although its opcode starts with "bar".
 void decode_bar_warp_sync(DecodeCtx& c, OpcodeParts& info, Instr& in);

@@ -222,6 +222,12 @@ class ModuleDecoder final : public DecodeCtx {
     return static_cast<std::uint32_t>(fn->calls.size() - 1);
   }
 
+  std::uint32_t add_operand_slots(const std::vector<std::uint32_t>& slots) override {
+    auto first = static_cast<std::uint32_t>(fn->operand_slots.size());
+    fn->operand_slots.insert(fn->operand_slots.end(), slots.begin(), slots.end());
+    return first;
+  }
+
   std::uint64_t alloc_shared(std::uint64_t size, std::uint64_t align) {
     prog_.shared_bytes = align_up(prog_.shared_bytes, std::max<std::uint64_t>(align, 1));
     std::uint64_t off = prog_.shared_bytes;
@@ -428,6 +434,7 @@ void ModuleDecoder::decode_function(const ast::Function& af, Function& f) {
     for (auto& s : in.s) fix_slot(s, base);
     fix_slot(in.addr, base);
   }
+  for (auto& s : f.operand_slots) fix_slot(s, base);
   for (auto& c : f.calls) {
     for (auto& s : c.arg_slots) fix_slot(s, base);
     fix_slot(c.ret_slot, base);
@@ -483,6 +490,7 @@ Program decode_module(
     add_memory_decoders(t);
     add_control_decoders(t);
     add_warp_decoders(t);
+    add_mma_decoders(t);
     return t;
   }();
   Program prog;

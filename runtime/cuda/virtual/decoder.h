@@ -62,6 +62,9 @@ class DecodeCtx {
   virtual std::uint32_t label(const ast::Operand& o) = 0;
   virtual const Function* function(const std::string& name) = 0;
   virtual std::uint32_t add_call(CallSite site) = 0;
+  // Appends slots to Function::operand_slots (operands past Instr's d[4] / s[4]); returns the
+  // index of the first.
+  virtual std::uint32_t add_operand_slots(const std::vector<std::uint32_t>& slots) = 0;
   // Throws PtxError "unsupported PTX instruction '<opcode>' at line N: <why>".
   [[noreturn]] void fail(const std::string& why) const;
 
@@ -84,6 +87,7 @@ void add_convert_decoders(DecoderTable& table);
 void add_memory_decoders(DecoderTable& table);
 void add_control_decoders(DecoderTable& table);
 void add_warp_decoders(DecoderTable& table);
+void add_mma_decoders(DecoderTable& table);
 
 // Literal `text` (sign given apart) as the bits of type `t`; ok = false if it cannot be one.
 std::uint64_t literal_bits(const std::string& text, bool negative, Type t, bool& ok);

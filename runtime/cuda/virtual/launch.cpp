@@ -214,6 +214,8 @@ class BlockRunner {
               group |= 1u << j;
         } else {
           group = t->wait_mask;
+          // mma / ldmatrix name no mask: the whole warp, converged at this very instruction.
+          bool whole = is_whole_warp(kind);
           if (!(group >> l & 1))
             fault(*t, *t->wait,
                   fmt::format("{} member mask {:#010x} does not include the "
@@ -224,17 +226,24 @@ class BlockRunner {
             if (!(group >> j & 1)) continue;
             if (!(exists >> j & 1))
               fault(*t, *t->wait,
-                    fmt::format("{} member mask {:#010x} names lane {}, which does "
-                                "not exist (the block has {} threads):",
-                                warp_kind_name(kind), group, j, n_));
+                    whole ? fmt::format("{} needs all 32 lanes of the warp, but lane {} does not "
+                                        "exist (the block has {} threads):",
+                                        warp_kind_name(kind), j, n_)
+                          : fmt::format("{} member mask {:#010x} names lane {}, which does "
+                                        "not exist (the block has {} threads):",
+                                        warp_kind_name(kind), group, j, n_));
             ThreadState* o = lanes[j];
             if (o->status == Status::exited)
               fault(*t, *t->wait,
-                    fmt::format("{} member mask {:#010x} names lane {} (thread {}), "
-                                "which has exited and can never arrive:",
-                                warp_kind_name(kind), group, j, tid_str(*o)));
+                    whole ? fmt::format("{} needs all 32 lanes of the warp converged on it, but "
+                                        "lane {} (thread {}) has exited and can never arrive "
+                                        "(a divergent warp):",
+                                        warp_kind_name(kind), j, tid_str(*o))
+                          : fmt::format("{} member mask {:#010x} names lane {} (thread {}), "
+                                        "which has exited and can never arrive:",
+                                        warp_kind_name(kind), group, j, tid_str(*o)));
             ready = o->status == Status::warp_wait && o->wait_mask == group &&
-                    warp_kind(*o->wait) == kind;
+                    warp_kind(*o->wait) == kind && (!whole || o->wait == t->wait);
           }
           if (!ready) continue;
         }
@@ -264,12 +273,18 @@ class BlockRunner {
       for (std::uint32_t j = 0; j < 32; ++j) {
         if (!(t.wait_mask >> j & 1) || base + j >= n_) continue;
         const ThreadState& o = threads_[base + j];
+        bool whole = is_whole_warp(warp_kind(*t.wait));
         if (o.status == Status::warp_wait && o.wait_mask == t.wait_mask &&
-            warp_kind(*o.wait) == warp_kind(*t.wait))
+            warp_kind(*o.wait) == warp_kind(*t.wait) && (!whole || o.wait == t.wait))
           continue;
         std::string other =
             o.status == Status::barrier
                 ? fmt::format("waits at barrier {} {}", o.bar_id, instr_text(o))
+            : whole && o.wait_mask == t.wait_mask && warp_kind(*o.wait) == warp_kind(*t.wait)
+                ? fmt::format(
+                      "waits at another {} instruction {} (.aligned: the whole warp "
+                      "must execute the same one)",
+                      warp_kind_name(warp_kind(*o.wait)), instr_text(o))
                 : fmt::format("waits at {} {} with member mask {:#010x}",
                               warp_kind_name(warp_kind(*o.wait)), instr_text(o), o.wait_mask);
         throw KernelFault(fmt::format(

@@ -226,6 +226,28 @@ void cvt_f32_bf16(ThreadState& t, const Instr& in) {
 void cvt_bf16_f32(ThreadState& t, const Instr& in) {
   put<std::uint16_t>(t, in.d[0], float_to_bf16_rn(get<float>(t, in.s[0])));
 }
+// f32 -> tf32 (PTX ISA cvt: .rna on sm_80, .rn / .rz on sm_90): the f32 rounded to 10
+// significand bits, its low 13 bits zero. Rounding a magnitude up past the largest finite value
+// gives infinity, as the carry into the exponent does here; NaN stays a (quiet) NaN.
+void cvt_tf32_f32(ThreadState& t, const Instr& in) {
+  std::uint32_t bits = get<std::uint32_t>(t, in.s[0]);
+  if ((bits & 0x7f800000u) == 0x7f800000u) {
+    if (bits & 0x7fffffu) bits |= 0x400000u;
+    put<std::uint32_t>(t, in.d[0], bits & 0xffffe000u);
+    return;
+  }
+  switch (static_cast<Round>(in.mod)) {
+    case Round::rna:
+      bits += 0x1000u;  // half an ulp of tf32: ties away from zero
+      break;
+    case Round::rn:
+      bits += 0xfffu + ((bits >> 13) & 1u);  // ties to even
+      break;
+    default:  // rz
+      break;
+  }
+  put<std::uint32_t>(t, in.d[0], bits & 0xffffe000u);
+}
 void cvt_s32_f32_rz(ThreadState& t, const Instr& in) {
   float f = get<float>(t, in.s[0]);
   std::int32_t r = std::isnan(f)         ? 0
@@ -324,6 +346,14 @@ void add_convert_decoders(DecoderTable& table) {
     in.d[0] = c.dst(c.op(0));
     in.s[0] = c.src(c.op(1), in.type2);
     Type dt = in.type, st = in.type2;
+    if (dt == Type::tf32) {
+      Round mode = static_cast<Round>(in.mod);
+      if (st != Type::f32 || (mode != Round::rna && mode != Round::rn && mode != Round::rz) ||
+          (in.flags & (kFlagFtz | kFlagSat)))
+        c.fail("only cvt.rna.tf32.f32, cvt.rn.tf32.f32 and cvt.rz.tf32.f32 are implemented");
+      in.fn = cvt_tf32_f32;
+      return;
+    }
     if (dt == Type::f16x2 || dt == Type::bf16x2) {
       if (st != Type::f32) c.fail("packed cvt needs .f32 sources");
       in.s[1] = c.src(c.op(2), st);

@@ -1,5 +1,6 @@
 // Warp-collective instructions: shfl.sync (up/down/bfly/idx with clamp and segment mask),
-// vote.sync (all/any/uni/ballot), activemask, match.{any,all}.sync, redux.sync, bar.warp.sync.
+// vote.sync (all/any/uni/ballot), activemask, match.{any,all}.sync, redux.sync, bar.warp.sync;
+// the scheduling side of the tensor-core collectives (their work is in ops_mma.cpp).
 #include <fmt/format.h>
 
 #include "runtime/cuda/virtual/collective.h"
@@ -12,8 +13,10 @@ namespace {
 void park(ThreadState& t, const Instr& in) {
   t.status = Status::warp_wait;
   t.wait = &in;
-  t.wait_mask =
-      WarpKind(in.aux) == WarpKind::activemask ? 0u : static_cast<std::uint32_t>(t.r[in.s[3]]);
+  WarpKind kind = warp_kind(in);
+  t.wait_mask = kind == WarpKind::activemask ? 0u
+                : is_whole_warp(kind)        ? 0xffffffffu
+                                             : static_cast<std::uint32_t>(t.r[in.s[3]]);
 }
 
 void shfl_group(ThreadState* const* lanes, std::uint32_t group) {
@@ -165,6 +168,10 @@ const char* warp_kind_name(WarpKind k) {
       return "bar.warp.sync";
     case WarpKind::elect:
       return "elect.sync";
+    case WarpKind::mma:
+      return "mma.sync.aligned";
+    case WarpKind::ldmatrix:
+      return "ldmatrix.sync.aligned";
   }
   return "?";
 }
@@ -189,6 +196,12 @@ void execute_warp_group(ThreadState* const* lanes, std::uint32_t group) {
         if (group >> i & 1) lanes[i]->r[lanes[i]->wait->d[0]] = group;
       break;
     case WarpKind::sync:
+      break;
+    case WarpKind::mma:
+      execute_mma(lanes);
+      break;
+    case WarpKind::ldmatrix:
+      execute_ldmatrix(lanes);
       break;
     case WarpKind::elect: {
       std::uint32_t leader = static_cast<std::uint32_t>(std::countr_zero(group));

@@ -45,7 +45,9 @@ double KernelProfile::modeled_h100_us() const {
   constexpr double kLaunchUs = 3.0;
   double memory = static_cast<double>(dram_bytes()) / kBytesPerUs;
   double issue = static_cast<double>(thread_instructions) / 32.0 / kWarpInstructionsPerUs;
-  return kLaunchUs + std::max(memory, issue);
+  double tensor = static_cast<double>(mma_flops_f16) / (kModeledTensorF16FlopsPerSecond / 1e6) +
+                  static_cast<double>(mma_flops_tf32) / (kModeledTensorTf32FlopsPerSecond / 1e6);
+  return kLaunchUs + std::max({memory, issue, tensor});
 }
 
 void KernelProfile::add(const KernelProfile& p) {
@@ -57,6 +59,8 @@ void KernelProfile::add(const KernelProfile& p) {
   dram_load_sectors += p.dram_load_sectors, dram_store_sectors += p.dram_store_sectors;
   shared_requests += p.shared_requests, bank_conflicts += p.bank_conflicts;
   atomics += p.atomics, interpret_ms += p.interpret_ms;
+  mma_instructions += p.mma_instructions;
+  mma_flops_f16 += p.mma_flops_f16, mma_flops_tf32 += p.mma_flops_tf32;
 }
 
 void set_profiling(bool on) {
@@ -108,24 +112,26 @@ std::string profile_table(const std::vector<KernelProfile>& profiles) {
     s.add(p);
   }
   auto ratio = [](std::uint64_t a, std::uint64_t b) { return b ? double(a) / double(b) : 0.0; };
-  std::string out =
-      fmt::format("{:<40} {:>6} {:>12} {:>9} {:>9} {:>9} {:>7} {:>7} {:>9} {:>8} {:>11} {:>10}\n",
-                  "kernel", "calls", "thread-inst", "ld MB", "st MB", "DRAM MB", "sec/ld", "sec/st",
-                  "bank-conf", "atomics", "H100 us*", "interp ms");
+  std::string out = fmt::format(
+      "{:<40} {:>6} {:>12} {:>10} {:>9} {:>9} {:>9} {:>7} {:>7} {:>9} {:>8} {:>11} {:>10}\n",
+      "kernel", "calls", "thread-inst", "mma", "ld MB", "st MB", "DRAM MB", "sec/ld", "sec/st",
+      "bank-conf", "atomics", "H100 us*", "interp ms");
   for (const auto& name : order) {
     const auto& [calls, s] = sums.at(name);
     // The modeled time of the summed counters would pay one launch latency: add the others.
     double modeled = s.modeled_h100_us() + 3.0 * (calls - 1);
     out += fmt::format(
-        "{:<40} {:>6} {:>12} {:>9.3f} {:>9.3f} {:>9.3f} {:>7.2f} {:>7.2f} {:>9} {:>8} {:>11.1f} "
-        "{:>10.1f}\n",
+        "{:<40} {:>6} {:>12} {:>10} {:>9.3f} {:>9.3f} {:>9.3f} {:>7.2f} {:>7.2f} {:>9} {:>8} "
+        "{:>11.1f} {:>10.1f}\n",
         name.size() > 40 ? name.substr(0, 37) + "..." : name, calls, s.thread_instructions,
-        s.load_bytes / 1e6, s.store_bytes / 1e6, s.dram_bytes() / 1e6,
+        s.mma_instructions, s.load_bytes / 1e6, s.store_bytes / 1e6, s.dram_bytes() / 1e6,
         ratio(s.load_sectors, s.load_requests), ratio(s.store_sectors, s.store_requests),
         s.bank_conflicts, s.atomics, modeled, s.interpret_ms);
   }
   out +=
-      "* modeled: 3 us launch + max(DRAM sectors / 3.35 TB/s, instruction issue), not measured\n";
+      "mma: warp-level tensor-core instructions (mma.sync)\n"
+      "* modeled: 3 us launch + max(DRAM sectors / 3.35 TB/s, instruction issue, tensor-core "
+      "flops / 989.4 TFLOP/s f16 and bf16, 494.7 tf32), not measured\n";
   return out;
 }
 
@@ -158,6 +164,13 @@ void profile_shared_access(ThreadState& t, std::uint64_t offset, unsigned size, 
     return;
   }
   p.shared_request(requests, seq, begin, end);
+}
+
+void profile_shared_skip(ThreadState& t) {
+  LaunchProfiler& p = *t.launch->profiler;
+  // A lane's count never passes its warp's requests (the next one it opens is the next index).
+  std::uint32_t& seq = p.shared_seq_[t.linear];
+  if (seq < p.warps_[t.warp].shared.size()) ++seq;
 }
 
 LaunchProfiler::LaunchProfiler(std::uint32_t block_threads)

@@ -23,6 +23,12 @@ namespace kiln::cuda::vgpu {
 
 // The DRAM bandwidth of the H100 SXM the profiler models (HBM3: 2619 MHz x 5120 bits x 2 / 8).
 inline constexpr double kModeledDramBytesPerSecond = 3.35e12;
+// Its dense tensor-core peaks (NVIDIA H100 Tensor Core GPU Architecture whitepaper, table
+// "NVIDIA H100 SXM5": FP16 / BF16 with FP32 accumulate 989.4 TFLOPS, TF32 494.7 TFLOPS; 132 SMs
+// x 1830 MHz x 4096 and 2048 flops per SM per clock). mma.sync reaches less than these on an
+// H100 (wgmma is what feeds them fully): the model is a lower bound on its time.
+inline constexpr double kModeledTensorF16FlopsPerSecond = 989.4e12;
+inline constexpr double kModeledTensorTf32FlopsPerSecond = 494.7e12;
 
 struct KernelProfile {
   std::string kernel;
@@ -38,13 +44,18 @@ struct KernelProfile {
   // Shared-memory wavefronts beyond one per request. A request takes as many as its busiest bank
   // has distinct words, so 32 lanes' 8- or 16-byte accesses take 2 or 4.
   std::uint64_t bank_conflicts = 0;
-  std::uint64_t atomics = 0;   // thread-level atomic operations (global and shared)
+  std::uint64_t atomics = 0;  // thread-level atomic operations (global and shared)
+  // Tensor-core work: warp-level mma.sync instructions, and their flops (2 M N K each) by input
+  // type, f16 / bf16 and tf32 (the two run at different peaks).
+  std::uint64_t mma_instructions = 0;
+  std::uint64_t mma_flops_f16 = 0, mma_flops_tf32 = 0;
   double interpret_ms = 0;     // host time the interpreter spent
   std::uint64_t launches = 1;  // more than one once a long run's records are merged
 
   std::uint64_t dram_bytes() const { return 32 * (dram_load_sectors + dram_store_sectors); }
-  // A roofline estimate for an H100 SXM (kModeledDramBytesPerSecond; 132 SMs x 4 schedulers
-  // issuing one warp instruction per cycle at 1.98 GHz; 3 us launch latency). Not measured.
+  // A roofline estimate for an H100 SXM: the longest of DRAM traffic (kModeledDramBytesPerSecond),
+  // instruction issue (132 SMs x 4 schedulers issuing one warp instruction per cycle at 1.98 GHz)
+  // and tensor-core flops at their peaks, plus 3 us launch latency. Not measured.
   double modeled_h100_us() const;
   void add(const KernelProfile& other);  // sums every counter (another launch of the kernel)
 };
@@ -63,6 +74,10 @@ void record_profile(KernelProfile profile);
 struct ThreadState;
 enum class Access : std::uint8_t;  // thread.h
 
+// A lane that takes part in a warp's shared-memory request without an access of its own (the
+// lanes of ldmatrix .x1 / .x2 that give no row address): its request count stays in step.
+void profile_shared_skip(ThreadState& t);
+
 // One launch's in-flight counters and its per-warp request records (reset per block).
 //
 // Most warps' lanes access neighbouring bytes in lane order, so a request keeps the run of bytes
@@ -78,7 +93,13 @@ class LaunchProfiler {
                                     Access access);
   friend void profile_shared_access(ThreadState& t, std::uint64_t offset, unsigned size,
                                     Access access);
+  friend void profile_shared_skip(ThreadState& t);
 
+  // One warp-level mma of `flops` (2 M N K), tf32 inputs or 16-bit ones.
+  void count_mma(std::uint64_t flops, bool tf32) {
+    ++p_.mma_instructions;
+    (tf32 ? p_.mma_flops_tf32 : p_.mma_flops_f16) += flops;
+  }
   void end_block();
   KernelProfile& result() { return p_; }
 

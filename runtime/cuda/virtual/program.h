@@ -171,6 +171,9 @@ struct Function {
   unsigned maxntid[3] = {0, 0, 0};
   unsigned reqntid[3] = {0, 0, 0};
   std::vector<CallSite> calls;
+  // Source slots of instructions with more operands than Instr holds (mma's A, B and C
+  // fragments), each run starting at its Instr::imm.
+  std::vector<std::uint32_t> operand_slots;
   int line = 0;
 };
 
