@@ -330,8 +330,7 @@ void CompiledFunctionCore::report(const Entry& e, std::size_t index) const {
     log_line(fmt::format("kiln: graph of '{}' entry {}:\n{}", options_.name, index, e.graph.str()));
   if (log_enabled(LogTopic::fusion)) log_line(fmt::format("kiln: {}", e.fusion.str(e.graph)));
   if (e.aot && log_enabled(LogTopic::aot))
-    log_line(fmt::format("kiln: aot: '{}' entry {}:\n{}", options_.name, index,
-                         e.aot->str()));
+    log_line(fmt::format("kiln: aot: '{}' entry {}:\n{}", options_.name, index, e.aot->str()));
   if (const char* dir = std::getenv("KILN_DUMP_DIR")) {
     std::string path = fmt::format("{}/{}.{}.dot", dir, options_.name, index);
     std::ofstream out(path);
@@ -440,13 +439,15 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
   if (!entry) return invoke(args);
   if (verify_now) verify(*entry, args, invoke, symbol_values);
   if (entry->aot) {
-    ++stats_.kernel_calls;
+    if (entry->aot->forward_plan().fallback_steps() == 0 &&
+        entry->aot->backward_plan().fallback_steps() == 0)
+      ++stats_.kernel_calls;
     return entry->aot->run(args, symbol_values);
   }
   // A plan's kernels record no autograd history: an entry whose calls need gradients and that
   // could not be compiled for training (aot_fallback says why) runs node by node.
   if (entry->plan && !(grad_enabled() && needs_grad(entry->graph, args))) {
-    ++stats_.kernel_calls;
+    if (entry->plan->fallback_steps() == 0) ++stats_.kernel_calls;
     return entry->plan->run(entry->graph, args, symbol_values);
   }
   return run_reference(entry->graph, args, symbol_values);

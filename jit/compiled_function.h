@@ -53,7 +53,9 @@ struct CompiledStats {
   std::int64_t compiles = 0;       // traces that produced an entry
   std::int64_t eager_calls = 0;    // calls past the recompile limit
   std::int64_t verifications = 0;  // re-traces made for KILN_JIT_VERIFY
-  std::int64_t kernel_calls = 0;   // calls run by generated kernels (the rest: reference)
+  // Calls run by generated kernels and library calls alone: a plan with a fallback step (a
+  // node no template renders) or the reference executor does not count.
+  std::int64_t kernel_calls = 0;
 };
 
 class CompiledFunctionCore {

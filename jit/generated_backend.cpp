@@ -13,6 +13,7 @@
 #include "jit/codegen/group_kernel.h"
 #include "jit/codegen/indexing.h"
 #include "jit/codegen/kernel_coverage.h"
+#include "jit/codegen/launch_stats.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/matmul.h"
 #include "runtime/backend.h"
@@ -74,7 +75,6 @@ class GeneratedCudaBackend : public CudaBackend {
   std::vector<Tensor> run(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs,
                           std::span<const TensorMeta> outputs) override {
     std::shared_ptr<const Plan> plan = plan_for(op, inputs, attrs, outputs);
-    if (plan->on_host) return run_on_host(op, inputs, attrs);
     std::vector<Tensor> values(plan->graph.values.size());
     for (std::size_t i = 0; i < inputs.size(); ++i)
       values[plan->graph.nodes[0].inputs[i]] = inputs[i];
@@ -91,8 +91,8 @@ class GeneratedCudaBackend : public CudaBackend {
     }
     // A reduction iterates over its input, a pointwise op over its output.
     Shape domain = plan->kernel->reduces() ? inputs[0].shape()
-                   : outputs.empty()          ? Shape{}
-                                              : outputs[0].shape;
+                   : outputs.empty()       ? Shape{}
+                                           : outputs[0].shape;
     return plan->kernel->run(plan->graph, domain, values, {});
   }
 
@@ -131,25 +131,22 @@ class GeneratedCudaBackend : public CudaBackend {
     return LinearBackwardResult{r->out, r->bias_grad};
   }
 
+  // Host <-> device copies are counted (launch_stats()), so that tests and benchmarks see any
+  // round trip through the host an op or a compiled call makes.
+  void copy_into(const Tensor& dst, const Tensor& src) override {
+    auto& stats = codegen::launch_stats();
+    if (dst.device().is_cpu() && src.device().is_cuda()) ++stats.copies_to_host;
+    if (dst.device().is_cuda() && src.device().is_cpu()) ++stats.copies_to_device;
+    CudaBackend::copy_into(dst, src);
+  }
+
  private:
   struct Plan {
     graph::Graph graph;
     std::optional<codegen::GroupKernel> kernel;  // pointwise, reduction or normalization
     std::optional<codegen::MatmulKernel> matmul;
     std::optional<codegen::IndexingKernel> indexing;
-    bool on_host = false;  // code generation does not cover it: the CPU kernel, then a copy
   };
-
-  // The few op/dtype pairs code generation does not cover yet (integer pow, remainder and
-  // floor_divide, whose errors on a zero divisor need the host) run on the CPU kernels.
-  static std::vector<Tensor> run_on_host(OpId op, std::span<const Tensor> inputs,
-                                         const OpAttrs& attrs) {
-    std::vector<Tensor> host;
-    for (const auto& t : inputs) host.push_back(t.to(Device::cpu()));
-    auto results = dispatch(op, host, attrs);
-    for (auto& r : results) r = r.to(Device::cuda());
-    return results;
-  }
 
   std::shared_ptr<const Plan> plan_for(OpId op, std::span<const Tensor> inputs,
                                        const OpAttrs& attrs, std::span<const TensorMeta> outputs) {
@@ -160,12 +157,10 @@ class GeneratedCudaBackend : public CudaBackend {
     plan->graph = one_node_graph(op, inputs, attrs, outputs);
     auto partition = graph::partition(plan->graph, {}, &codegen::kernel_coverage());
     const auto& group = partition.groups.at(0);
-    // What no template renders (integer pow, remainder, floor_divide) runs on the CPU kernels.
-    if (group.kind == graph::FusionKind::unrendered) {
-      plan->on_host = true;
-      plans_.emplace(key, plan);
-      return plan;
-    }
+    // Every op the table has is rendered at every dtype its CPU kernel takes; an op that is not
+    // is an error rather than a hidden trip through the host.
+    KILN_CHECK(group.kind != graph::FusionKind::unrendered, "{}: no generated kernel on {}: {}", op,
+               inputs.empty() ? "cuda" : inputs[0].device().str(), group.unrendered);
     if (codegen::has_indexing_kernel(op)) {
       plan->indexing = codegen::render_indexing(op, attrs, inputs, outputs[0]);
       plans_.emplace(key, plan);

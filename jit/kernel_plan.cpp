@@ -40,8 +40,8 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
         break;
       // The fuser made it a group of its own because no template renders it.
       case graph::FusionKind::unrendered:
-        step.kind = Step::Kind::eager;
-        step.note = fmt::format("eager {}: {}", group.name, group.unrendered);
+        step.kind = Step::Kind::fallback;
+        step.note = fmt::format("fallback {}: {}", group.name, group.unrendered);
         break;
       case graph::FusionKind::matmul:
       case graph::FusionKind::index:
@@ -122,6 +122,18 @@ int KernelPlan::kernel_count() const {
   return n;
 }
 
+int KernelPlan::kernel_steps() const {
+  int n = 0;
+  for (const auto& s : steps_) n += s.kind == Step::Kind::kernel || s.kind == Step::Kind::eager;
+  return n;
+}
+
+int KernelPlan::fallback_steps() const {
+  int n = 0;
+  for (const auto& s : steps_) n += s.kind == Step::Kind::fallback;
+  return n;
+}
+
 std::string KernelPlan::str() const {
   std::string out;
   for (const auto& s : steps_) out += fmt::format("  group {}: {}\n", s.group, s.note);
@@ -184,7 +196,7 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
       auto results = dispatch(node.op, operands, attrs_at(g, node, symbol_values));
       for (std::size_t k = 0; k < results.size(); ++k) values[node.outputs[k]] = results[k];
     }
-    if (check && step.kind == Step::Kind::eager)
+    if (check && step.kind != Step::Kind::host)
       check_step_accuracy(g, step.nodes, values, symbol_values,
                           fmt::format("eager group {} ({})", step.group, step.note), "");
     release();

@@ -32,6 +32,12 @@ class KernelPlan {
                           std::span<const std::int64_t> symbol_values) const;
 
   int kernel_count() const;
+  // Steps run by a generated kernel, a cuBLASLt call, or an eager CUDA op that is one (matmul,
+  // indexing, scan, movement), against fallback steps: a node no template renders, run by
+  // dispatch with the fuser's reason. A call with a fallback step is not a kernel call
+  // (CompiledStats::kernel_calls).
+  int kernel_steps() const;
+  int fallback_steps() const;
   // Intermediate bytes alive at once at the traced sizes, with each released after its last
   // reader (peak) and, for comparison, were none released (total).
   std::int64_t peak_bytes() const { return peak_bytes_; }
@@ -41,7 +47,7 @@ class KernelPlan {
 
  private:
   struct Step {
-    enum class Kind { kernel, host, eager } kind;
+    enum class Kind { kernel, host, eager, fallback } kind;
     int group = -1;
     std::vector<int> nodes;
     std::vector<SymExpr> domain;

@@ -12,7 +12,6 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -32,6 +31,7 @@
 #include "support/cache_env.h"
 #include "support/capture_output.h"
 #include "support/device_compare.h"
+#include "support/scoped_env.h"
 #include "support/temp_dir.h"
 
 using namespace kiln;
@@ -79,6 +79,25 @@ int lines(const std::string& s) {
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(cache_keys)
+
+BOOST_AUTO_TEST_CASE(keys_and_checksums_are_xxh3_128_known_answers) {
+  // Known answers from the reference tool (xxhsum -H2, xxHash 0.8.1), not from kiln: XXH3-128 of
+  // the empty string and of "abc" ...
+  BOOST_TEST(cache::checksum("") == "99aa06d3014798d86001c324468d497f");
+  BOOST_TEST(cache::checksum("abc") == "06b05ab6733a618578af5f94892f3950");
+  // ... and of a key's fields, each after its length as a little-endian u64: "kiln-kernel-key-2",
+  // the code without its comment lines, the option count "1", the option, the arch, the NVRTC
+  // version, the codegen version "7". A change of hash or field layout moves every key, so the
+  // disk cache of an older kiln would be read as misses: this says when that happens.
+  std::vector<std::string> options = {"-arch=compute_90"};
+  cache::KeyInputs in;
+  in.source = "// a comment line\nextern \"C\" __global__ void k() {}\n";
+  in.options = options;
+  in.arch = "compute_90";
+  in.nvrtc_version = "12.8";
+  in.codegen_version = 7;
+  BOOST_TEST(cache::kernel_key(in) == "d05d25715ea5755bc61aa314652c5944");
+}
 
 BOOST_AUTO_TEST_CASE(a_key_covers_source_options_arch_nvrtc_and_codegen_versions) {
   std::vector<std::string> options = {"-arch=compute_90", "-I/usr/include"};
@@ -202,7 +221,19 @@ BOOST_AUTO_TEST_CASE(malformed_settings_are_errors_naming_the_variable) {
   setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
   BOOST_TEST(cache::settings_from_env().dir == fs::path("/tmp/xdg/kiln"));
   unsetenv("XDG_CACHE_HOME");
-  BOOST_TEST(cache::settings_from_env().dir == fs::path(getenv("HOME")) / ".cache" / "kiln");
+  {
+    // HOME set for this check, so that it does not depend on the environment the suite runs in.
+    test::ScopedEnv home("HOME", "/tmp/home-of-the-test");
+    BOOST_TEST(cache::settings_from_env().dir == fs::path("/tmp/home-of-the-test/.cache/kiln"));
+  }
+  {
+    // No HOME and no XDG_CACHE_HOME: no directory (the cache stays in memory), not a crash.
+    const char* home = std::getenv("HOME");
+    std::string saved = home ? home : "";
+    unsetenv("HOME");
+    BOOST_TEST(cache::settings_from_env().dir.empty());
+    if (home) setenv("HOME", saved.c_str(), 1);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -413,28 +444,40 @@ BOOST_AUTO_TEST_CASE(a_directory_owned_by_another_user_is_not_used) {
 }
 
 BOOST_AUTO_TEST_CASE(eviction_removes_the_least_recently_used_first) {
+  // Last uses are set explicitly (an entry's last use is its files' mtime), hours apart and in
+  // the past, so that nothing depends on the clock's or the file system's granularity; a load
+  // then makes its entry the most recent.
   test::TempDir dir;
   cache::DiskCache disk(dir.path(), 1 << 20);
   BOOST_TEST(!disk.open().has_value());
   std::string big(300 << 10, 'x');
   auto key = [](char c) { return std::string(32, c); };
-  auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
+  const auto past = fs::file_time_type::clock::now() - std::chrono::hours(24 * 365);
+  auto last_used = [&](char c, int hour) {
+    for (const auto& f : fs::directory_iterator(dir.path() / "kernels" / key(c)))
+      fs::last_write_time(f.path(), past + std::chrono::hours(hour));
+  };
   disk.store(fake_meta(key('a')), "a", big);
-  pause();
   disk.store(fake_meta(key('b')), "b", big);
-  pause();
   disk.store(fake_meta(key('c')), "c", big);
-  pause();
-  disk.load(key('a'));  // a is now the most recently used; b the least
-  pause();
-  disk.store(fake_meta(key('d')), "d", big);
+  last_used('a', 1);
+  last_used('b', 2);
+  last_used('c', 3);
+  disk.load(key('a'));                        // a is now the most recently used; b the least
+  disk.store(fake_meta(key('d')), "d", big);  // past the cap of 1 MiB: one goes
   BOOST_TEST((entry_names(dir.path()) == std::set<std::string>{key('a'), key('c'), key('d')}));
-  pause();
-  disk.load(key('c'));
+  last_used('a', 4);
+  last_used('d', 5);
+  last_used('c', 6);
   auto report = disk.prune(700 << 10);
   BOOST_TEST(report.removed == 1);
   BOOST_TEST((entry_names(dir.path()) == std::set<std::string>{key('c'), key('d')}));
-  BOOST_TEST(disk.prune(0).removed == 2);
+  // A tie goes by key: c before d.
+  last_used('c', 7);
+  last_used('d', 7);
+  BOOST_TEST(disk.prune(400 << 10).removed == 1);
+  BOOST_TEST((entry_names(dir.path()) == std::set<std::string>{key('d')}));
+  BOOST_TEST(disk.prune(0).removed == 1);
   BOOST_TEST(entry_names(dir.path()).empty());
 }
 

@@ -1,7 +1,8 @@
 // What the code generator renders is a fusion rule (graph::KernelCoverage): tril/triu fuse into
 // pointwise kernels as index arithmetic (on the vector path, the scalar path and a split launch),
-// and an op with no CUDA expression (integer pow) is a group of its own whose reason names it
-// while its neighbours fuse, compiled and eager. References are computed by hand on the host.
+// and an op a reduction kernel cannot render (integer floor division, which reports errors
+// through a flag) stays out of it with a reason that names it, while its neighbours fuse.
+// References are computed by hand on the host.
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>
@@ -129,36 +130,35 @@ BOOST_AUTO_TEST_CASE(eager_tril_and_triu_on_cuda_are_pointwise_kernels) {
   test::check_values(upper.to(Device::cpu()), shape, DType::i64, want_upper);
 }
 
-BOOST_AUTO_TEST_CASE(an_op_without_a_cuda_expression_is_a_named_boundary_its_neighbours_fuse) {
-  // (a * 2 + 1) ** b * 3 - a: integer pow has no CUDA expression (its errors need the host).
-  auto fn = [](const Tensor& a, const Tensor& b) { return pow(a * 2 + 1, b) * 3 - a; };
-  Tensor a = test::i64s({-2, -1, 0, 1, 2, 3}, {2, 3}), b = test::i64s({3, 2, 5, 0, 1, 2}, {2, 3});
+BOOST_AUTO_TEST_CASE(an_op_a_reduction_cannot_render_is_a_named_boundary_its_neighbours_fuse) {
+  // sum((a * 2 + 1) // b, -1) * 3: integer floor division reports a zero divisor through an error
+  // flag, which only pointwise kernels take, so it stays out of the reduction kernel.
+  auto fn = [](const Tensor& a, const Tensor& b) {
+    return sum(floor_divide(a * 2 + 1, b), {-1}) * 3;
+  };
+  Tensor a = test::i64s({-2, -1, 0, 1, 2, 3}, {2, 3}), b = test::i64s({3, -2, 5, 2, -1, 4}, {2, 3});
   auto f = jit::compile(fn);
   Tensor got = f(a.to(Device::cuda()), b.to(Device::cuda()));
-  // (2a + 1)^b * 3 - a by hand: (-3)^3 * 3 + 2, (-1)^2 * 3 + 1, 1 * 3, 1 * 3 - 1, 5 * 3 - 2,
-  // 49 * 3 - 3.
-  test::check_values(got.to(Device::cpu()), {2, 3}, DType::i64, {-79, 4, 3, 2, 13, 144});
+  // By hand, Python's //: -3 // 3 = -1, -1 // -2 = 0, 1 // 5 = 0; 3 // 2 = 1, 5 // -1 = -5,
+  // 7 // 4 = 1. Row sums -1 and -3, times 3.
+  test::check_values(got.to(Device::cpu()), {2}, DType::i64, {-3, -9});
 
   const graph::Partition& p = f.core().fusion(0);
   const graph::Graph& g = f.core().graph(0);
   std::string e = f.explain();
-  BOOST_TEST_REQUIRE(p.groups.size() == 3u, e);
+  BOOST_TEST_REQUIRE(p.groups.size() == 2u, e);
   BOOST_TEST((p.groups[0].kind == FusionKind::pointwise), e);
-  BOOST_TEST(p.groups[0].nodes.size() == 2u, e);  // mul, add
-  BOOST_TEST((p.groups[1].kind == FusionKind::unrendered), e);
-  BOOST_TEST(contains(p.groups[1].unrendered, "pow (i64, i64 -> i64) has no CUDA expression"), e);
-  BOOST_TEST((p.groups[2].kind == FusionKind::pointwise), e);
-  BOOST_TEST(p.groups[2].nodes.size() == 2u, e);  // mul, sub
+  BOOST_TEST(p.groups[0].nodes.size() == 3u, e);  // mul, add, floor_divide
+  BOOST_TEST((p.groups[1].kind == FusionKind::reduction), e);
   BOOST_TEST(kernels_of(f) == 2, e);
-  // Both edges around pow carry its reason; explain() shows it on the group and on the edges.
-  BOOST_TEST(p.unfused.size() == 2u, e);
-  for (const auto& edge : p.unfused) BOOST_TEST(contains(edge.reason, "pow (i64"), edge.reason);
-  BOOST_TEST(contains(p.str(g), "not rendered: pow (i64, i64 -> i64)"), p.str(g));
-  BOOST_TEST(contains(e, "eager pow: pow (i64, i64 -> i64) has no CUDA expression"), e);
-
+  BOOST_TEST(f.core().plan(0)->fallback_steps() == 0, e);
+  // The edge into the reduction carries the reason, naming the op and its dtype.
+  BOOST_TEST_REQUIRE(p.unfused.size() == 1u, e);
+  BOOST_TEST(contains(p.unfused[0].reason, "floor_divide (i64) reports errors"),
+             p.unfused[0].reason);
   // The same graph without the code generator's coverage is one group: the rule made the cut.
   BOOST_TEST(graph::partition(g).groups.size() == 1u);
-  // At f32 pow has an expression: one kernel.
+  // At f32 floor division reports nothing: one kernel.
   auto ff = jit::compile(fn);
   ff(a.to(DType::f32).to(Device::cuda()), b.to(DType::f32).to(Device::cuda()));
   BOOST_TEST(kernels_of(ff) == 1, ff.explain());
@@ -183,32 +183,25 @@ BOOST_AUTO_TEST_CASE(a_triangle_stays_out_of_a_reduction_kernel) {
   BOOST_TEST(named, e);
 }
 
-BOOST_AUTO_TEST_CASE(eager_integer_pow_remainder_and_floor_divide_on_cuda_match_the_cpu) {
-  Tensor a = test::i64s({-7, -3, 0, 2, 5, 9}, {6}), b = test::i64s({2, 3, 4, 5, 2, 1}, {6});
-  Tensor ad = a.to(Device::cuda()), bd = b.to(Device::cuda());
-  // By hand: (-7)^2, (-3)^3, 0^4, 2^5, 5^2, 9^1; Python's % and //.
-  test::check_values(pow(ad, bd).to(Device::cpu()), {6}, DType::i64, {49, -27, 0, 32, 25, 9});
-  test::check_values(remainder(ad, bd).to(Device::cpu()), {6}, DType::i64, {1, 0, 0, 2, 1, 0});
-  test::check_values(floor_divide(ad, bd).to(Device::cpu()), {6}, DType::i64, {-4, -1, 0, 0, 2, 9});
-  // The host's rules hold on CUDA tensors too.
-  Tensor negative = test::i64s({-1}, {1}).to(Device::cuda());
-  KILN_CHECK_THROWS(pow(ad, negative), Error, "pow", "negative integer power");
-}
-
 BOOST_AUTO_TEST_CASE(the_coverage_names_the_op_and_dtypes) {
   // A one-node graph per case, traced on the CPU: coverage does not depend on the device.
-  auto reason = [](auto fn, const Tensor& x, const Tensor& y) {
+  auto reason = [](auto fn, const Tensor& x, const Tensor& y, FusionKind kind) {
     auto f = jit::compile(fn);
     f(x, y);
     const graph::Graph& g = f.core().graph(0);
     return jit::codegen::kernel_coverage().unrendered_reason(
-        g, static_cast<int>(g.nodes.size()) - 1, FusionKind::pointwise);
+        g, static_cast<int>(g.nodes.size()) - 1, kind);
   };
   auto rem = [](const Tensor& x, const Tensor& y) { return remainder(x, y); };
-  auto why = reason(rem, test::i32s({7}, {1}), test::i32s({2}, {1}));
+  Tensor xi = test::i32s({7}, {1}), yi = test::i32s({2}, {1});
+  // Pointwise kernels render integer remainder; reduction kernels take no error flag.
+  BOOST_TEST(!reason(rem, xi, yi, FusionKind::pointwise).has_value());
+  auto why = reason(rem, xi, yi, FusionKind::reduction);
   BOOST_TEST_REQUIRE(why.has_value());
-  BOOST_TEST(contains(*why, "remainder (i32, i32 -> i32)"), *why);
-  BOOST_TEST(!reason(rem, test::f32s({7}, {1}), test::f32s({2}, {1})).has_value());
+  BOOST_TEST(contains(*why, "remainder (i32) reports errors"), *why);
+  Tensor xf = test::f32s({7}, {1}), yf = test::f32s({2}, {1});
+  BOOST_TEST(!reason(rem, xf, yf, FusionKind::pointwise).has_value());
+  BOOST_TEST(!reason(rem, xf, yf, FusionKind::reduction).has_value());
 }
 
 BOOST_AUTO_TEST_CASE(views_of_computed_values_compile_without_a_caught_error) {

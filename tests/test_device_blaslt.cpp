@@ -2,41 +2,57 @@
 // virtual GPU's implementation of cuBLASLt's documented contract against a naive reference written
 // here (every epilogue, transposes, strided batches, f32/TF32/f16/bf16/f64, aux formats, bias
 // gradients), its rule checks, and the driver path failing at first use without a GPU.
+#include <bit>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "runtime/cuda/backends.h"
 #include "runtime/cuda/blaslt/blaslt.h"
 #include "runtime/cuda/blaslt/lt_api.h"
 #include "runtime/cuda/selection.h"
-#include "runtime/cuda/virtual/float_format.h"
 #include "runtime/error.h"
+#include "support/float_bits.h"
 
 namespace {
 
 using namespace kiln::cuda;
 using namespace kiln::cuda::blaslt;
-using vgpu::FloatFormat;
 
 Backend& vgpu_backend() {
   return backend("virtual");
 }
 
+// The backend check_case runs on: the virtual GPU, or the driver while a DriverCase is alive.
+Backend* case_driver = nullptr;
+Backend& case_backend() {
+  return case_driver ? *case_driver : vgpu_backend();
+}
+
 std::size_t bytes_of(cudaDataType_t t) {
   return t == CUDA_R_32F ? 4 : t == CUDA_R_64F ? 8 : 2;
 }
-FloatFormat format_of(cudaDataType_t t) {
-  return t == CUDA_R_16F    ? FloatFormat::f16
-         : t == CUDA_R_16BF ? FloatFormat::bf16
-         : t == CUDA_R_32F  ? FloatFormat::f32
-                            : FloatFormat::f64;
+// The bits of `v` stored as `t`, and back: f16 and bf16 from encodings written out in the test
+// (support/float_bits.h), f32 by the host's own conversion; never the interpreter's.
+std::uint64_t stored_bits(cudaDataType_t t, double v) {
+  if (t == CUDA_R_16F) return kiln::test::f16_bits(v);
+  if (t == CUDA_R_16BF) return kiln::test::bf16_bits(v);
+  if (t == CUDA_R_32F) return std::bit_cast<std::uint32_t>(static_cast<float>(v));
+  return std::bit_cast<std::uint64_t>(v);
+}
+double stored_value(cudaDataType_t t, std::uint64_t bits) {
+  if (t == CUDA_R_16F) return kiln::test::f16_value(static_cast<std::uint16_t>(bits));
+  if (t == CUDA_R_16BF) return kiln::test::bf16_value(static_cast<std::uint16_t>(bits));
+  if (t == CUDA_R_32F) return std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+  return std::bit_cast<double>(bits);
 }
 // The value `v` takes once stored as `t`.
 double rounded(cudaDataType_t t, double v) {
-  auto f = format_of(t);
-  return static_cast<double>(vgpu::decode_float(f, vgpu::encode_float(f, v, vgpu::Round::rn)));
+  return stored_value(t, stored_bits(t, v));
 }
 
 // A device buffer of `n` elements of type `t` on the virtual GPU.
@@ -45,25 +61,25 @@ struct Buffer {
   std::size_t n;
   DevicePtr ptr;
   Buffer(cudaDataType_t t, std::size_t count) : type(t), n(count) {
-    ptr = vgpu_backend().alloc(std::max<std::size_t>(n * bytes_of(t), 1));
+    ptr = case_backend().alloc(std::max<std::size_t>(n * bytes_of(t), 1));
   }
-  ~Buffer() { vgpu_backend().free(ptr); }
+  ~Buffer() { case_backend().free(ptr); }
   void upload(const std::vector<double>& v) {
     std::vector<unsigned char> raw(n * bytes_of(type));
     for (std::size_t i = 0; i < n; ++i) {
-      std::uint64_t bits = vgpu::encode_float(format_of(type), v[i], vgpu::Round::rn);
+      std::uint64_t bits = stored_bits(type, v[i]);
       std::memcpy(raw.data() + i * bytes_of(type), &bits, bytes_of(type));
     }
-    vgpu_backend().copy_to_device(ptr, raw.data(), raw.size());
+    case_backend().copy_to_device(ptr, raw.data(), raw.size());
   }
   std::vector<double> download() const {
     std::vector<unsigned char> raw(n * bytes_of(type));
-    vgpu_backend().copy_to_host(raw.data(), ptr, raw.size());
+    case_backend().copy_to_host(raw.data(), ptr, raw.size());
     std::vector<double> out(n);
     for (std::size_t i = 0; i < n; ++i) {
       std::uint64_t bits = 0;
       std::memcpy(&bits, raw.data() + i * bytes_of(type), bytes_of(type));
-      out[i] = static_cast<double>(vgpu::decode_float(format_of(type), bits));
+      out[i] = stored_value(type, bits);
     }
     return out;
   }
@@ -94,6 +110,41 @@ struct Case {
   double alpha = 1, beta = 0;
 };
 
+// What each epilogue does, written out from cuBLASLt's documentation (not from the service's
+// helpers, which epilogue_classes checks against it): reads a bias, writes a bias gradient,
+// applies ReLU or GELU, writes (forward) or reads (D*) the aux, is a backward form.
+struct EpilogueParts {
+  cublasLtEpilogue_t e;
+  const char* name;
+  bool bias, bgrad, relu, gelu, aux, backward;
+};
+// clang-format off
+const EpilogueParts kEpilogueTable[] = {
+    // epilogue                      name             bias   bgrad  relu   gelu   aux    backward
+    {CUBLASLT_EPILOGUE_DEFAULT,       "DEFAULT",       false, false, false, false, false, false},
+    {CUBLASLT_EPILOGUE_RELU,          "RELU",          false, false, true,  false, false, false},
+    {CUBLASLT_EPILOGUE_RELU_AUX,      "RELU_AUX",      false, false, true,  false, true,  false},
+    {CUBLASLT_EPILOGUE_BIAS,          "BIAS",          true,  false, false, false, false, false},
+    {CUBLASLT_EPILOGUE_RELU_BIAS,     "RELU_BIAS",     true,  false, true,  false, false, false},
+    {CUBLASLT_EPILOGUE_RELU_AUX_BIAS, "RELU_AUX_BIAS", true,  false, true,  false, true,  false},
+    {CUBLASLT_EPILOGUE_DRELU,         "DRELU",         false, false, false, false, true,  true},
+    {CUBLASLT_EPILOGUE_DRELU_BGRAD,   "DRELU_BGRAD",   false, true,  false, false, true,  true},
+    {CUBLASLT_EPILOGUE_GELU,          "GELU",          false, false, false, true,  false, false},
+    {CUBLASLT_EPILOGUE_GELU_AUX,      "GELU_AUX",      false, false, false, true,  true,  false},
+    {CUBLASLT_EPILOGUE_GELU_BIAS,     "GELU_BIAS",     true,  false, false, true,  false, false},
+    {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, "GELU_AUX_BIAS", true,  false, false, true,  true,  false},
+    {CUBLASLT_EPILOGUE_DGELU,         "DGELU",         false, false, false, false, true,  true},
+    {CUBLASLT_EPILOGUE_DGELU_BGRAD,   "DGELU_BGRAD",   false, true,  false, false, true,  true},
+    {CUBLASLT_EPILOGUE_BGRADA,        "BGRADA",        false, true,  false, false, false, false},
+    {CUBLASLT_EPILOGUE_BGRADB,        "BGRADB",        false, true,  false, false, false, false},
+};
+// clang-format on
+const EpilogueParts& parts(cublasLtEpilogue_t e) {
+  for (const auto& p : kEpilogueTable)
+    if (p.e == e) return p;
+  throw std::runtime_error("no such epilogue in the test's table");
+}
+
 bool relu_aux(cublasLtEpilogue_t e) {
   return e == CUBLASLT_EPILOGUE_RELU_AUX || e == CUBLASLT_EPILOGUE_RELU_AUX_BIAS ||
          e == CUBLASLT_EPILOGUE_DRELU || e == CUBLASLT_EPILOGUE_DRELU_BGRAD;
@@ -103,7 +154,8 @@ bool relu_aux(cublasLtEpilogue_t e) {
 void check_case(const Case& c, double tol) {
   const int m = c.m, n = c.n, k = c.k, B = c.batch;
   const cublasLtEpilogue_t e = c.epilogue;
-  const bool backward = epilogue_is_backward(e);
+  const EpilogueParts& part = parts(e);
+  const bool backward = part.backward;
   const bool relu_mask = relu_aux(e);
   // Column-major operands with padded leading dimensions, batches one after another.
   const int a_rows = c.ta == CUBLAS_OP_N ? m : k, a_cols = c.ta == CUBLAS_OP_N ? k : m;
@@ -137,7 +189,7 @@ void check_case(const Case& c, double tol) {
               std::int64_t bit = b * aux_stride + j * aux_ld + i;
               bits[bit / 8] |= 1u << (bit % 8);
             }
-      vgpu_backend().copy_to_device(aux.ptr, bits.data(), bits.size());
+      case_backend().copy_to_device(aux.ptr, bits.data(), bits.size());
     } else {
       std::vector<double> v(aux.n, 0);
       for (int b = 0; b < B; ++b)
@@ -155,11 +207,11 @@ void check_case(const Case& c, double tol) {
   s.a = {c.type, std::uint64_t(a_rows), std::uint64_t(a_cols), lda, CUBLASLT_ORDER_COL, B, sa};
   s.b = {c.type, std::uint64_t(b_rows), std::uint64_t(b_cols), ldb, CUBLASLT_ORDER_COL, B, sb};
   s.c = s.d = {c.type, std::uint64_t(m), std::uint64_t(n), ldd, CUBLASLT_ORDER_COL, B, sd};
-  if (epilogue_has_bias(e) || epilogue_writes_bgrad(e)) {
+  if (part.bias || part.bgrad) {
     s.bias = bias.ptr;
     if (B > 1) s.bias_batch_stride = bias_len;
   }
-  if (epilogue_has_aux(e)) {
+  if (part.aux) {
     s.aux = aux.ptr, s.aux_ld = aux_ld;
     if (B > 1) s.aux_batch_stride = aux_stride;
   }
@@ -173,7 +225,7 @@ void check_case(const Case& c, double tol) {
     std::memcpy(scalars.data(), ab, sizeof ab);
   }
   const std::size_t ab_size = c.type == CUDA_R_64F ? 8 : 4;
-  BlasLt& lt = service(vgpu_backend());
+  BlasLt& lt = service(case_backend());
   std::size_t calls = lt.calls();
   lt.matmul(make_call(desc, scalars.data(), scalars.data() + ab_size, A.ptr, Bm.ptr, C.ptr, D.ptr));
   BOOST_TEST(lt.calls() == calls + 1);
@@ -181,7 +233,7 @@ void check_case(const Case& c, double tol) {
   auto dv = D.download();
   auto outv = bias.download();
   std::vector<unsigned char> aux_bits(aux.n * 2);
-  if (relu_mask) vgpu_backend().copy_to_host(aux_bits.data(), aux.ptr, aux_bits.size());
+  if (relu_mask) case_backend().copy_to_host(aux_bits.data(), aux.ptr, aux_bits.size());
   auto auxv = relu_mask ? std::vector<double>() : aux.download();
   auto in_a = [&](int b, int i, int l) {  // op(A)[i, l]
     return c.ta == CUBLAS_OP_N ? av[b * sa + std::int64_t(l) * lda + i]
@@ -210,8 +262,8 @@ void check_case(const Case& c, double tol) {
         double acc = 0;
         for (int l = 0; l < k; ++l) acc += tf(in_a(b, i, l)) * tf(in_b(b, l, j));
         double x = c.alpha * acc + c.beta * cv[b * sd + std::int64_t(j) * ldd + i];
-        if (epilogue_has_bias(e)) x += biasv[b * bias_len + i];
-        if (epilogue_has_aux(e) && !backward) {
+        if (part.bias) x += biasv[b * bias_len + i];
+        if (part.aux && !backward) {
           if (relu_mask) {
             std::int64_t bit = b * aux_stride + j * aux_ld + i;
             bool on = aux_bits[bit / 8] >> (bit % 8) & 1;
@@ -220,8 +272,8 @@ void check_case(const Case& c, double tol) {
             near(auxv[b * aux_stride + j * aux_ld + i], x, "aux", b, i, j);
           }
         }
-        if (epilogue_is_relu(e)) x = std::max(x, 0.0);
-        if (epilogue_is_gelu(e)) x = gelu(x);
+        if (part.relu) x = std::max(x, 0.0);
+        if (part.gelu) x = gelu(x);
         if (backward) {
           double pre = pre_ref[(std::size_t(b) * n + j) * m + i];
           x *= relu_mask ? (pre > 0 ? 1.0 : 0.0) : gelu_grad(pre);
@@ -321,15 +373,19 @@ BOOST_AUTO_TEST_CASE(defaults_read_back) {
 }
 
 BOOST_AUTO_TEST_CASE(epilogue_classes) {
-  BOOST_TEST(epilogue_has_bias(CUBLASLT_EPILOGUE_GELU_AUX_BIAS));
-  BOOST_TEST(!epilogue_has_bias(CUBLASLT_EPILOGUE_DGELU_BGRAD));
-  BOOST_TEST(epilogue_writes_bgrad(CUBLASLT_EPILOGUE_BGRADB));
-  BOOST_TEST(epilogue_has_aux(CUBLASLT_EPILOGUE_DRELU));
-  BOOST_TEST(!epilogue_has_aux(CUBLASLT_EPILOGUE_BGRADA));
-  BOOST_TEST(epilogue_is_relu(CUBLASLT_EPILOGUE_RELU_AUX_BIAS));
-  BOOST_TEST(!epilogue_is_relu(CUBLASLT_EPILOGUE_DRELU_BGRAD));
-  BOOST_TEST(epilogue_is_gelu(CUBLASLT_EPILOGUE_GELU_BIAS));
-  BOOST_TEST(epilogue_name(CUBLASLT_EPILOGUE_GELU_AUX_BIAS) == "GELU_AUX_BIAS");
+  // The service's classification of every epilogue, against the table written from the docs.
+  for (const auto& p : kEpilogueTable) {
+    BOOST_TEST_CONTEXT(p.name) {
+      BOOST_TEST(epilogue_has_bias(p.e) == p.bias);
+      BOOST_TEST(epilogue_writes_bgrad(p.e) == p.bgrad);
+      BOOST_TEST(epilogue_is_relu(p.e) == p.relu);
+      BOOST_TEST(epilogue_is_gelu(p.e) == p.gelu);
+      BOOST_TEST(epilogue_has_aux(p.e) == p.aux);
+      BOOST_TEST(epilogue_is_backward(p.e) == p.backward);
+      BOOST_TEST(epilogue_name(p.e) == p.name);
+    }
+  }
+  BOOST_TEST(std::size(kEpilogueTable) == std::size(kAllEpilogues));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -446,6 +502,34 @@ BOOST_AUTO_TEST_CASE(driver_service_fails_at_first_use_without_a_gpu) {
     BOOST_TEST_INFO(what);
     BOOST_TEST((what.find("CUDA driver") != std::string::npos ||
                 what.find("cublasLtCreate") != std::string::npos));
+  }
+}
+
+// On a machine with a GPU, the real cuBLASLt against the same reference (here: said, and
+// skipped).
+BOOST_AUTO_TEST_CASE(the_driver_matches_the_reference_on_a_gpu) {
+  Backend* driver = nullptr;
+  try {
+    driver = &backend("driver");
+  } catch (const kiln::Error& e) {
+    BOOST_TEST_MESSAGE("no GPU: the driver's cuBLASLt runs on a machine with one (" << e.what()
+                                                                                    << ")");
+    return;
+  }
+  struct DriverCase {
+    explicit DriverCase(Backend* b) { case_driver = b; }
+    ~DriverCase() { case_driver = nullptr; }
+  } use(driver);
+  for (auto e :
+       {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+        CUBLASLT_EPILOGUE_RELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLASLT_EPILOGUE_BGRADB}) {
+    BOOST_TEST_CONTEXT("epilogue " << epilogue_name(e)) {
+      Case c;
+      c.epilogue = e, c.ta = CUBLAS_OP_T;
+      check_case(c, 1e-5);
+      c.type = CUDA_R_16F, c.k = 32;
+      check_case(c, 2e-3);
+    }
   }
 }
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "runtime/cuda/backends.h"
-#include "runtime/cuda/virtual/float_format.h"
 #include "runtime/cuda/virtual/virtual_backend.h"
+#include "support/float_bits.h"
 #include "support/vgpu_harness.h"
 
 using namespace kiln::test;
@@ -121,13 +121,13 @@ extern "C" __global__ void bf(const __nv_bfloat16* a, __nv_bfloat16* c, float* f
     f[i] = __bfloat162float(a[i]);
   }
 })");
-  using kiln::cuda::vgpu::bf16_to_float;
-  using kiln::cuda::vgpu::encode_float;
-  using kiln::cuda::vgpu::FloatFormat;
-  using kiln::cuda::vgpu::half_to_float;
-  using kiln::cuda::vgpu::Round;
-  auto h16 = [](double x) { return std::uint16_t(encode_float(FloatFormat::f16, x, Round::rn)); };
-  auto b16 = [](double x) { return std::uint16_t(encode_float(FloatFormat::bf16, x, Round::rn)); };
+  // Expected bits from encodings written out in the test (not the interpreter's conversions).
+  auto h16 = [](double x) { return kiln::test::f16_bits(x); };
+  auto b16 = [](double x) { return kiln::test::bf16_bits(x); };
+  auto half_to_float = [](std::uint16_t h) { return kiln::test::f16_value(h); };
+  auto bf16_to_float = [](std::uint16_t h) {
+    return static_cast<float>(kiln::test::bf16_value(h));
+  };
   int n = 100;
   auto fa = random_floats(n, 3), fb = random_floats(n, 4);
   std::vector<std::uint16_t> a(n), b(n), ba(n);

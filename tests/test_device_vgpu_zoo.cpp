@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "runtime/cuda/backends.h"
-#include "runtime/cuda/virtual/float_format.h"
+#include "support/float_bits.h"
 #include "support/vgpu_harness.h"
 
 using namespace kiln::test;
@@ -199,14 +199,8 @@ extern "C" __global__ void k(const float* x, float* out, double* dout) {
   g.run(ptx, "k", Dim3{1}, Dim3{64}, 0, dx, dout, dd);
   auto o = g.download<float>(dout, 16 * n);
   auto dsum = g.download<double>(dd, n);
-  using kiln::cuda::vgpu::bf16_to_float;
-  using kiln::cuda::vgpu::half_to_float;
-  auto rh =
-      [](double v) {  // round to half by the host's float16 reference (via float, exact for these)
-        return static_cast<double>(
-            half_to_float(static_cast<std::uint16_t>(kiln::cuda::vgpu::encode_float(
-                kiln::cuda::vgpu::FloatFormat::f16, v, kiln::cuda::vgpu::Round::rn))));
-      };
+  // Round to half by an encoding written out in the test, not the interpreter's.
+  auto rh = [](double v) { return kiln::test::f16_rounded(v); };
   for (int t = 0; t < n; ++t) {
     double v = x[t], hv = rh(v);
     const float* r = &o[16 * t];

@@ -89,8 +89,12 @@ BOOST_AUTO_TEST_CASE(every_op_compiled_on_cuda_matches_eager_cpu) {
           for (std::size_t i = 0; i < got.size(); ++i) {
             BOOST_TEST(got[i].dtype() == want[i].dtype());
             DType out = want[i].dtype();
-            double tol = out == DType::f64 ? 1e-12 : out == DType::f32 ? 2e-5 : 2e-2;
-            BOOST_TEST(relative_error(got[i], want[i]) <= (is_floating(out) ? tol : 0.0));
+            if (!is_floating(out)) {
+              BOOST_TEST(relative_error(got[i], want[i]) == 0.0);
+              continue;
+            }
+            double ulps = test::ulps_apart(got[i], want[i], out, test::single_op_floor(op, out));
+            BOOST_TEST(ulps <= test::single_op_ulps(op, out), ulps << " ulps apart");
           }
           ++runs;
         }

@@ -2,6 +2,7 @@
 // re-computations of the same formulas.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/nn.h"
@@ -30,8 +31,25 @@ BOOST_AUTO_TEST_CASE(linear_computes_x_times_weight_transposed_plus_bias) {
 BOOST_AUTO_TEST_CASE(linear_init_is_bounded_by_inverse_sqrt_fan_in_and_seeded) {
   Generator a(11), b(11);
   nn::Linear l1(16, 8, true, DType::f32, &a), l2(16, 8, true, DType::f32, &b);
-  for (float v : l1.weight.to_vector<float>()) BOOST_TEST(std::abs(v) <= 0.25f);
+  // Uniform on [-1/sqrt(16), 1/sqrt(16)]: within the bound, and filling it (all-zero or tiny
+  // weights fail): 128 draws have a standard deviation near 0.25 / sqrt(3) = 0.144 and reach
+  // past 0.2 on both sides (each side misses with probability 0.9^64).
+  auto w = l1.weight.to_vector<float>();
+  double sq = 0, lowest = 0, highest = 0;
+  for (float v : w) {
+    BOOST_TEST(std::abs(v) <= 0.25f);
+    sq += double(v) * v;
+    lowest = std::min<double>(lowest, v), highest = std::max<double>(highest, v);
+  }
+  double rms = std::sqrt(sq / w.size());
+  BOOST_TEST((rms > 0.11 && rms < 0.18), "rms " << rms);
+  BOOST_TEST(lowest < -0.2);
+  BOOST_TEST(highest > 0.2);
+  for (float v : l1.bias.to_vector<float>()) BOOST_TEST(std::abs(v) <= 0.25f);
   BOOST_TEST(l1.weight.to_vector<float>() == l2.weight.to_vector<float>());
+  Generator c(12);
+  nn::Linear l3(16, 8, true, DType::f32, &c);
+  BOOST_TEST(l3.weight.to_vector<float>() != w);  // another seed, other weights
   BOOST_TEST(l1.parameters().size() == 2u);
   BOOST_TEST(l1.named_parameters()[1].first == "bias");
   BOOST_TEST(l1.weight.requires_grad());

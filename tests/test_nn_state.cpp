@@ -264,9 +264,15 @@ BOOST_AUTO_TEST_CASE(an_empty_buffer_is_not_saved_not_required_and_filled_by_a_l
   BOOST_TEST(names(m.state_dict()) == (std::vector<std::string>{"w"}),
              boost::test_tools::per_element());
   m.load_state_dict(m.state_dict());  // strict: the empty slot is not missing
+  {
+    NoGradGuard g;
+    m.w.fill_(8);  // so that a load that read nothing would show
+  }
   m.save(dir / "lazy.safetensors");
   Lazy other;
   other.load(dir / "lazy.safetensors");
+  check_values(other.w, {2}, {8, 8});
+  BOOST_TEST(!other.cache.defined());  // the empty buffer was neither saved nor filled
   m.load_state_dict({{"w", f64s({3, 4})}, {"cache", f64s({5, 6, 7})}});
   check_values(m.cache, {3}, {5, 6, 7});
   BOOST_TEST(!m.cache.requires_grad());

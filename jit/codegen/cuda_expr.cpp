@@ -7,6 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/device_checks.h"
+
 namespace kiln::jit::codegen {
 namespace {
 
@@ -215,19 +217,21 @@ std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType
       return expr("({a} * {b})");
     case OpId::div:
       return real("({a} / {b})");
-    // Integer pow, remainder and floor_divide raise errors on the host (a negative exponent, a
-    // zero divisor): their CPU kernels run them.
+    // Integer pow, remainder and floor_divide report what the CPU raises (a negative exponent,
+    // a zero divisor) through the kernel's error flag (reports_errors).
     case OpId::pow:
-      return real("pow{f}({a}, {b})");
+      return is_integral(t) ? expr("kiln_int_pow({a}, {b}, kiln_error)") : real("pow{f}({a}, {b})");
     // NaN propagates through maximum/minimum, as in PyTorch.
     case OpId::maximum:
       return expr("(({a} != {a} || {a} > {b}) ? {a} : {b})");
     case OpId::minimum:
       return expr("(({a} != {a} || {a} < {b}) ? {a} : {b})");
     case OpId::remainder:
-      return real("kiln_python_mod({a}, {b})");
+      return is_integral(t) ? expr("kiln_int_mod({a}, {b}, kiln_error)")
+                            : real("kiln_python_mod({a}, {b})");
     case OpId::floor_divide:
-      return real("kiln_floor_div({a}, {b})");
+      return is_integral(t) ? expr("kiln_int_floor_div({a}, {b}, kiln_error)")
+                            : real("kiln_floor_div({a}, {b})");
     case OpId::eq:
       return expr("({a} == {b})");
     case OpId::ne:
@@ -249,13 +253,36 @@ std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType
     case OpId::cast:
     case OpId::copy:
       return args[0];
-    // Not elementwise: reduction, scan, normalization, view, index, matmul, movement and
-    // transfer ops have templates or library calls of their own.
+      // Not elementwise: reduction, scan, normalization, view, index, matmul, movement and
+      // transfer ops have templates or library calls of their own.
 #define KILN_HANDLED_elementwise
 #include "runtime/op_class_cases.inc"
       return std::nullopt;
   }
   return std::nullopt;
+}
+
+bool reports_errors(OpId op, DType t) {
+  return (op == OpId::pow || op == OpId::remainder || op == OpId::floor_divide) && is_integral(t) &&
+         t != DType::bool_;
+}
+
+void raise_expression_error(std::span<const std::int64_t> words) {
+  std::int64_t code = words[0], operand = words.size() > 1 ? words[1] : 0;
+  // The CPU kernels' messages (runtime/cpu/elementwise.cpp), and where the error was found.
+  switch (static_cast<ExpressionError>(code)) {
+    case ExpressionError::floor_divide_by_zero:
+      throw Error(fmt::format("floor_divide: integer division by zero ({} // 0){}", operand,
+                              device_check_note()));
+    case ExpressionError::remainder_by_zero:
+      throw Error(fmt::format("remainder: integer division by zero ({} % 0){}", operand,
+                              device_check_note()));
+    case ExpressionError::negative_power:
+      throw Error(fmt::format("pow: an integer to the negative integer power {} is not allowed{}",
+                              operand, device_check_note()));
+  }
+  throw Error(fmt::format("codegen: a kernel set its error flag to an unknown code {} ({})", code,
+                          operand));
 }
 
 std::string node_expr(OpId op, const OpAttrs& attrs, std::span<const DType> in_types,

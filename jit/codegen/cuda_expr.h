@@ -3,6 +3,7 @@
 // same semantics as the CPU kernels (runtime/cpu/elementwise.cpp), which tests compare against.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -36,6 +37,21 @@ std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType
 // domain's last two sizes (`kiln_index`, `kiln_rows`, `kiln_cols`, long long): tril and triu.
 // Pointwise kernels provide them.
 bool reads_position(OpId op);
+
+// Whether `op`'s expression at compute dtype `t` finds errors the CPU kernel raises: integer
+// pow (a negative exponent), remainder and floor_divide (a zero divisor). Such an expression
+// sets the kernel's error flag `kiln_error` (long long*: [code, operand], the codes below; see
+// runtime/device_checks.h), which pointwise kernels provide, and the host raises it at its next
+// sync (KILN_SYNC_CHECKS=1: at the op).
+bool reports_errors(OpId op, DType t);
+// The codes the helpers of templates/elementwise_helpers.cu.mustache write.
+enum class ExpressionError : std::int64_t {
+  floor_divide_by_zero = 1,  // operand: the dividend
+  remainder_by_zero = 2,     // operand: the dividend
+  negative_power = 3,        // operand: the exponent
+};
+// Throws the kiln::Error (the CPU kernel's message) that a set flag's words stand for.
+[[noreturn]] void raise_expression_error(std::span<const std::int64_t> words);
 
 // The whole expression of an elementwise node: its inputs (register values of `in_types`)
 // converted to its compute dtype, the op, and the result converted to `out_type`. kiln::Error

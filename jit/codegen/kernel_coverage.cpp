@@ -35,6 +35,9 @@ class TemplateCoverage final : public graph::KernelCoverage {
     if (kind != graph::FusionKind::pointwise && reads_position(node.op))
       return fmt::format(
           "{} reads its element's row and column, which only pointwise kernels provide", node.op);
+    if (kind != graph::FusionKind::pointwise && reports_errors(node.op, t))
+      return fmt::format("{} ({}) reports errors through a flag, which only pointwise kernels take",
+                         node.op, dtype_name(t));
     return std::nullopt;
   }
 

@@ -1,7 +1,7 @@
-// Counters of generated-kernel work in this process: launches, compiles, and the global bytes
-// each launch's plan reads and writes (every read of a tensor counted at its own size, a
-// reduction's inputs once per pass over the row). Benchmarks and tests read them; the virtual
-// GPU's profiler measures what the kernels actually touch.
+// Counters of generated-kernel work in this process: launches, compiles, host <-> device
+// copies, and the global bytes each launch's plan reads and writes (every read of a tensor
+// counted at its own size, a reduction's inputs once per pass over the row). Benchmarks and tests
+// read them; the virtual GPU's profiler measures what the kernels actually touch.
 #pragma once
 
 #include <atomic>
@@ -16,6 +16,10 @@ struct LaunchStats {
   std::atomic<std::int64_t> compiles{0};    // NVRTC compiles (kernel cache misses)
   std::atomic<std::int64_t> cache_hits{0};  // lookups served by the in-process cache
   std::atomic<std::int64_t> compile_us{0};  // total NVRTC time
+  // Tensor copies between the host and a CUDA device (Tensor::to, copy_), each way: an op or a
+  // compiled call on CUDA tensors makes none.
+  std::atomic<std::int64_t> copies_to_host{0};
+  std::atomic<std::int64_t> copies_to_device{0};
   // With `timing` set (benchmarks): host time inside the backend's launch calls. On the virtual
   // GPU that includes running the kernel; on a real one it is the enqueue.
   std::atomic<bool> timing{false};

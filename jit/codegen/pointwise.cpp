@@ -1,5 +1,6 @@
 // Pointwise code generation: statements per node from the expression table, rendered into
-// templates/pointwise.cu.mustache; compiled once per code (cache::kernel_code) and launched over a grid-stride loop.
+// templates/pointwise.cu.mustache; compiled once per code (cache::kernel_code) and launched over a
+// grid-stride loop.
 #include "jit/codegen/pointwise.h"
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <kainjow/mustache.hpp>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -23,6 +25,7 @@
 #include "jit/codegen/pointwise_layout.h"
 #include "jit/codegen/templates.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/device_checks.h"
 #include "runtime/dispatch.h"
 
 namespace kiln::jit::codegen {
@@ -80,7 +83,7 @@ int vector_width(const graph::Graph& g, const PointwiseKernel& k) {
 // first elements); `bytes_read` and `bytes_written` are counted for it.
 void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, const IterPiece& piece,
                   const std::vector<TensorAccess>& reads, const std::vector<TensorAccess>& writes,
-                  std::vector<std::array<unsigned char, 8>>& numbers,
+                  std::vector<std::array<unsigned char, 8>>& numbers, cuda::DevicePtr error,
                   std::array<long long, 3> position, std::int64_t bytes_read,
                   std::int64_t bytes_written) {
   std::int64_t vectors =
@@ -100,6 +103,7 @@ void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, con
   for (std::size_t i = 0; i < reads.size(); ++i) params.push_back(&pointers[i]);
   for (auto& number : numbers) params.push_back(number.data());
   for (std::size_t i = reads.size(); i < pointers.size(); ++i) params.push_back(&pointers[i]);
+  if (kernel.checks_errors) params.push_back(&error);
   position[0] = piece.first;
   if (kernel.position)
     for (auto& p : position) params.push_back(&p);
@@ -215,6 +219,8 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     for (int v : node.inputs) args.push_back(read(v));
     std::string expr = node_expr(node.op, node.attrs, in_types, args, out_type,
                                  fmt::format("'{}': {}", group.name, node_text(g, n)));
+    k.checks_errors =
+        k.checks_errors || reports_errors(node.op, compute_dtype_of(node.op, in_types, out_type));
     python_mod = python_mod || node.op == OpId::remainder;
     floor_div = floor_div || node.op == OpId::floor_divide;
     note_dtype(out_type);
@@ -248,6 +254,7 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     s.set("expr", store_expr(t, written[i]));
     stores.push_back(s);
   }
+  if (k.checks_errors) params.push_back(Data("decl", "long long* __restrict__ kiln_error"));
   k.vector_width = vector_width(g, k);
 
   // The element function's parameters, and its arguments on the vector and the scalar paths.
@@ -266,6 +273,11 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     element_params.push_back(write_args[i]);
     vector_args.push_back(fmt::format("w{}.v[j]", i));
     scalar_call.push_back(fmt::format("out{}[i]", i));
+  }
+  if (k.checks_errors) {
+    element_params.push_back("long long* kiln_error");
+    vector_args.push_back("kiln_error");
+    scalar_call.push_back("kiln_error");
   }
 
   std::vector<std::string> domain;
@@ -290,7 +302,7 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   d.set("fp16", fp16);
   d.set("bf16", bf16);
   d.set("position", k.position);
-  d.set("helpers", elementwise_helpers(python_mod, floor_div));
+  d.set("helpers", elementwise_helpers(python_mod, floor_div, k.checks_errors));
   k.source = render_template("pointwise.cu.mustache", d);
   return k;
 }
@@ -357,15 +369,20 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
 
   KernelHandle own;
   if (!handle) handle = &(own = KernelHandle(kernel.name, kernel.source));
+  // A zero divisor or a negative integer exponent: the flag is read at the next sync.
+  std::optional<DeviceCheck> check;
+  if (kernel.checks_errors) check.emplace(reserve_device_check(raise_expression_error));
+  cuda::DevicePtr error = check ? check->flag() : 0;
   // The plan's bytes are counted once, with its first launch.
   for (const IterPiece& piece : split_for_index(merge_dims(space), index_limit())) {
     std::vector<TensorAccess> piece_reads = reads, piece_writes = writes;
     for (std::size_t k = 0; k < reads.size(); ++k)
       piece_reads[k].address += piece.read_offsets[k] * reads[k].itemsize;
     for (auto& w : piece_writes) w.address += piece.first * w.itemsize;
-    launch_piece(kernel, *handle, piece, piece_reads, piece_writes, numbers, position,
+    launch_piece(kernel, *handle, piece, piece_reads, piece_writes, numbers, error, position,
                  std::exchange(read, 0), std::exchange(written, 0));
   }
+  if (check) check->launched();
   return outs;
 }
 

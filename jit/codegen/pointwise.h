@@ -28,6 +28,9 @@ struct PointwiseKernel {
   // Whether an op reads its element's row and column (tril, triu): the launch then passes the
   // piece's first element and the domain's last two sizes.
   bool position = false;
+  // Whether an expression reports errors (cuda_expr.h: reports_errors): the kernel takes an
+  // error flag after its outputs, reserved per call (runtime/device_checks.h).
+  bool checks_errors = false;
 };
 
 // Renders `group` (kind pointwise), which the fuser formed from nodes the generator covers

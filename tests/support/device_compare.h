@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/op.h"
 #include "runtime/tensor.h"
 
 namespace kiln::test {
@@ -25,6 +26,79 @@ inline double relative_error(const Tensor& got, const Tensor& want) {
     worst = std::isnan(e) ? INFINITY : std::max(worst, e);
   }
   return worst;
+}
+
+// The spacing of `dtype`'s values at |x| (one ulp there; the smallest normal's spacing below
+// the normals), written out from each format's precision and exponent range.
+inline double ulp(DType dtype, double x) {
+  int mantissa = 52, min_exponent = -1022;
+  switch (dtype) {
+    case DType::f16:
+      mantissa = 10, min_exponent = -14;
+      break;
+    case DType::bf16:
+      mantissa = 7, min_exponent = -126;
+      break;
+    case DType::f32:
+      mantissa = 23, min_exponent = -126;
+      break;
+    default:
+      break;
+  }
+  int e = x == 0 || !std::isfinite(x) ? min_exponent : std::max(std::ilogb(x), min_exponent);
+  return std::ldexp(1.0, e - mantissa);
+}
+
+// The largest |a - b| over two tensors of one shape, in ulps of `dtype` at max(|b|, floor): a
+// floor of 0 measures each element at its own magnitude; a floor of 1 measures values below 1 at
+// the ulp of 1 (for composites whose small results come from cancellation). NaNs in the same
+// places and equal infinities count as equal; infinity when the shapes differ.
+inline double ulps_apart(const Tensor& got, const Tensor& want, DType dtype, double floor = 0) {
+  if (got.shape() != want.shape()) return INFINITY;
+  Tensor a = got.to(Device::cpu()).to(DType::f64).contiguous();
+  Tensor b = want.to(Device::cpu()).to(DType::f64).contiguous();
+  const double* pa = static_cast<const double*>(a.raw_data());
+  const double* pb = static_cast<const double*>(b.raw_data());
+  double worst = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    if (std::isnan(pa[i]) && std::isnan(pb[i])) continue;
+    if (std::isinf(pb[i]) && pa[i] == pb[i]) continue;
+    double e = std::abs(pa[i] - pb[i]) / ulp(dtype, std::max(std::abs(pb[i]), floor));
+    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+  }
+  return worst;
+}
+
+// How far one op's output on the device may be from the CPU's, in ulps of its dtype at
+// max(|reference|, single_op_floor(op, dtype)). f16 and bf16: the CPU computes in f32 and rounds
+// once (correctly rounded but for ties of the f32 value), and so does the kernel, from f32
+// results a few f32 ulps apart: at most one f16/bf16 ulp. f32 and f64: CUDA's libm is within 2
+// ulps of the correctly rounded result (powf 4), and so is the CPU's.
+inline double single_op_ulps(OpId op, DType dtype) {
+  if (dtype == DType::f16 || dtype == DType::bf16) return 1;
+  (void)op;
+  return 4;
+}
+// Ops whose result is a difference of larger terms (gelu's 1 + erf(x) at negative x,
+// log_softmax's x - max - log(sum), a dot product's or a sum's terms of both signs) lose
+// relative accuracy where the result is small, on the CPU as on the device: their results below
+// 1 are measured in ulps of 1. Every other result, in ulps of itself.
+inline double single_op_floor(OpId op, DType dtype) {
+  (void)dtype;
+  switch (op) {
+    case OpId::gelu:
+    case OpId::gelu_tanh:
+    case OpId::log_softmax:
+    case OpId::matmul:
+    case OpId::sum:
+    case OpId::cumsum:
+    case OpId::prod:
+    case OpId::scatter_add:
+    case OpId::index_add:
+      return 1;
+    default:
+      return 0;
+  }
 }
 
 // Tolerance of a generated pointwise kernel against the CPU: CUDA's f32 transcendentals are
