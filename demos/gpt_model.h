@@ -212,8 +212,8 @@ struct TrainConfig {
 };
 
 // One training run: the model, AdamW, its schedule, and the loss function, either called
-// directly (eager) or wrapped in jit::compile with the model declared as its state, so the
-// parameters the optimizer rebinds each step are read on every call. Not copyable or movable
+// directly (eager) or wrapped in jit::compile with the model declared as its state, so each
+// call reads the parameters the optimizer updated in place since the last. Not copyable or movable
 // (the loss function and the scheduler refer to members): construct it where it lives.
 class Trainer {
  public:
