@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "demos/gpt_model.h"
+#include "jit/codegen/launch_stats.h"
+#include "runtime/cuda/host_sync.h"
+#include "runtime/cuda_backend.h"
 
 using namespace kiln;
 
@@ -75,6 +78,38 @@ BOOST_AUTO_TEST_CASE(compiled_training_matches_eager_and_the_loss_falls) {
                "step " << i + 1 << ": eager " << eager.steps[i] << ", checkpointed "
                        << checkpointed.steps[i]);
   BOOST_TEST(checkpointed.stats.kernel_calls == 12);
+}
+
+BOOST_AUTO_TEST_CASE(a_warm_compiled_training_step_never_waits_on_the_host) {
+  // Forward, backward, clipping (the norm stays on the device), AdamW and the schedule, warm
+  // (the allocator's cache settles over the first few steps): no copy to the host, no
+  // synchronization, no NVRTC compile, no allocation from the backend. Reading a loss is the
+  // only wait, and the user's choice.
+  gpt::GptConfig model;
+  model.layers = 1;
+  gpt::TrainConfig train;
+  train.steps = 10;
+  train.batch = 8;
+  train.warmup_steps = 1;
+  gpt::Trainer trainer(model, train, Device::cuda(), true);
+  for (int i = 0; i < 4; ++i) trainer.step();  // compiles, fills the allocator's cache
+  auto& syncs = cuda::host_sync_stats();
+  auto& allocator = cuda_allocator();
+  const auto copies = syncs.device_to_host_copies.load(), waits = syncs.synchronizations.load();
+  const auto compiles = jit::codegen::launch_stats().compiles.load();
+  const auto backend_allocs = allocator.stats().num_backend_allocs;
+  std::vector<Tensor> losses;
+  for (int i = 0; i < 3; ++i) {
+    losses.push_back(trainer.forward_backward());
+    trainer.optimizer_step();
+  }
+  BOOST_TEST(syncs.device_to_host_copies.load() == copies);
+  BOOST_TEST(syncs.synchronizations.load() == waits);
+  BOOST_TEST(jit::codegen::launch_stats().compiles.load() == compiles);
+  BOOST_TEST(allocator.stats().num_backend_allocs == backend_allocs);
+  // Reading a loss waits (it copies the value, and the device-check flags with it).
+  BOOST_TEST(std::isfinite(losses.back().item()));
+  BOOST_TEST(syncs.device_to_host_copies.load() > copies);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
