@@ -68,7 +68,9 @@ void pads_to_cat(Graph& g) {
     for (int v : leaves) {
       int p = g.values[v].producer;
       std::optional<PadAlong> along;
-      if (tiles && p >= 0 && same_meta(g.values[v], out)) along = pad_along(g, g.nodes[p]);
+      // A no-grad pad is a stop-gradient a cat would not be.
+      if (tiles && p >= 0 && g.nodes[p].grad && same_meta(g.values[v], out))
+        along = pad_along(g, g.nodes[p]);
       if (!along || (dim >= 0 && along->dim != dim)) {
         tiles = false;
         break;
