@@ -83,8 +83,9 @@ std::string match(const graph::Graph& g, const graph::Partition& p, int mm, int 
 }
 
 // The reduction group summing dY over its rows, where matmul node `mm` computes dYᵀ @ X with
-// dY's 2-D form [rows, N] (a weight gradient): -1 when there is none it can take over. Its
-// result must be read by no group between the two, as the sum then runs at the matmul.
+// dY's 2-D form [rows, N] (a weight gradient): -1 when there is none it can take over. The sum
+// then runs at the matmul, so only host views of it may be read between the two (they move
+// with it).
 int bias_grad_group(const graph::Graph& g, const graph::Partition& p, int mm,
                     EpilogueLowering& out) {
   const graph::Node& node = g.nodes[mm];
@@ -108,9 +109,11 @@ int bias_grad_group(const graph::Graph& g, const graph::Partition& p, int mm,
   const int mm_group = p.group_of[mm];
   for (std::size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const graph::Node& sum = g.nodes[ni];
-    const auto& in_shape = g.values[sum.inputs.empty() ? 0 : sum.inputs[0]].meta.shape;
-    if (sum.op != OpId::sum || in_shape.empty() || in_shape.back() != n ||
-        unreshaped(sum.inputs[0]) != dy || numel(g.values[sum.output()].meta.shape) != n)
+    if (sum.op != OpId::sum) continue;
+    const auto& in_shape = g.values[sum.inputs[0]].meta.shape;
+    const auto& sum_meta = g.values[sum.output()].meta;
+    if (in_shape.empty() || in_shape.back() != n || unreshaped(sum.inputs[0]) != dy ||
+        numel(sum_meta.shape) != n || sum_meta.dtype != g.values[node.output()].meta.dtype)
       continue;
     std::vector<std::int64_t> rows;
     for (std::size_t d = 0; d + 1 < in_shape.size(); ++d)
@@ -120,7 +123,6 @@ int bias_grad_group(const graph::Graph& g, const graph::Partition& p, int mm,
     const int rg = p.group_of[ni];
     const graph::FusionGroup& group = p.groups[rg];
     if (dims != rows || group.nodes.size() != 1 || group.outputs.size() != 1) continue;
-    // What is read between the two must be host views of the sum (which move with it).
     std::vector<int> moved, moved_values = {sum.output()};
     bool read_between = false;
     for (int x = std::min(rg, mm_group) + 1; x <= std::max(rg, mm_group); ++x) {
