@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "runtime/cuda/virtual/profiler.h"
+#include "support/float_bits.h"
 #include "support/vgpu_harness.h"
 
 using namespace kiln;
@@ -31,38 +32,19 @@ namespace {
 
 // ---- encoders, written apart from the interpreter's ---------------------------------------
 
-// f16 bits of `v`, which must be exactly representable (normal or subnormal).
+// f16 / bf16 bits of `v`, which must be exactly representable (tests/support/float_bits.h
+// encodes them from the IEEE layouts, apart from the interpreter's conversions).
 std::uint16_t f16_exact(double v) {
-  std::uint16_t sign = std::signbit(v) ? 0x8000 : 0;
-  v = std::fabs(v);
-  if (v == 0) return sign;
-  if (v < std::ldexp(1.0, -14)) {  // subnormal: m * 2^-24
-    double m = std::ldexp(v, 24);
-    BOOST_REQUIRE(m == std::floor(m));
-    return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(m));
-  }
-  int e;
-  double f = std::frexp(v, &e);  // v = f * 2^e, f in [0.5, 1)
-  double mant = (2 * f - 1) * 1024;
-  BOOST_REQUIRE(mant == std::floor(mant));
-  BOOST_REQUIRE(e + 14 >= 1 && e + 14 <= 30);
-  return static_cast<std::uint16_t>(sign | (e + 14) << 10 | static_cast<int>(mant));
+  std::uint16_t bits = kiln::test::f16_bits(v);
+  BOOST_REQUIRE(kiln::test::f16_value(bits) == v);
+  return bits;
 }
-
-// bf16 bits of `v`, exactly representable: the top half of its f32 bits.
 std::uint16_t bf16_exact(double v) {
-  auto bits = std::bit_cast<std::uint32_t>(static_cast<float>(v));
-  BOOST_REQUIRE(static_cast<double>(static_cast<float>(v)) == v);
-  BOOST_REQUIRE((bits & 0xffffu) == 0u);
-  return static_cast<std::uint16_t>(bits >> 16);
+  std::uint16_t bits = kiln::test::bf16_bits(v);
+  BOOST_REQUIRE(kiln::test::bf16_value(bits) == v);
+  return bits;
 }
-
-// Value of f16 bits, decoded by hand.
-double f16_value(std::uint16_t h) {
-  int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  double v = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
-  return s ? -v : v;
-}
+using kiln::test::f16_value;
 
 // tf32 by cvt.rna: nearest of the f32's values with 10 significand bits, ties away from zero.
 float tf32_rna(float f) {

@@ -133,9 +133,7 @@ struct Outcome {
 
 Outcome run_and_compare(const Program& p, std::uint64_t seed) {
   Generator gen(seed);
-  Tensor x = randn({p.rows, p.cols}, DType::f32, &gen);
-  Tensor y = randn({p.cols}, DType::f32, &gen);
-  Tensor z = randn({p.rows, 1}, DType::f32, &gen);
+  auto [x, y, z] = random_inputs(p, gen);
   std::vector<Tensor> want;
   try {
     want = run_program(p, x, y, z);
@@ -235,8 +233,7 @@ BOOST_AUTO_TEST_CASE(the_comparison_catches_a_dropped_f16_round_trip) {
   Program dropped = p;
   dropped.ops[0].step = Step::cast_f64;  // f32 -> f64 -> f32: no rounding at all
   Generator gen(5);
-  Tensor x = randn({p.rows, p.cols}, DType::f32, &gen);
-  Tensor y = randn({p.cols}, DType::f32, &gen), z = randn({p.rows, 1}, DType::f32, &gen);
+  auto [x, y, z] = random_inputs(p, gen);
   auto want = run_program(p, x, y, z);
   auto wrong = run_program(dropped, x, y, z);
   for (std::size_t i = 0; i < want.size(); ++i) {

@@ -52,9 +52,7 @@ enum class Outcome { compared, skipped };
 // Trains `p` both ways; `why` is set when they disagree.
 Outcome train_both(const Program& p, std::uint64_t seed, std::string& why) {
   Generator gen(seed);
-  Tensor x0 = randn({p.rows, p.cols}, DType::f32, &gen);
-  Tensor y0 = randn({p.cols}, DType::f32, &gen);
-  Tensor z = randn({p.rows, 1}, DType::f32, &gen);
+  auto [x0, y0, z] = random_inputs(p, gen);
   std::vector<Tensor> weights;
   try {
     for (const auto& o : run_program(p, x0, y0, z))

@@ -3,16 +3,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "runtime/op.h"
 #include "runtime/tensor.h"
 
 namespace kiln::test {
 
-// The largest |a - b| / (1 + |b|) over the elements of two tensors of one shape, on any
-// devices; NaNs in the same places and equal infinities count as equal. Infinity when the
-// shapes differ.
-inline double relative_error(const Tensor& got, const Tensor& want) {
+namespace device_compare_detail {
+
+// The largest error(a, b) over the elements of two tensors of one shape, on any devices; NaNs
+// in the same places and equal infinities count as equal. Infinity when the shapes differ or an
+// error is NaN.
+template <typename Error>
+double worst_element(const Tensor& got, const Tensor& want, Error error) {
   if (got.shape() != want.shape()) return INFINITY;
   Tensor a = got.to(Device::cpu()).to(DType::f64).contiguous();
   Tensor b = want.to(Device::cpu()).to(DType::f64).contiguous();
@@ -22,10 +26,20 @@ inline double relative_error(const Tensor& got, const Tensor& want) {
   for (std::int64_t i = 0; i < a.numel(); ++i) {
     if (std::isnan(pa[i]) && std::isnan(pb[i])) continue;
     if (std::isinf(pb[i]) && pa[i] == pb[i]) continue;
-    double e = std::abs(pa[i] - pb[i]) / (1 + std::abs(pb[i]));
+    double e = error(pa[i], pb[i]);
     worst = std::isnan(e) ? INFINITY : std::max(worst, e);
   }
   return worst;
+}
+
+}  // namespace device_compare_detail
+
+// The largest |a - b| / (1 + |b|) over the elements of two tensors of one shape, on any
+// devices; NaNs in the same places and equal infinities count as equal. Infinity when the
+// shapes differ.
+inline double relative_error(const Tensor& got, const Tensor& want) {
+  return device_compare_detail::worst_element(
+      got, want, [](double a, double b) { return std::abs(a - b) / (1 + std::abs(b)); });
 }
 
 // The spacing of `dtype`'s values at |x| (one ulp there; the smallest normal's spacing below
@@ -54,19 +68,9 @@ inline double ulp(DType dtype, double x) {
 // the ulp of 1 (for composites whose small results come from cancellation). NaNs in the same
 // places and equal infinities count as equal; infinity when the shapes differ.
 inline double ulps_apart(const Tensor& got, const Tensor& want, DType dtype, double floor = 0) {
-  if (got.shape() != want.shape()) return INFINITY;
-  Tensor a = got.to(Device::cpu()).to(DType::f64).contiguous();
-  Tensor b = want.to(Device::cpu()).to(DType::f64).contiguous();
-  const double* pa = static_cast<const double*>(a.raw_data());
-  const double* pb = static_cast<const double*>(b.raw_data());
-  double worst = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) {
-    if (std::isnan(pa[i]) && std::isnan(pb[i])) continue;
-    if (std::isinf(pb[i]) && pa[i] == pb[i]) continue;
-    double e = std::abs(pa[i] - pb[i]) / ulp(dtype, std::max(std::abs(pb[i]), floor));
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-  }
-  return worst;
+  return device_compare_detail::worst_element(got, want, [&](double a, double b) {
+    return std::abs(a - b) / ulp(dtype, std::max(std::abs(b), floor));
+  });
 }
 
 // How far one op's output on the device may be from the CPU's, in ulps of its dtype at
@@ -99,6 +103,17 @@ inline double single_op_floor(OpId op, DType dtype) {
     default:
       return 0;
   }
+}
+
+// Why output `got` of `op` on the device is not the CPU's `want`, or "": integers and bools
+// must be equal, floating values within single_op_ulps at single_op_floor.
+inline std::string single_op_mismatch(OpId op, const Tensor& got, const Tensor& want) {
+  const DType out = want.dtype();
+  if (!is_floating(out))
+    return relative_error(got, want) == 0.0 ? "" : "integer or bool outputs differ";
+  double ulps = ulps_apart(got, want, out, single_op_floor(op, out));
+  if (ulps <= single_op_ulps(op, out)) return "";
+  return std::to_string(ulps) + " ulps apart, more than " + std::to_string(single_op_ulps(op, out));
 }
 
 // Tolerance of a generated pointwise kernel against the CPU: CUDA's f32 transcendentals are

@@ -101,6 +101,19 @@ inline Program random_program(std::uint64_t seed) {
   return p;
 }
 
+// A program's inputs, drawn in this order from `gen`: x [rows, cols], y [cols] (broadcast over
+// rows), z [rows, 1] (broadcast over cols).
+struct ProgramInputs {
+  Tensor x, y, z;
+};
+inline ProgramInputs random_inputs(const Program& p, Generator& gen) {
+  ProgramInputs in;
+  in.x = randn({p.rows, p.cols}, DType::f32, &gen);
+  in.y = randn({p.cols}, DType::f32, &gen);
+  in.z = randn({p.rows, 1}, DType::f32, &gen);
+  return in;
+}
+
 inline std::vector<Tensor> run_program(const Program& p, const Tensor& x, const Tensor& y,
                                        const Tensor& z) {
   std::vector<Tensor> v = {x, y, z};
