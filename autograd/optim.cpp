@@ -169,6 +169,20 @@ Tensor Optimizer::state_entry(const Tensor& t) const {
   return fused_backend() ? t.detach().clone() : t.detach();
 }
 
+void Optimizer::step_unless(const Tensor& found_inf) {
+  KILN_CHECK(found_inf.defined() && found_inf.numel() == 1 && found_inf.dtype() == DType::f32,
+             "{}.step_unless: the inf flag must be a one-element f32 tensor, got {}", name_,
+             found_inf.defined()
+                 ? fmt::format("{} {}", dtype_name(found_inf.dtype()), shape_str(found_inf.shape()))
+                 : "an undefined tensor");
+  KILN_CHECK(params_.empty() || found_inf.device() == params_[0].device(),
+             "{}.step_unless: the inf flag is on {} but the parameters are on {}", name_,
+             found_inf.device().str(), params_[0].device().str());
+  NoGradGuard no_grad;
+  if (MultiTensorBackend* backend = fused_backend()) return step_fused_unless(*backend, found_inf);
+  if (found_inf.item() == 0) step();
+}
+
 void Optimizer::zero_grad() {
   for (auto& p : params_) p.set_grad(Tensor());
 }
@@ -206,15 +220,20 @@ void SGD::step() {
   }
 }
 
-void SGD::step_fused(MultiTensorBackend& backend) {
+void SGD::step_fused(MultiTensorBackend& backend, const StepFlag* flag) {
   FusedLists lists = fused_lists();
   std::vector<Tensor> buffers;
   if (momentum_ != 0)  // zeros at first: the first step's buffer is then g, as torch's
     for (std::size_t k = 0; k < lists.index.size(); ++k)
       buffers.push_back(fused_state(momentum_buffers_[lists.index[k]], lists, k));
-  backend.sgd(lists.params, lists.grads, buffers, {lr_, momentum_, weight_decay_, nesterov_},
+  backend.sgd(lists.params, lists.grads, buffers, {lr_, momentum_, weight_decay_, nesterov_, flag},
               fused_cache_);
   finish_fused(lists, buffers);
+}
+
+void SGD::step_fused_unless(MultiTensorBackend& backend, const Tensor& found_inf) {
+  StepFlag flag{found_inf.detach(), Tensor()};
+  step_fused(backend, &flag);
 }
 
 nn::StateDict SGD::state_dict() const {
@@ -265,9 +284,15 @@ AdamW::AdamW(std::vector<Tensor> params, double lr, double beta1, double beta2, 
 void AdamW::step() {
   NoGradGuard no_grad;
   ++step_;
-  if (MultiTensorBackend* backend = fused_backend()) return step_fused(*backend);
-  double bias1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
-  double bias2_sqrt = std::sqrt(1.0 - std::pow(beta2_, static_cast<double>(step_)));
+  if (MultiTensorBackend* backend = fused_backend()) {
+    if (!skipped_steps_.defined()) return step_fused(*backend);
+    // Steps were cancelled on the device: the kernel counts them in (with a flag that is 0).
+    StepFlag flag{zeros({}, DType::f32, params_[0].device()), skipped_steps_};
+    return step_fused(*backend, &flag);
+  }
+  auto t = static_cast<double>(steps());
+  double bias1 = 1.0 - std::pow(beta1_, t);
+  double bias2_sqrt = std::sqrt(1.0 - std::pow(beta2_, t));
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     Tensor g = p.grad();
@@ -285,7 +310,7 @@ void AdamW::step() {
   }
 }
 
-void AdamW::step_fused(MultiTensorBackend& backend) {
+void AdamW::step_fused(MultiTensorBackend& backend, const StepFlag* flag) {
   FusedLists lists = fused_lists();
   std::vector<Tensor> avg, avg_sq;
   for (std::size_t k = 0; k < lists.index.size(); ++k) {
@@ -293,9 +318,21 @@ void AdamW::step_fused(MultiTensorBackend& backend) {
     avg_sq.push_back(fused_state(exp_avg_sq_[lists.index[k]], lists, k));
   }
   backend.adamw(lists.params, lists.grads, avg, avg_sq,
-                {lr_, beta1_, beta2_, eps_, weight_decay_, step_}, fused_cache_);
+                {lr_, beta1_, beta2_, eps_, weight_decay_, step_, flag}, fused_cache_);
   avg.insert(avg.end(), avg_sq.begin(), avg_sq.end());
   finish_fused(lists, avg);
+}
+
+void AdamW::step_fused_unless(MultiTensorBackend& backend, const Tensor& found_inf) {
+  if (!skipped_steps_.defined()) skipped_steps_ = zeros({}, DType::i64, found_inf.device());
+  ++step_;
+  StepFlag flag{found_inf.detach(), skipped_steps_};
+  step_fused(backend, &flag);
+}
+
+std::int64_t AdamW::steps() const {
+  if (!skipped_steps_.defined()) return step_;
+  return step_ - static_cast<std::int64_t>(skipped_steps_.item());
 }
 
 nn::StateDict AdamW::state_dict() const {
@@ -304,7 +341,7 @@ nn::StateDict AdamW::state_dict() const {
                          {"beta2", f64_scalar(beta2_)},
                          {"eps", f64_scalar(eps_)},
                          {"weight_decay", f64_scalar(weight_decay_)},
-                         {"step", i64_scalar(step_)},
+                         {"step", i64_scalar(steps())},
                          {"num_params", i64_scalar(static_cast<std::int64_t>(params_.size()))}};
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (exp_avg_[i].defined()) {
@@ -338,6 +375,7 @@ void AdamW::load_state_dict(const nn::StateDict& state) {
   eps_ = eps;
   weight_decay_ = weight_decay;
   step_ = step;
+  skipped_steps_ = Tensor();
   exp_avg_ = std::move(avg);
   exp_avg_sq_ = std::move(avg_sq);
 }

@@ -21,6 +21,10 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual void step() = 0;
+  // step(), cancelled when `found_inf` (a one-element f32 tensor on the parameters' device, a
+  // loss scaler's inf flag) is not 0. The fused step reads the flag in its kernel, so the host
+  // never waits; the reference step reads it on the host (on CUDA: one copy to the host).
+  void step_unless(const Tensor& found_inf);
   // Drops every parameter's .grad (the next backward starts from nothing).
   void zero_grad();
   // Whether step() runs the fused multi-tensor update (the default wherever the parameters'
@@ -52,6 +56,8 @@ class Optimizer {
   Optimizer(std::string name, std::vector<Tensor> params, double lr);
   // The multi-tensor implementation step() uses, or nullptr for the reference ops.
   MultiTensorBackend* fused_backend() const;
+  // The fused step under a device flag (step_unless on a device with a fused step).
+  virtual void step_fused_unless(MultiTensorBackend& backend, const Tensor& found_inf) = 0;
   // The parameters that have a gradient, for a fused step: Error naming the optimizer when a
   // gradient's dtype or device is not its parameter's, or a parameter is a view with gaps (a
   // strided slice), which a fused step cannot update in place. A dense parameter that is not
@@ -90,7 +96,8 @@ class SGD : public Optimizer {
   void load_state_dict(const nn::StateDict& state) override;
 
  private:
-  void step_fused(MultiTensorBackend& backend);
+  void step_fused(MultiTensorBackend& backend, const StepFlag* flag = nullptr);
+  void step_fused_unless(MultiTensorBackend& backend, const Tensor& found_inf) override;
 
   double momentum_, weight_decay_;
   bool nesterov_;
@@ -103,19 +110,25 @@ class AdamW : public Optimizer {
   AdamW(std::vector<Tensor> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
         double eps = 1e-8, double weight_decay = 1e-2);
   void step() override;
-  std::int64_t steps() const { return step_; }
+  // The steps taken. Steps a loss scaler's flag cancelled on the device are not counted; when
+  // there were such steps this reads their count (on CUDA: one copy to the host).
+  std::int64_t steps() const;
   // "lr", "beta1", "beta2", "eps", "weight_decay", "step" (i64), "num_params",
   // "state.<i>.exp_avg" and "state.<i>.exp_avg_sq" for each parameter that has them.
   nn::StateDict state_dict() const override;
   void load_state_dict(const nn::StateDict& state) override;
 
  private:
-  void step_fused(MultiTensorBackend& backend);
+  void step_fused(MultiTensorBackend& backend, const StepFlag* flag = nullptr);
+  void step_fused_unless(MultiTensorBackend& backend, const Tensor& found_inf) override;
 
   double beta1_, beta2_, eps_, weight_decay_;
   // One count for all parameters (torch keeps one per parameter; they agree unless a parameter
-  // misses gradients on some steps, where torch's count for it lags).
+  // misses gradients on some steps, where torch's count for it lags). Steps attempted: those a
+  // device flag cancelled are counted in skipped_steps_ (0-dim i64 on the device, undefined
+  // until the first flagged step), and the kernel takes the difference.
   std::int64_t step_ = 0;
+  Tensor skipped_steps_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
 };
 

@@ -19,16 +19,34 @@ class MultiTensorCache {
   virtual ~MultiTensorCache() = default;
 };
 
-// One AdamW step (torch.optim.AdamW's formulas); `step` is the count after this step (>= 1).
+// A step that a device flag cancels (GradScaler's skip): when `found_inf` (0-dim f32) is not 0
+// the step writes nothing, and `skipped_steps` (0-dim i64, AdamW's) counts it, so that bias
+// corrections use the steps taken. The host never reads either.
+struct StepFlag {
+  Tensor found_inf;
+  Tensor skipped_steps;
+};
+
+// One AdamW step (torch.optim.AdamW's formulas); `step` is the count after this step (>= 1),
+// less *skipped_steps when `flag` is set.
 struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;
   std::int64_t step;
+  const StepFlag* flag = nullptr;
 };
 
 // One SGD step (torch.optim.SGD with dampening 0).
 struct SGDStep {
   double lr, momentum, weight_decay;
   bool nesterov;
+  const StepFlag* flag = nullptr;
+};
+
+// Dynamic loss scaling as torch.amp.GradScaler's defaults (growth and backoff factors, growth
+// interval); the scale and the count of steps since the last change live on the device.
+struct ScaleUpdate {
+  double growth_factor, backoff_factor;
+  std::int64_t growth_interval;
 };
 
 // Gradient-norm clipping as torch.nn.utils.clip_grad_norm_ (norm_type a p > 0 or infinity).
@@ -55,6 +73,15 @@ class MultiTensorBackend {
   // is f64), computed and applied without a host read. Gradients may differ in dtype.
   virtual Tensor clip_grad_norm(std::span<const Tensor> grads, const ClipGradNorm& clip,
                                 std::unique_ptr<MultiTensorCache>& cache) = 0;
+  // Multiplies every gradient in place by 1 / scale (0-dim f32) and sets `found_inf` and
+  // `found_any` (0-dim f32) to 1 when a gradient holds an inf or a NaN, in one launch: torch's
+  // _amp_foreach_non_finite_check_and_unscale_. Gradients may differ in dtype.
+  virtual void unscale(std::span<const Tensor> grads, const Tensor& scale, const Tensor& found_inf,
+                       const Tensor& found_any, std::unique_ptr<MultiTensorCache>& cache) = 0;
+  // torch's _amp_update_scale_ on `scale` (0-dim f32) and `growth_tracker` (0-dim i64), reading
+  // flags[0] (any inf this iteration), then zeroes every entry of `flags` (1-D f32) for the next.
+  virtual void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& flags,
+                            const ScaleUpdate& update) = 0;
 };
 
 // Installs `backend` (which must outlive every caller) for a device type.

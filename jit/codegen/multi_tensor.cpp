@@ -126,13 +126,15 @@ struct UpdateKind {
   const char* optimizer = "";        // "adamw", "sgd"
   std::vector<const char*> buffers;  // the table's pointers per row, in order
   bool momentum = false, nesterov = false, weight_decay = false;
+  bool skip = false;                 // a device flag may cancel the step (StepFlag)
   std::vector<const char*> scalars;  // the kernel's arguments after the table
 };
 
 KernelHandle update_kernel(const UpdateKind& kind, DType dtype) {
-  std::string name = fmt::format("k_multi_tensor_{}{}{}{}_{}", kind.optimizer,
-                                 kind.momentum ? "_momentum" : "", kind.nesterov ? "_nesterov" : "",
-                                 kind.weight_decay ? "_decay" : "", dtype_name(dtype));
+  std::string name =
+      fmt::format("k_multi_tensor_{}{}{}{}{}_{}", kind.optimizer, kind.momentum ? "_momentum" : "",
+                  kind.nesterov ? "_nesterov" : "", kind.weight_decay ? "_decay" : "",
+                  kind.skip ? "_skip" : "", dtype_name(dtype));
   return kernel_named(name, [&] {
     Data d, scalars(Data::type::list);
     for (const char* s : kind.scalars) scalars.push_back(Data("scalar", s));
@@ -153,14 +155,25 @@ KernelHandle update_kernel(const UpdateKind& kind, DType dtype) {
     d.set("momentum", kind.momentum);
     d.set("nesterov", kind.nesterov);
     d.set("weight_decay", kind.weight_decay);
+    d.set("skip", kind.skip);
     return render_template("multi_tensor.cu.mustache", d);
   });
 }
 
 // One launch per dtype group of lists[0] (the parameters); lists[k][i] is the k-th buffer of
 // tensor i. `written` of them are updated in place (the first, and the ones after the gradient).
+// The arguments of a step that a device flag may cancel: the flag, the skip count, whether this
+// launch counts a skip (the first launch only), then AdamW's step, lr and betas in double.
+struct SkipArguments {
+  cuda::DevicePtr found_inf = 0, skipped_steps = 0;
+  int count_skip = 1;
+  long long step = 0;
+  double lr = 0, beta1 = 0, beta2 = 0;
+};
+
 void run_update(const UpdateKind& kind, std::span<const std::span<const Tensor>> lists,
-                const std::vector<double>& scalar_values, CallerTables& tables) {
+                const std::vector<double>& scalar_values, CallerTables& tables,
+                SkipArguments skip = {}) {
   std::span<const Tensor> params = lists[0];
   for (const auto& group : dtype_groups(params)) {
     DType dtype = params[group.front()].dtype();
@@ -188,7 +201,16 @@ void run_update(const UpdateKind& kind, std::span<const std::span<const Tensor>>
     for (double v : scalar_values) scalars.add(v);
     std::vector<void*> params_of_launch = {&table, &rows, &chunks};
     for (std::size_t s = 0; s < scalars.size(); ++s) params_of_launch.push_back(scalars.at(s));
+    if (kind.skip) {
+      params_of_launch.insert(params_of_launch.end(),
+                              {&skip.found_inf, &skip.skipped_steps, &skip.count_skip});
+      if (std::string_view(kind.optimizer) == "adamw")
+        params_of_launch.insert(params_of_launch.end(),
+                                {&skip.step, &skip.lr, &skip.beta1, &skip.beta2});
+      read += 4 + 8;  // the flag, the skip count
+    }
     k.launch({grid_for(chunks), 1, 1}, {kBlock, 1, 1}, params_of_launch.data(), read, written);
+    skip.count_skip = 0;
   }
 }
 
@@ -225,11 +247,11 @@ NormKind norm_kind(double p) {
   return {"p", "return pow(fabs(x), p);", sum, "pow(v, 1 / p)"};
 }
 
-KernelHandle norm_kernel(const NormKind& norm, DType acc, const std::vector<DType>& dtypes,
-                         bool scale) {
-  std::string prefix = fmt::format("k_clip_grad_norm_{}_{}", norm.name, dtype_name(acc));
-  for (DType t : dtypes) prefix += fmt::format("_{}", dtype_name(t));
-  std::string name = prefix + (scale ? "_scale" : "_reduce");
+// A kernel of multi_tensor_grads.cu.mustache over gradients of `dtypes`, computing in `acc`;
+// `mode` sets what it does (the clip's two launches, the unscaling).
+KernelHandle grads_kernel(const std::string& name, const std::string& description, DType acc,
+                          const std::vector<DType>& dtypes,
+                          const std::function<void(Data&)>& mode) {
   return kernel_named(name, [&] {
     Data d, list(Data::type::list);
     std::string acc_type = storage_type(acc), codes;
@@ -251,70 +273,134 @@ KernelHandle norm_kernel(const NormKind& norm, DType acc, const std::vector<DTyp
       bf16 = bf16 || t == DType::bf16;
     }
     d.set("name", name);
-    d.set("name_prefix", prefix);
-    d.set("description", fmt::format("the {} norm of a list of gradients ({}), {}", norm.name,
-                                     codes, scale ? "then their scaling" : "partials per block"));
-    d.set("norm", norm.name);
+    d.set("description", fmt::format("{} ({})", description, codes));
     d.set("fp16", fp16);
     d.set("bf16", bf16);
     d.set("acc", acc_type);
     d.set("dtypes", list);
     d.set("dtype_codes", codes);
     d.set("chunk", std::to_string(kMultiTensorChunk));
-    d.set("term", norm.term);
-    d.set("combine", norm.combine);
-    d.set("finish", norm.finish);
-    d.set(scale ? "scale" : "reduce", true);
-    return render_template("multi_tensor_norm.cu.mustache", d);
+    mode(d);
+    return render_template("multi_tensor_grads.cu.mustache", d);
   });
 }
 
-Tensor clip(std::span<const Tensor> grads, const ClipGradNorm& clip, CallerTables& tables) {
-  DType acc = DType::f32;
-  std::vector<DType> dtypes;
-  for (const auto& g : grads) {
-    dtype_code(g.dtype());  // rejects what is not floating point
-    if (std::find(dtypes.begin(), dtypes.end(), g.dtype()) == dtypes.end())
-      dtypes.push_back(g.dtype());
-    if (g.dtype() == DType::f64) acc = DType::f64;
-  }
-  std::sort(dtypes.begin(), dtypes.end());  // one kernel per set of dtypes, whatever the order
+std::string dtypes_suffix(DType acc, const std::vector<DType>& dtypes) {
+  std::string suffix(dtype_name(acc));
+  for (DType t : dtypes) suffix += fmt::format("_{}", dtype_name(t));
+  return suffix;
+}
+
+KernelHandle norm_kernel(const NormKind& norm, DType acc, const std::vector<DType>& dtypes,
+                         bool scale) {
+  std::string prefix = fmt::format("k_clip_grad_norm_{}_{}", norm.name, dtypes_suffix(acc, dtypes));
+  return grads_kernel(prefix + (scale ? "_scale" : "_reduce"),
+                      fmt::format("the {} norm of a list of gradients, {}", norm.name,
+                                  scale ? "then their scaling" : "partials per block"),
+                      acc, dtypes, [&](Data& d) {
+                        d.set("name_prefix", prefix);
+                        d.set("clip", true);
+                        d.set("norm", norm.name);
+                        d.set("term", norm.term);
+                        d.set("combine", norm.combine);
+                        d.set("finish", norm.finish);
+                        d.set(scale ? "scale" : "reduce", true);
+                      });
+}
+
+// The rows of a gradient table (data, dtype code, elements, first chunk), the accumulation dtype
+// (f64 when a gradient is f64) and the sorted set of dtypes (one kernel per set, whatever the
+// order); `owner` names the caller in errors.
+struct GradTable {
   std::vector<std::int64_t> words;
   long long chunks = 0;
   int rows = 0;
   std::int64_t bytes = 0;
+  DType acc = DType::f32;
+  std::vector<DType> dtypes;
+};
+
+GradTable grad_table(std::span<const Tensor> grads) {
+  GradTable t;
+  for (const auto& g : grads) {
+    dtype_code(g.dtype());  // rejects what is not floating point
+    if (std::find(t.dtypes.begin(), t.dtypes.end(), g.dtype()) == t.dtypes.end())
+      t.dtypes.push_back(g.dtype());
+    if (g.dtype() == DType::f64) t.acc = DType::f64;
+  }
+  std::sort(t.dtypes.begin(), t.dtypes.end());
   for (const auto& g : grads) {
     std::int64_t n = g.numel();
     if (n == 0) continue;
-    words.insert(words.end(),
-                 {static_cast<std::int64_t>(address(g)), dtype_code(g.dtype()), n, chunks});
-    chunks += chunks_of(n);
-    ++rows;
-    bytes += tensor_bytes(g);
+    t.words.insert(t.words.end(),
+                   {static_cast<std::int64_t>(address(g)), dtype_code(g.dtype()), n, t.chunks});
+    t.chunks += chunks_of(n);
+    ++t.rows;
+    t.bytes += tensor_bytes(g);
   }
-  if (rows == 0) return zeros({}, acc, Device::cuda());  // a norm of nothing: nothing to scale
+  return t;
+}
+
+Tensor clip(std::span<const Tensor> grads, const ClipGradNorm& clip, CallerTables& tables) {
+  GradTable t = grad_table(grads);
+  if (t.rows == 0) return zeros({}, t.acc, Device::cuda());  // a norm of nothing: nothing to scale
   NormKind norm = norm_kind(clip.norm_type);
-  const KernelHandle& reduce = norm_kernel(norm, acc, dtypes, false);
-  const KernelHandle& scale = norm_kernel(norm, acc, dtypes, true);
-  cuda::DevicePtr table = tables.by_kernel[reduce.name()].upload(std::move(words));
-  if (!tables.partials.defined() || tables.partials.dtype() != acc)
-    tables.partials = empty({kMaxPartials}, acc, Device::cuda());
-  Tensor total = empty({}, acc, Device::cuda());
+  const KernelHandle& reduce = norm_kernel(norm, t.acc, t.dtypes, false);
+  const KernelHandle& scale = norm_kernel(norm, t.acc, t.dtypes, true);
+  cuda::DevicePtr table = tables.by_kernel[reduce.name()].upload(std::move(t.words));
+  if (!tables.partials.defined() || tables.partials.dtype() != t.acc)
+    tables.partials = empty({kMaxPartials}, t.acc, Device::cuda());
+  Tensor total = empty({}, t.acc, Device::cuda());
   cuda::DevicePtr partials = address(tables.partials), total_ptr = address(total);
-  int num_partials = static_cast<int>(std::min(chunks, kMaxPartials));
+  int num_partials = static_cast<int>(std::min(t.chunks, kMaxPartials));
   Scalars scalars;
-  scalars.f64 = acc == DType::f64;
+  scalars.f64 = t.acc == DType::f64;
   scalars.add(clip.norm_type);
   scalars.add(clip.max_norm);
-  std::int64_t acc_bytes = static_cast<std::int64_t>(itemsize(acc));
-  void* reduce_params[] = {&table, &rows, &chunks, scalars.at(0), &partials};
-  reduce.launch({static_cast<unsigned>(num_partials), 1, 1}, {kBlock, 1, 1}, reduce_params, bytes,
+  std::int64_t acc_bytes = static_cast<std::int64_t>(itemsize(t.acc));
+  void* reduce_params[] = {&table, &t.rows, &t.chunks, scalars.at(0), &partials};
+  reduce.launch({static_cast<unsigned>(num_partials), 1, 1}, {kBlock, 1, 1}, reduce_params, t.bytes,
                 num_partials * acc_bytes);
-  void* scale_params[] = {&table,        &rows,     &chunks,       scalars.at(0),
+  void* scale_params[] = {&table,        &t.rows,   &t.chunks,     scalars.at(0),
                           scalars.at(1), &partials, &num_partials, &total_ptr};
-  scale.launch({grid_for(chunks), 1, 1}, {kBlock, 1, 1}, scale_params,
-               bytes + num_partials * acc_bytes, bytes + acc_bytes);
+  scale.launch({grid_for(t.chunks), 1, 1}, {kBlock, 1, 1}, scale_params,
+               t.bytes + num_partials * acc_bytes, t.bytes + acc_bytes);
   return total;
+}
+
+// ---- loss scaling ----
+
+void unscale(std::span<const Tensor> grads, const Tensor& scale, const Tensor& found_inf,
+             const Tensor& found_any, CallerTables& tables) {
+  GradTable t = grad_table(grads);
+  if (t.rows == 0) return;
+  const KernelHandle& k =
+      grads_kernel(fmt::format("k_unscale_{}", dtypes_suffix(t.acc, t.dtypes)),
+                   "a list of gradients divided by the loss scale, with their inf check", t.acc,
+                   t.dtypes, [](Data& d) { d.set("unscale", true); });
+  cuda::DevicePtr table = tables.by_kernel[k.name()].upload(std::move(t.words));
+  cuda::DevicePtr scale_ptr = address(scale), inf_ptr = address(found_inf),
+                  any_ptr = address(found_any);
+  void* params[] = {&table, &t.rows, &t.chunks, &scale_ptr, &inf_ptr, &any_ptr};
+  k.launch({grid_for(t.chunks), 1, 1}, {kBlock, 1, 1}, params, t.bytes + 4, t.bytes);
+}
+
+void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& flags,
+                  const ScaleUpdate& u) {
+  const std::string name = "k_grad_scale_update";
+  const KernelHandle& k = kernel_named(name, [&] {
+    Data d;
+    d.set("name", name);
+    return render_template("grad_scale_update.cu.mustache", d);
+  });
+  cuda::DevicePtr scale_ptr = address(scale), tracker_ptr = address(growth_tracker),
+                  flags_ptr = address(flags);
+  int num_flags = static_cast<int>(flags.numel());
+  double growth = u.growth_factor, backoff = u.backoff_factor;
+  long long interval = u.growth_interval;
+  void* params[] = {&scale_ptr, &tracker_ptr, &flags_ptr, &num_flags, &growth, &backoff, &interval};
+  std::int64_t flag_bytes = 4 * static_cast<std::int64_t>(num_flags);
+  k.launch({1, 1, 1}, {1, 1, 1}, params, 4 + 8 + 4, 4 + 8 + flag_bytes);
 }
 
 // ---- the implementation registered for CUDA tensors ----
@@ -328,20 +414,25 @@ class CudaMultiTensor : public MultiTensorBackend {
     UpdateKind kind;
     kind.optimizer = "adamw";
     kind.buffers = {"param", "grad", "exp_avg", "exp_avg_sq"};
-    kind.scalars = {"decay",      "beta1", "one_minus_beta1", "beta2", "one_minus_beta2",
-                    "bias2_sqrt", "eps",   "step_size"};
-    auto t = static_cast<double>(s.step);
-    double bias1 = 1.0 - std::pow(s.beta1, t), bias2_sqrt = std::sqrt(1.0 - std::pow(s.beta2, t));
-    std::vector<double> values = {1.0 - s.lr * s.weight_decay,
-                                  s.beta1,
-                                  1.0 - s.beta1,
-                                  s.beta2,
-                                  1.0 - s.beta2,
-                                  bias2_sqrt,
-                                  s.eps,
-                                  -s.lr / bias1};
+    kind.scalars = {"decay", "beta1", "one_minus_beta1", "beta2", "one_minus_beta2", "eps"};
+    std::vector<double> values = {
+        1.0 - s.lr * s.weight_decay, s.beta1, 1.0 - s.beta1, s.beta2, 1.0 - s.beta2, s.eps};
+    SkipArguments skip;
+    if (s.flag) {  // the kernel computes the bias corrections from the steps not skipped
+      kind.skip = true;
+      skip = skip_arguments("AdamW", *s.flag, true);
+      skip.step = s.step;
+      skip.lr = s.lr;
+      skip.beta1 = s.beta1;
+      skip.beta2 = s.beta2;
+    } else {
+      auto t = static_cast<double>(s.step);
+      kind.scalars.insert(kind.scalars.end(), {"bias2_sqrt", "step_size"});
+      values.push_back(std::sqrt(1.0 - std::pow(s.beta2, t)));
+      values.push_back(-s.lr / (1.0 - std::pow(s.beta1, t)));
+    }
     const std::span<const Tensor> lists[] = {params, grads, exp_avg, exp_avg_sq};
-    run_update(kind, lists, values, tables_of(cache));
+    run_update(kind, lists, values, tables_of(cache), skip);
   }
 
   void sgd(std::span<const Tensor> params, std::span<const Tensor> grads,
@@ -370,14 +461,19 @@ class CudaMultiTensor : public MultiTensorBackend {
     }
     kind.scalars.push_back("neg_lr");
     values.push_back(-s.lr);
+    SkipArguments skip;
+    if (s.flag) {
+      kind.skip = true;
+      skip = skip_arguments("SGD", *s.flag, false);
+    }
     if (momentum) {
       check_lists("SGD", params, {grads, momentum_buffers});
       const std::span<const Tensor> lists[] = {params, grads, momentum_buffers};
-      run_update(kind, lists, values, tables_of(cache));
+      run_update(kind, lists, values, tables_of(cache), skip);
     } else {
       check_lists("SGD", params, {grads});
       const std::span<const Tensor> lists[] = {params, grads};
-      run_update(kind, lists, values, tables_of(cache));
+      run_update(kind, lists, values, tables_of(cache), skip);
     }
   }
 
@@ -390,7 +486,53 @@ class CudaMultiTensor : public MultiTensorBackend {
     return clip(grads, c, tables_of(cache));
   }
 
+  void unscale(std::span<const Tensor> grads, const Tensor& scale, const Tensor& found_inf,
+               const Tensor& found_any, std::unique_ptr<MultiTensorCache>& cache) override {
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      KILN_CHECK(grads[i].device().is_cuda() && (grads[i].numel() == 0 || grads[i].is_contiguous()),
+                 "GradScaler.unscale_: gradient {} must be a contiguous CUDA tensor, got {} on {}",
+                 i, shape_str(grads[i].shape()), grads[i].device().str());
+    check_flag("GradScaler.unscale_", "the scale", scale, DType::f32);
+    check_flag("GradScaler.unscale_", "the inf flag", found_inf, DType::f32);
+    check_flag("GradScaler.unscale_", "the iteration's inf flag", found_any, DType::f32);
+    codegen::unscale(grads, scale, found_inf, found_any, tables_of(cache));
+  }
+
+  void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& flags,
+                    const ScaleUpdate& update) override {
+    check_flag("GradScaler.update", "the scale", scale, DType::f32);
+    check_flag("GradScaler.update", "the growth tracker", growth_tracker, DType::i64);
+    KILN_CHECK(flags.device().is_cuda() && flags.dtype() == DType::f32 && flags.dim() == 1 &&
+                   flags.numel() >= 1 && flags.is_contiguous(),
+               "GradScaler.update: the inf flags must be a contiguous 1-D f32 CUDA tensor, got {} "
+               "{} on {}",
+               dtype_name(flags.dtype()), shape_str(flags.shape()), flags.device().str());
+    codegen::update_scale(scale, growth_tracker, flags, update);
+  }
+
  private:
+  static void check_flag(const char* owner, const char* what, const Tensor& t, DType dtype) {
+    KILN_CHECK(t.defined() && t.device().is_cuda() && t.dtype() == dtype && t.numel() == 1,
+               "{}: {} must be a one-element {} CUDA tensor, got {}", owner, what,
+               dtype_name(dtype),
+               t.defined() ? fmt::format("{} {} on {}", dtype_name(t.dtype()), shape_str(t.shape()),
+                                         t.device().str())
+                           : "an undefined tensor");
+  }
+
+  static SkipArguments skip_arguments(const char* optimizer, const StepFlag& flag,
+                                      bool counts_skips) {
+    check_flag(optimizer, "the step's inf flag", flag.found_inf, DType::f32);
+    SkipArguments skip;
+    skip.found_inf = address(flag.found_inf);
+    skip.count_skip = counts_skips ? 1 : 0;
+    if (counts_skips) {
+      check_flag(optimizer, "the count of skipped steps", flag.skipped_steps, DType::i64);
+      skip.skipped_steps = address(flag.skipped_steps);
+    }
+    return skip;
+  }
+
   // What the caller promised (runtime/multi_tensor.h), checked: a broken promise would make the
   // kernel read or write the wrong memory.
   static void check_lists(const char* optimizer, std::span<const Tensor> params,
