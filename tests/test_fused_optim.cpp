@@ -328,6 +328,52 @@ BOOST_AUTO_TEST_CASE(sgd_variants_match_the_reference_over_20_steps) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(random_parameter_lists_match_the_reference_over_20_steps) {
+  // Lists drawn at random: 0 to 2^14 elements (log-uniform; 2^20 + 3 has a case of its own),
+  // f32/bf16/f16, contiguous, at an offset or transposed, in random order.
+  for (std::uint32_t seed : {21u, 22u, 23u}) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> count(4, 10), pick3(0, 2);
+    std::uniform_real_distribution<double> log_size(0, 14);
+    std::vector<ParamPair> params;
+    for (int i = count(rng); i > 0; --i) {
+      auto n = static_cast<std::int64_t>(std::exp2(log_size(rng))) - 1;  // 0 included
+      const DType dtypes[] = {DType::f32, DType::bf16, DType::f16};
+      ParamSpec spec{{n}, dtypes[pick3(rng)]};
+      if (int layout = pick3(rng); layout != 0 && n >= 4) {
+        spec.shape = {n / 4, 4};
+        spec.layout = layout == 1 ? Layout::offset_rows : Layout::transposed;
+      }
+      params.push_back(make_param(spec, rng));
+    }
+    BOOST_TEST_CONTEXT("seed " << seed << ", " << params.size() << " parameters") {
+      const double lr = 1e-2;
+      run_against_reference(
+          params,
+          [&](std::vector<Tensor> p) {
+            return std::make_unique<optim::AdamW>(std::move(p), lr, 0.9, 0.99, 1e-8, 0.01);
+          },
+          [&](HalfModel& m, const std::vector<float>& g, int step) {
+            m.adamw(g, lr, 0.9, 0.99, 1e-8, 0.01, step);
+          },
+          20, seed);
+      for (auto& p : params) {  // SGD from the parameters AdamW left: fresh state, same checks
+        p.model.p = floats_of(p.device);
+        p.model.s1.assign(p.model.p.size(), 0.0f);
+        NoGradGuard no_grad;
+        p.host = p.device.to(Device::cpu()).contiguous().requires_grad_();
+      }
+      run_against_reference(
+          params,
+          [&](std::vector<Tensor> p) {
+            return std::make_unique<optim::SGD>(std::move(p), lr, 0.9, 0.01, true);
+          },
+          [&](HalfModel& m, const std::vector<float>& g, int) { m.sgd(g, lr, 0.9, 0.01, true); },
+          20, seed + 100);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_warm_step_is_one_launch_and_uploads_no_table) {
   std::mt19937 rng(14);
   std::vector<ParamPair> params;
