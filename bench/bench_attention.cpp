@@ -57,8 +57,7 @@ Measured measure(const char* label, const std::function<std::vector<Tensor>()>& 
   auto t0 = std::chrono::steady_clock::now();
   std::vector<Tensor> outs = fn();
   cuda::backend().synchronize();
-  double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   vgpu::set_profiling(false);
   Measured m;
   m.host_s = secs;
@@ -103,7 +102,7 @@ int main() {
       "d = 64, 4 heads, bf16). MB: DRAM traffic the virtual GPU's profiler measured (distinct\n"
       "32-byte sectors per launch) plus cuBLASLt operands; ideal: each input read once, each\n"
       "output written once; 'extra MB': peak bytes allocated beyond inputs and outputs.\n\n",
-      batch, heads, t, d, dtype_name(dtype));
+      batch, heads, t, d, std::string(dtype_name(dtype)).c_str());
 
   const std::int64_t elem = static_cast<std::int64_t>(itemsize(dtype));
   const std::int64_t tensor = batch * heads * t * d * elem, rows = batch * heads * t * 4;
@@ -129,7 +128,7 @@ int main() {
     if (causal) causal_mask = (tril(ones({t, t}, DType::f32), 0) == 0).to(Device::cuda());
     Measured plain_f = measure("unfused forward", [&] {
       Tensor s = matmul(qg, kg.transpose(-2, -1)) * scale;
-      if (causal) s = s.masked_fill(causal_mask, -INFINITY);
+      if (causal) s = masked_fill(s, causal_mask, -INFINITY);
       out = matmul(softmax(s, -1), vg);
       return std::vector<Tensor>{out};
     });
@@ -152,8 +151,8 @@ int main() {
     line("fused backward", fused_b, ideal_bwd, plain_b);
     std::printf("  %-18s %9s %9s %8s %9s %9s %9s\n", "unfused forward", mb(plain_f.dram).c_str(),
                 "", "", "", "", mb(plain_f.intermediate).c_str());
-    std::printf("  %-18s %9s %9s %8s %9s %9s %9s\n\n", "unfused backward",
-                mb(plain_b.dram).c_str(), "", "", "", "", mb(plain_b.intermediate).c_str());
+    std::printf("  %-18s %9s %9s %8s %9s %9s %9s\n\n", "unfused backward", mb(plain_b.dram).c_str(),
+                "", "", "", "", mb(plain_b.intermediate).c_str());
   }
   return 0;
 }

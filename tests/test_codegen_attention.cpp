@@ -40,8 +40,8 @@ struct Reference {
 // outermost); mask [T, S] per batch (additive, -inf where dropped) or empty.
 Reference reference(const std::vector<double>& q, const std::vector<double>& k,
                     const std::vector<double>& v, const std::vector<double>& mask,
-                    const std::vector<double>& dout, long batches, long t, long s, long d,
-                    long dv, double scale, bool causal) {
+                    const std::vector<double>& dout, long batches, long t, long s, long d, long dv,
+                    double scale, bool causal) {
   Reference r;
   r.out.assign(batches * t * dv, 0);
   r.lse.assign(batches * t, -kInf);
@@ -151,10 +151,10 @@ void run_case(const Case& c) {
       for (double& m : mask) m = m != 0 ? 0.0 : -kInf;
   }
   Tensor dout = make(c.batch, c.t, c.dv, c.dtype);
-  Reference want = reference(values(q, full(c.t, c.d)), values(k, full(c.s, c.d)),
-                             values(v, full(c.s, c.dv)), mask,
-                             c.backward ? values(dout, full(c.t, c.dv)) : std::vector<double>{},
-                             batches, c.t, c.s, c.d, c.dv, scale, c.causal);
+  Reference want =
+      reference(values(q, full(c.t, c.d)), values(k, full(c.s, c.d)), values(v, full(c.s, c.dv)),
+                mask, c.backward ? values(dout, full(c.t, c.dv)) : std::vector<double>{}, batches,
+                c.t, c.s, c.d, c.dv, scale, c.causal);
   auto fwd = codegen::attention_forward(call);
   BOOST_TEST((fwd.out.dtype() == c.dtype));
   BOOST_TEST((fwd.lse.dtype() == DType::f32));
@@ -296,9 +296,7 @@ BOOST_AUTO_TEST_CASE(backward_is_deterministic_and_uses_tensor_cores_for_bf16) {
 }
 
 BOOST_AUTO_TEST_CASE(bad_calls_name_the_op_and_shapes) {
-  auto cuda = [](const Shape& s, DType t = DType::f32) {
-    return zeros(s, t).to(Device::cuda());
-  };
+  auto cuda = [](const Shape& s, DType t = DType::f32) { return zeros(s, t).to(Device::cuda()); };
   auto reason = [](const codegen::AttentionCall& call) {
     return codegen::attention_unsupported(call);
   };
@@ -312,27 +310,39 @@ BOOST_AUTO_TEST_CASE(bad_calls_name_the_op_and_shapes) {
       BOOST_TEST(what.find(part) != std::string::npos, what);
     }
   };
-  codegen::AttentionCall ints{cuda({2, 4, 16}, DType::i32), cuda({2, 4, 16}, DType::i32),
-                              cuda({2, 4, 16}, DType::i32), std::nullopt, 0.25, false};
+  codegen::AttentionCall ints{cuda({2, 4, 16}, DType::i32),
+                              cuda({2, 4, 16}, DType::i32),
+                              cuda({2, 4, 16}, DType::i32),
+                              std::nullopt,
+                              0.25,
+                              false};
   BOOST_TEST(reason(ints).find("floating") != std::string::npos);
   raises(ints, "[2, 4, 16] i32");
-  codegen::AttentionCall dims{cuda({2, 4, 16}), cuda({2, 5, 32}), cuda({2, 5, 16}), std::nullopt,
-                              0.25, false};
+  codegen::AttentionCall dims{
+      cuda({2, 4, 16}), cuda({2, 5, 32}), cuda({2, 5, 16}), std::nullopt, 0.25, false};
   BOOST_TEST(reason(dims).find("head dims differ") != std::string::npos);
   raises(dims, "k [2, 5, 32]");
-  codegen::AttentionCall wide{cuda({2, 4, 160}), cuda({2, 5, 160}), cuda({2, 5, 160}),
-                              std::nullopt, 0.25, false};
+  codegen::AttentionCall wide{
+      cuda({2, 4, 160}), cuda({2, 5, 160}), cuda({2, 5, 160}), std::nullopt, 0.25, false};
   BOOST_TEST(reason(wide).find("head dim 160") != std::string::npos);
   raises(wide, "q [2, 4, 160]");
-  codegen::AttentionCall masked{cuda({2, 4, 16}), cuda({2, 5, 16}), cuda({2, 5, 16}),
-                                cuda({3, 5}, DType::bool_), 0.25, false};
+  codegen::AttentionCall masked{cuda({2, 4, 16}),
+                                cuda({2, 5, 16}),
+                                cuda({2, 5, 16}),
+                                cuda({3, 5}, DType::bool_),
+                                0.25,
+                                false};
   BOOST_TEST(reason(masked).find("mask does not broadcast") != std::string::npos);
   raises(masked, "mask [3, 5] bool");
-  codegen::AttentionCall f64{cuda({2, 4, 16}, DType::f64), cuda({2, 5, 16}, DType::f64),
-                             cuda({2, 5, 16}, DType::f64), std::nullopt, 0.25, false};
+  codegen::AttentionCall f64{cuda({2, 4, 16}, DType::f64),
+                             cuda({2, 5, 16}, DType::f64),
+                             cuda({2, 5, 16}, DType::f64),
+                             std::nullopt,
+                             0.25,
+                             false};
   BOOST_TEST(reason(f64).find("f64") != std::string::npos);
-  codegen::AttentionCall ok{cuda({2, 4, 16}), cuda({2, 5, 16}), cuda({2, 5, 16}), std::nullopt,
-                            0.25, false};
+  codegen::AttentionCall ok{
+      cuda({2, 4, 16}), cuda({2, 5, 16}), cuda({2, 5, 16}), std::nullopt, 0.25, false};
   BOOST_TEST(reason(ok) == "");
 }
 

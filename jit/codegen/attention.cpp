@@ -18,47 +18,71 @@ namespace {
 
 using Data = kainjow::mustache::data;
 
-enum class Kernel { forward, dq, dkdv };
+// The two launches: the forward, and the backward (whose blocks are of two kinds: dq over
+// query tiles, dk/dv over key tiles).
+enum class Kernel { forward, backward };
+enum class Role { forward, dq, dkdv };
 
 // The static shared memory one block may use without opting in (the kernels use no dynamic).
 constexpr std::int64_t kSharedLimit = 48 * 1024;
 
-// A kernel's tile shape: warps (16 rows of the block's fixed tile each), rows of the streamed
-// tile, and whether the streamed tile is double-buffered.
+// Tile shapes: warps (16 rows of a block's fixed tile each), and per kind of block the rows of
+// the streamed tile and whether it is double-buffered.
+struct Stream {
+  int bn = 0, stages = 0;
+};
 struct Tiling {
-  int warps, bn, stages;
+  int warps = 0;
+  Stream first, second;  // forward: first only; backward: dq blocks, dk/dv blocks
+  std::int64_t shared = 0;
 };
 
 int padded(int head) {
   return (head + 15) / 16 * 16;
 }
 
-std::int64_t shared_bytes(Kernel kind, int elem, int dk, int dv, const Tiling& t) {
-  std::int64_t ldk = dk + 8, ldv = dv + 8, bm = 16 * t.warps;
-  std::int64_t fixed = kind == Kernel::forward ? bm * ldk : bm * (ldk + ldv);
-  std::int64_t bytes = elem * (fixed + t.stages * t.bn * (ldk + ldv));
-  if (kind == Kernel::dkdv) bytes += 8 * t.stages * t.bn;  // lse and D of the query tile
+std::int64_t shared_bytes(Role role, int elem, int dk, int dv, int warps, const Stream& s) {
+  std::int64_t ldk = dk + 8, ldv = dv + 8, bm = 16 * warps;
+  std::int64_t fixed = role == Role::forward ? bm * ldk : bm * (ldk + ldv);
+  std::int64_t bytes = elem * (fixed + s.stages * s.bn * (ldk + ldv));
+  if (role == Role::dkdv) bytes += 8 * s.stages * s.bn;  // lse and D of the query tile
   return bytes;
 }
 
-// The largest tiles that fit: 64 streamed rows for head dims up to 64 (32 above, 16 for the
-// backward's dk/dv, which holds two gradient accumulators), double-buffered where that fits.
-Tiling tiling_for(Kernel kind, int elem, int dk, int dv) {
+// The largest streamed tile that fits beside `warps` warps' fixed tile: 64 rows for head dims up
+// to 64 (32 above, 16 for dk/dv blocks, which hold two gradient accumulators), double-buffered
+// where that keeps at least 32 rows. bn 0 when nothing fits.
+Stream stream_for(Role role, int elem, int dk, int dv, int warps) {
   int widest = std::max(dk, dv);
-  int bn_max = widest <= 64 ? 64 : kind == Kernel::dkdv ? 16 : 32;
-  for (int warps : {4, 2, 1})
-    for (int bn = bn_max; bn >= 16; bn /= 2)
-      for (int stages : {2, 1}) {
-        Tiling t{warps, bn, stages};
-        // Double buffering only when it keeps a streamed tile of at least 32 rows.
-        if (stages == 2 && bn < std::min(32, bn_max)) continue;
-        if (shared_bytes(kind, elem, dk, dv, t) <= kSharedLimit) return t;
-      }
-  return {1, 16, 1};  // never reached for head dims <= 128
+  int bn_max = widest <= 64 ? 64 : role == Role::dkdv ? 16 : 32;
+  for (int bn = bn_max; bn >= 16; bn /= 2)
+    for (int stages : {2, 1}) {
+      if (stages == 2 && bn < std::min(32, bn_max)) continue;
+      Stream s{bn, stages};
+      if (shared_bytes(role, elem, dk, dv, warps, s) <= kSharedLimit) return s;
+    }
+  return {};
 }
 
-const char* kernel_tag(Kernel kind) {
-  return kind == Kernel::forward ? "fwd" : kind == Kernel::dq ? "bwd_dq" : "bwd_dkdv";
+Tiling tiling_for(Kernel kind, int elem, int dk, int dv) {
+  for (int warps : {4, 2, 1}) {
+    Tiling t;
+    t.warps = warps;
+    if (kind == Kernel::forward) {
+      t.first = stream_for(Role::forward, elem, dk, dv, warps);
+      if (!t.first.bn) continue;
+      t.shared = shared_bytes(Role::forward, elem, dk, dv, warps, t.first);
+    } else {
+      t.first = stream_for(Role::dq, elem, dk, dv, warps);
+      t.second = stream_for(Role::dkdv, elem, dk, dv, warps);
+      if (!t.first.bn || !t.second.bn) continue;
+      t.shared = std::max(shared_bytes(Role::dq, elem, dk, dv, warps, t.first),
+                          shared_bytes(Role::dkdv, elem, dk, dv, warps, t.second));
+    }
+    return t;
+  }
+  throw Error(
+      fmt::format("attention: no tiling fits head dims {} and {}", dk, dv));  // not for <= 128
 }
 
 struct Variant {
@@ -70,10 +94,13 @@ struct Variant {
 };
 
 std::string kernel_name(Kernel kind, const Variant& v, const Tiling& t) {
-  return fmt::format("k_attention_{}_{}_d{}_v{}_{}_{}w{}n{}s{}_r{}", kernel_tag(kind),
-                     dtype_name(v.dtype), v.head_qk, v.head_v,
+  std::string tiles = fmt::format("w{}n{}s{}", t.warps, t.first.bn, t.first.stages);
+  if (kind == Kernel::backward) tiles += fmt::format("n{}s{}", t.second.bn, t.second.stages);
+  return fmt::format("k_attention_{}_{}_d{}_v{}_{}_{}{}_r{}",
+                     kind == Kernel::forward ? "fwd" : "bwd", dtype_name(v.dtype), v.head_qk,
+                     v.head_v,
                      v.mask ? fmt::format("mask_{}", dtype_name(*v.mask)) : std::string("nomask"),
-                     v.vector_loads ? "vec_" : "", t.warps, t.bn, t.stages, v.batch_rank);
+                     v.vector_loads ? "vec_" : "", tiles, v.batch_rank);
 }
 
 std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::string& name) {
@@ -92,8 +119,13 @@ std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::st
   d.set("head_qk", std::to_string(v.head_qk));
   d.set("head_v", std::to_string(v.head_v));
   d.set("warps", std::to_string(t.warps));
-  d.set("bn", std::to_string(t.bn));
-  d.set("stages", std::to_string(t.stages));
+  d.set("bn", std::to_string(t.first.bn));
+  d.set("stages", std::to_string(t.first.stages));
+  d.set("bn_q", std::to_string(t.first.bn));
+  d.set("stages_q", std::to_string(t.first.stages));
+  d.set("bn_kv", std::to_string(t.second.bn));
+  d.set("stages_kv", std::to_string(t.second.stages));
+  d.set("smem_bytes", std::to_string(t.shared));
   d.set("batch_rank", std::to_string(v.batch_rank));
   d.set("elem", storage_type(v.dtype));
   bool tensor_cores = v.dtype == DType::f16 || v.dtype == DType::bf16;
@@ -107,16 +139,19 @@ std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::st
     d.set("bool_mask", *v.mask == DType::bool_);
     d.set("mask_load", fmt::format("(float)({})", load_expr(*v.mask, "m")));
   }
-  d.set("dq", kind == Kernel::dq);
-  d.set("dkdv", kind == Kernel::dkdv);
   std::string body = kind == Kernel::forward ? render_template("attention_forward.cu.mustache", d)
                                              : render_template("attention_backward.cu.mustache", d);
   return render_template("attention_common.cu.mustache", d) + "\n" + body;
 }
 
+struct Launchable {
+  const KernelHandle* handle;
+  Tiling tiling;
+};
+
 // Each kernel is rendered once per process and resolved at its first launch; the handles live as
 // long as the process.
-const KernelHandle& kernel_for(Kernel kind, const Variant& v) {
+Launchable kernel_for(Kernel kind, const Variant& v) {
   int elem = static_cast<int>(itemsize(v.dtype));
   Tiling t = tiling_for(kind, elem, padded(v.head_qk), padded(v.head_v));
   std::string name = kernel_name(kind, v, t);
@@ -124,8 +159,9 @@ const KernelHandle& kernel_for(Kernel kind, const Variant& v) {
   static auto* handles = new std::map<std::string, KernelHandle>;
   std::lock_guard lock(mutex);
   auto it = handles->find(name);
-  if (it == handles->end()) it = handles->emplace(name, KernelHandle(name, render(kind, v, t, name))).first;
-  return it->second;
+  if (it == handles->end())
+    it = handles->emplace(name, KernelHandle(name, render(kind, v, t, name))).first;
+  return {&it->second, t};
 }
 
 Shape batch_of(const Tensor& t) {
@@ -133,11 +169,12 @@ Shape batch_of(const Tensor& t) {
 }
 
 std::string shapes_of(const AttentionCall& c) {
-  std::string s = fmt::format("q {} {}, k {} {}, v {} {}", shape_str(c.q.shape()),
-                              dtype_name(c.q.dtype()), shape_str(c.k.shape()),
-                              dtype_name(c.k.dtype()), shape_str(c.v.shape()),
-                              dtype_name(c.v.dtype()));
-  if (c.mask) s += fmt::format(", mask {} {}", shape_str(c.mask->shape()), dtype_name(c.mask->dtype()));
+  std::string s =
+      fmt::format("q {} {}, k {} {}, v {} {}", shape_str(c.q.shape()), dtype_name(c.q.dtype()),
+                  shape_str(c.k.shape()), dtype_name(c.k.dtype()), shape_str(c.v.shape()),
+                  dtype_name(c.v.dtype()));
+  if (c.mask)
+    s += fmt::format(", mask {} {}", shape_str(c.mask->shape()), dtype_name(c.mask->dtype()));
   return s;
 }
 
@@ -292,11 +329,13 @@ AttentionForward attention_forward(const AttentionCall& c) {
   std::optional<Tensor> mask;
   if (c.mask) mask = mask_view(*c.mask, batch, t, s);
   Layout l = layout_of(c, batch, nullptr, nullptr, mask ? &*mask : nullptr);
-  Variant v{c.q.dtype(), d, dv, c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
-            vector_loads_fit({&c.q, &c.k, &c.v}, c), l.rank};
-  const KernelHandle& k = kernel_for(Kernel::forward, v);
-  Tiling tl = tiling_for(Kernel::forward, static_cast<int>(itemsize(v.dtype)), padded(d),
-                         padded(dv));
+  Variant v{c.q.dtype(),
+            d,
+            dv,
+            c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
+            vector_loads_fit({&c.q, &c.k, &c.v}, c),
+            l.rank};
+  auto [k, tl] = kernel_for(Kernel::forward, v);
   auto blocks = static_cast<unsigned>(l.batches * ((t + 16 * tl.warps - 1) / (16 * tl.warps)));
   cuda::DevicePtr pq = address(c.q), pk = address(c.k), pv = address(c.v),
                   pm = mask ? address(*mask) : 0, po = address(r.out), pl = address(r.lse);
@@ -305,8 +344,8 @@ AttentionForward attention_forward(const AttentionCall& c) {
   void* params[] = {&pq, &pk, &pv, &pm, &po, &pl, l.words.data(), &scale_log2, &causal};
   std::int64_t read = tensor_bytes(c.q) + tensor_bytes(c.k) + tensor_bytes(c.v) +
                       (mask ? tensor_bytes(*c.mask) : 0);
-  k.launch({blocks, 1, 1}, {static_cast<unsigned>(32 * tl.warps), 1, 1}, params, read,
-           tensor_bytes(r.out) + tensor_bytes(r.lse));
+  k->launch({blocks, 1, 1}, {static_cast<unsigned>(32 * tl.warps), 1, 1}, params, read,
+            tensor_bytes(r.out) + tensor_bytes(r.lse));
   return r;
 }
 
@@ -329,8 +368,8 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
                x->defined() ? shape_str(x->shape()) : "", shapes_of(c));
   KILN_CHECK(lse.defined() && lse.device().is_cuda() && lse.shape() == lse_shape &&
                  lse.dtype() == DType::f32,
-             "attention_backward: lse must be f32 {} on CUDA, got {} {} ({})",
-             shape_str(lse_shape), lse.defined() ? dtype_name(lse.dtype()) : "undefined",
+             "attention_backward: lse must be f32 {} on CUDA, got {} {} ({})", shape_str(lse_shape),
+             lse.defined() ? dtype_name(lse.dtype()) : "undefined",
              lse.defined() ? shape_str(lse.shape()) : "", shapes_of(c));
   Shape dq_shape = batch, dk_shape = batch, dv_shape = batch;
   dq_shape.insert(dq_shape.end(), {t, d});
@@ -348,37 +387,32 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
     std::optional<Tensor> mask;
     if (c.mask) mask = mask_view(*c.mask, batch, t, s);
     Tensor lse_c = lse.contiguous();
-    Tensor delta = empty(lse_shape, DType::f32, Device::cuda());
     Layout l = layout_of(c, batch, &out, &dout, mask ? &*mask : nullptr);
-    Variant v{c.q.dtype(), d, dv, c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
-              vector_loads_fit({&c.q, &c.k, &c.v, &dout}, c), l.rank};
-    int elem = static_cast<int>(itemsize(v.dtype));
+    Variant v{c.q.dtype(),
+              d,
+              dv,
+              c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
+              vector_loads_fit({&c.q, &c.k, &c.v, &dout}, c),
+              l.rank};
     cuda::DevicePtr pq = address(c.q), pk = address(c.k), pv = address(c.v), po = address(out),
                     pdo = address(dout), pl = address(lse_c), pm = mask ? address(*mask) : 0,
-                    pdq = address(dq), pdk = address(dk), pdv = address(dvt),
-                    pd = address(delta);
+                    pdq = address(dq), pdk = address(dk), pdv = address(dvt);
     float scale_log2 = static_cast<float>(c.scale * M_LOG2E), scale = static_cast<float>(c.scale);
     int causal = c.causal ? 1 : 0;
-    std::int64_t qkv = tensor_bytes(c.q) + tensor_bytes(c.k) + tensor_bytes(c.v) +
-                       (mask ? tensor_bytes(*c.mask) : 0);
-
-    Tiling tq = tiling_for(Kernel::dq, elem, padded(d), padded(dv));
-    auto q_blocks = static_cast<unsigned>(l.batches * ((t + 16 * tq.warps - 1) / (16 * tq.warps)));
-    void* dq_params[] = {&pq, &pk, &pv,  &po,   &pdo,   &pl,         &pm,
-                         &pdq, &pd, l.words.data(), &scale_log2, &scale, &causal};
-    kernel_for(Kernel::dq, v).launch(
-        {q_blocks, 1, 1}, {static_cast<unsigned>(32 * tq.warps), 1, 1}, dq_params,
-        qkv + tensor_bytes(out) + tensor_bytes(dout) + tensor_bytes(lse_c),
-        tensor_bytes(dq) + tensor_bytes(delta));
-
-    Tiling tk = tiling_for(Kernel::dkdv, elem, padded(d), padded(dv));
-    auto k_blocks = static_cast<unsigned>(l.batches * ((s + 16 * tk.warps - 1) / (16 * tk.warps)));
-    void* dkdv_params[] = {&pq,  &pk,  &pv,           &pdo,        &pl,    &pd,    &pm,
-                           &pdk, &pdv, l.words.data(), &scale_log2, &scale, &causal};
-    kernel_for(Kernel::dkdv, v).launch(
-        {k_blocks, 1, 1}, {static_cast<unsigned>(32 * tk.warps), 1, 1}, dkdv_params,
-        qkv + tensor_bytes(dout) + tensor_bytes(lse_c) + tensor_bytes(delta),
-        tensor_bytes(dk) + tensor_bytes(dvt));
+    // One launch: the dq blocks first, then the dk/dv blocks.
+    auto [k, tl] = kernel_for(Kernel::backward, v);
+    long long rows = 16 * tl.warps;
+    long long q_blocks = l.batches * ((t + rows - 1) / rows);
+    long long kv_blocks = l.batches * ((s + rows - 1) / rows);
+    void* params[] = {&pq,    &pk,     &pv,      &po,  &pdo,           &pl,
+                      &pm,    &pdq,    &pdk,     &pdv, l.words.data(), &scale_log2,
+                      &scale, &causal, &q_blocks};
+    k->launch({static_cast<unsigned>(q_blocks + kv_blocks), 1, 1},
+              {static_cast<unsigned>(32 * tl.warps), 1, 1}, params,
+              tensor_bytes(c.q) + tensor_bytes(c.k) + tensor_bytes(c.v) +
+                  (mask ? tensor_bytes(*c.mask) : 0) + tensor_bytes(out) + tensor_bytes(dout) +
+                  tensor_bytes(lse_c),
+              tensor_bytes(dq) + tensor_bytes(dk) + tensor_bytes(dvt));
   }
   return {reduce_to(dq, c.q.shape()), reduce_to(dk, c.k.shape()), reduce_to(dvt, c.v.shape())};
 }
@@ -388,7 +422,8 @@ std::vector<KernelHandle> render_attention_kernels(DType dtype, int head_qk, int
                                                    int batch_rank) {
   Variant v{dtype, head_qk, head_v, mask, vector_loads, batch_rank};
   std::vector<KernelHandle> out;
-  for (Kernel kind : {Kernel::forward, Kernel::dq, Kernel::dkdv}) out.push_back(kernel_for(kind, v));
+  for (Kernel kind : {Kernel::forward, Kernel::backward})
+    out.push_back(*kernel_for(kind, v).handle);
   return out;
 }
 

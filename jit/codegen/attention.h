@@ -14,10 +14,11 @@
 namespace kiln::jit::codegen {
 
 struct AttentionCall {
-  Tensor q, k, v;              // CUDA tensors, [..., T, d], [..., S, d], [..., S, dv]
-  std::optional<Tensor> mask;  // bool (true = attend) or floating (added), broadcastable to [..., T, S]
-  double scale = 0;            // already resolved (never 0 here)
-  bool causal = false;         // key j visible to query i iff j <= i (top-left aligned)
+  Tensor q, k, v;  // CUDA tensors, [..., T, d], [..., S, d], [..., S, dv]
+  std::optional<Tensor>
+      mask;             // bool (true = attend) or floating (added), broadcastable to [..., T, S]
+  double scale = 0;     // already resolved (never 0 here)
+  bool causal = false;  // key j visible to query i iff j <= i (top-left aligned)
 };
 
 // Head dims the kernels are specialized for (each a compile-time constant of its kernel).
@@ -44,9 +45,9 @@ struct AttentionGrads {
 AttentionGrads attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& lse,
                                   const Tensor& dout);
 
-// The three kernels (forward, backward dq, backward dk/dv) calls of this dtype and these head
-// dims launch, rendered but not compiled: what the real-GPU build checks compile. `mask` is the
-// mask's dtype, if any; `vector_loads` the cp.async layout (rows contiguous and 16-byte aligned).
+// The two kernels (forward, backward) calls of this dtype and these head dims launch, rendered but
+// not compiled: what the real-GPU build checks compile. `mask` is the mask's dtype, if any;
+// `vector_loads` the cp.async layout (rows contiguous and 16-byte aligned).
 std::vector<KernelHandle> render_attention_kernels(DType dtype, int head_qk, int head_v,
                                                    std::optional<DType> mask, bool vector_loads,
                                                    int batch_rank = 1);
