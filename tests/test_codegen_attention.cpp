@@ -1,8 +1,9 @@
 // The FlashAttention kernels (jit/codegen/attention) on the virtual GPU against scaled-dot-product
 // attention and its gradients written here as plain loops in double: f32 (FMA path) within 1e-4,
 // f16/bf16 (tensor cores) within 2e-2, over head dims 16 to 128, T != S and sizes that are not
-// whole tiles, causal, bool and additive broadcast masks, fully masked rows, strided inputs; the
-// backward's determinism; tensor-core use in the profile; and the errors bad calls raise.
+// whole tiles, causal, bool and additive broadcast masks, fully masked rows, strided inputs, k and
+// v broadcast over heads; the backward's determinism; tensor-core use in the profile; and the
+// errors bad calls raise.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "autograd/ops.h"
 #include "jit/codegen/attention.h"
+#include "jit/codegen/lt_matmul.h"
 #include "runtime/cuda/virtual/profiler.h"
 #include "runtime/random.h"
 
@@ -24,7 +26,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 double tolerance(DType t) {
-  return t == DType::f32 ? 1e-4 : 2e-2;
+  return t == DType::f32 && !codegen::allow_tf32() ? 1e-4 : 2e-2;
 }
 
 // Host values of `t` expanded to `shape`, in double, row-major.
@@ -268,6 +270,58 @@ BOOST_AUTO_TEST_CASE(strided_inputs_heads_made_by_transposing_and_column_strides
     return randn({batch[0], h, rows}).to(t).to(Device::cuda()).transpose(1, 2);
   };
   run_case(c);
+}
+
+BOOST_AUTO_TEST_CASE(k_and_v_shared_by_heads_broadcast_and_get_summed_gradients) {
+  // q [2, 3, T, d] against k, v [2, 1, S, d] (one key/value head for three query heads).
+  const long t = 11, s = 18, d = 16;
+  Tensor q = randn({2, 3, t, d}).to(Device::cuda()), k = randn({2, 1, s, d}).to(Device::cuda()),
+         v = randn({2, 1, s, d}).to(Device::cuda()), dout = randn({2, 3, t, d}).to(Device::cuda());
+  codegen::AttentionCall call{q, k, v, std::nullopt, 0.3, false};
+  Reference want =
+      reference(values(q, {2, 3, t, d}), values(k, {2, 3, s, d}), values(v, {2, 3, s, d}), {},
+                values(dout, {2, 3, t, d}), 6, t, s, d, d, 0.3, false);
+  // Gradients of the shared k and v: the sum over the three heads.
+  std::vector<double> dk(2 * s * d, 0), dv(2 * s * d, 0);
+  for (long b = 0; b < 2; ++b)
+    for (long h = 0; h < 3; ++h)
+      for (long i = 0; i < s * d; ++i) {
+        dk[b * s * d + i] += want.dk[(b * 3 + h) * s * d + i];
+        dv[b * s * d + i] += want.dv[(b * 3 + h) * s * d + i];
+      }
+  auto fwd = codegen::attention_forward(call);
+  expect_close(fwd.out, want.out, 1e-4, "out");
+  auto grads = codegen::attention_backward(call, fwd.out, fwd.lse, dout);
+  BOOST_TEST((grads.dk.shape() == Shape{2, 1, s, d}));
+  expect_close(grads.dq, want.dq, 1e-4, "dq");
+  expect_close(grads.dk, dk, 1e-4, "dk");
+  expect_close(grads.dv, dv, 1e-4, "dv");
+}
+
+BOOST_AUTO_TEST_CASE(f32_on_tf32_tensor_cores_when_allowed) {
+  // KILN_MATMUL_TF32=1 (set_allow_tf32): operands rounded to 10 significand bits, as f16's.
+  codegen::set_allow_tf32(true);
+  namespace vgpu = kiln::cuda::vgpu;
+  vgpu::set_profiling(true);
+  vgpu::clear_profiles();
+  Case c;
+  c.t = 33;
+  c.s = 21;
+  c.d = c.dv = 64;
+  c.causal = true;
+  std::string failure;
+  try {
+    run_case(c);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  vgpu::set_profiling(false);
+  codegen::set_allow_tf32(false);
+  BOOST_TEST(failure == "");
+  std::uint64_t tf32_flops = 0;
+  for (const auto& p : vgpu::profiles()) tf32_flops += p.mma_flops_tf32;
+  vgpu::clear_profiles();
+  BOOST_TEST(tf32_flops > 0u);
 }
 
 BOOST_AUTO_TEST_CASE(backward_is_deterministic_and_uses_tensor_cores_for_bf16) {

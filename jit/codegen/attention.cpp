@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "jit/codegen/cuda_expr.h"
+#include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/templates.h"
 #include "runtime/error.h"
 
@@ -91,6 +92,7 @@ struct Variant {
   std::optional<DType> mask;
   bool vector_loads;
   int batch_rank;
+  bool tf32 = false;  // f32 products on tensor cores (KILN_MATMUL_TF32=1)
 };
 
 std::string kernel_name(Kernel kind, const Variant& v, const Tiling& t) {
@@ -100,7 +102,8 @@ std::string kernel_name(Kernel kind, const Variant& v, const Tiling& t) {
                      kind == Kernel::forward ? "fwd" : "bwd", dtype_name(v.dtype), v.head_qk,
                      v.head_v,
                      v.mask ? fmt::format("mask_{}", dtype_name(*v.mask)) : std::string("nomask"),
-                     v.vector_loads ? "vec_" : "", tiles, v.batch_rank);
+                     v.vector_loads ? "vec_" : "", tiles, v.batch_rank) +
+         (v.tf32 ? "_tf32" : "");
 }
 
 std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::string& name) {
@@ -130,6 +133,8 @@ std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::st
   d.set("elem", storage_type(v.dtype));
   bool tensor_cores = v.dtype == DType::f16 || v.dtype == DType::bf16;
   d.set("tensor_cores", tensor_cores);
+  d.set("tf32", !tensor_cores && v.tf32);
+  d.set("fma", !tensor_cores && !v.tf32);
   d.set("mma_type", v.dtype == DType::f16 ? "f16" : "bf16");
   d.set("mma_f16", v.dtype == DType::f16);
   d.set("vector_loads", v.vector_loads);
@@ -334,7 +339,8 @@ AttentionForward attention_forward(const AttentionCall& c) {
             dv,
             c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
             vector_loads_fit({&c.q, &c.k, &c.v}, c),
-            l.rank};
+            l.rank,
+            c.q.dtype() == DType::f32 && allow_tf32()};
   auto [k, tl] = kernel_for(Kernel::forward, v);
   auto blocks = static_cast<unsigned>(l.batches * ((t + 16 * tl.warps - 1) / (16 * tl.warps)));
   cuda::DevicePtr pq = address(c.q), pk = address(c.k), pv = address(c.v),
@@ -393,7 +399,8 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
               dv,
               c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
               vector_loads_fit({&c.q, &c.k, &c.v, &dout}, c),
-              l.rank};
+              l.rank,
+              c.q.dtype() == DType::f32 && allow_tf32()};
     cuda::DevicePtr pq = address(c.q), pk = address(c.k), pv = address(c.v), po = address(out),
                     pdo = address(dout), pl = address(lse_c), pm = mask ? address(*mask) : 0,
                     pdq = address(dq), pdk = address(dk), pdv = address(dvt);
@@ -419,8 +426,8 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
 
 std::vector<KernelHandle> render_attention_kernels(DType dtype, int head_qk, int head_v,
                                                    std::optional<DType> mask, bool vector_loads,
-                                                   int batch_rank) {
-  Variant v{dtype, head_qk, head_v, mask, vector_loads, batch_rank};
+                                                   int batch_rank, bool tf32) {
+  Variant v{dtype, head_qk, head_v, mask, vector_loads, batch_rank, tf32 && dtype == DType::f32};
   std::vector<KernelHandle> out;
   for (Kernel kind : {Kernel::forward, Kernel::backward})
     out.push_back(*kernel_for(kind, v).handle);

@@ -1,7 +1,8 @@
 // Fused scaled-dot-product attention on CUDA tensors: FlashAttention forward and
 // FlashAttention-2 backward kernels rendered from templates/attention_*.cu (tensor cores for
-// f16/bf16, FMAs for f32), launched directly on tensors. What the CUDA backend runs for the
-// `attention` and `attention_backward` ops; callable without the op table.
+// f16/bf16; FMAs for f32, or TF32 tensor cores with KILN_MATMUL_TF32=1), launched directly on
+// tensors. What the CUDA backend runs for the `attention` and `attention_backward` ops; callable
+// without the op table.
 #pragma once
 
 #include <optional>
@@ -15,8 +16,8 @@ namespace kiln::jit::codegen {
 
 struct AttentionCall {
   Tensor q, k, v;  // CUDA tensors, [..., T, d], [..., S, d], [..., S, dv]
-  std::optional<Tensor>
-      mask;             // bool (true = attend) or floating (added), broadcastable to [..., T, S]
+  // bool (true = attend) or floating (added to the scores), broadcastable to [..., T, S]
+  std::optional<Tensor> mask;
   double scale = 0;     // already resolved (never 0 here)
   bool causal = false;  // key j visible to query i iff j <= i (top-left aligned)
 };
@@ -47,9 +48,10 @@ AttentionGrads attention_backward(const AttentionCall& call, const Tensor& out, 
 
 // The two kernels (forward, backward) calls of this dtype and these head dims launch, rendered but
 // not compiled: what the real-GPU build checks compile. `mask` is the mask's dtype, if any;
-// `vector_loads` the cp.async layout (rows contiguous and 16-byte aligned).
+// `vector_loads` the cp.async layout (rows contiguous and 16-byte aligned); `tf32` the f32
+// kernels on tensor cores (what KILN_MATMUL_TF32=1 launches).
 std::vector<KernelHandle> render_attention_kernels(DType dtype, int head_qk, int head_v,
                                                    std::optional<DType> mask, bool vector_loads,
-                                                   int batch_rank = 1);
+                                                   int batch_rank = 1, bool tf32 = false);
 
 }  // namespace kiln::jit::codegen
