@@ -6,10 +6,12 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "autograd/ops.h"
 #include "graph/fusion.h"
+#include "jit/codegen/attention.h"
 #include "jit/codegen/indexing.h"
 #include "jit/codegen/kernel_coverage.h"
 #include "jit/codegen/matmul.h"
@@ -136,6 +138,21 @@ BOOST_AUTO_TEST_CASE(every_generated_kernel_builds_for_sm80_and_sm90_without_spi
     auto k = codegen::render_matmul(t, t, t, 1).handle;
     sources.emplace(k.source(), k.name());
   }
+  // The attention kernels (forward, backward): every dtype at the smallest,
+  // middle and largest head dims, the masked, plain-load variants, and f32 on TF32.
+  auto add_attention = [&](DType t, int head, std::optional<DType> mask, bool vector_loads) {
+    for (const auto& k :
+         codegen::render_attention_kernels(t, head, head, mask, vector_loads, mask ? 2 : 1))
+      sources.emplace(k.source(), k.name());
+  };
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
+    for (int head : {16, 64, 128}) add_attention(t, head, std::nullopt, true);
+  add_attention(DType::f16, 40, DType::bool_, false);
+  add_attention(DType::f32, 128, DType::f32, false);
+  for (int head : {16, 128})  // f32 on TF32 tensor cores (KILN_MATMUL_TF32=1)
+    for (const auto& k :
+         codegen::render_attention_kernels(DType::f32, head, head, std::nullopt, true, 1, true))
+      sources.emplace(k.source(), k.name());
   BOOST_TEST(sources.size() > 100u);
   // NVRTC is thread-safe: build on every core, check on this thread (Boost.Test is not).
   struct Build {

@@ -1,0 +1,437 @@
+// Rendering, checks and launches of the FlashAttention kernels (see attention.h).
+#include "jit/codegen/attention.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "jit/codegen/cuda_expr.h"
+#include "jit/codegen/lt_matmul.h"
+#include "jit/codegen/templates.h"
+#include "runtime/error.h"
+
+namespace kiln::jit::codegen {
+namespace {
+
+using Data = kainjow::mustache::data;
+
+// The two launches: the forward, and the backward (whose blocks are of two kinds: dq over
+// query tiles, dk/dv over key tiles).
+enum class Kernel { forward, backward };
+enum class Role { forward, dq, dkdv };
+
+// The static shared memory one block may use without opting in (the kernels use no dynamic).
+constexpr std::int64_t kSharedLimit = 48 * 1024;
+
+// Tile shapes: warps (16 rows of a block's fixed tile each), and per kind of block the rows of
+// the streamed tile and whether it is double-buffered.
+struct Stream {
+  int bn = 0, stages = 0;
+};
+struct Tiling {
+  int warps = 0;
+  Stream first, second;  // forward: first only; backward: dq blocks, dk/dv blocks
+  std::int64_t shared = 0;
+};
+
+int padded(int head) {
+  return (head + 15) / 16 * 16;
+}
+
+std::int64_t shared_bytes(Role role, int elem, int dk, int dv, int warps, const Stream& s) {
+  std::int64_t ldk = dk + 8, ldv = dv + 8, bm = 16 * warps;
+  std::int64_t fixed = role == Role::forward ? bm * ldk : bm * (ldk + ldv);
+  std::int64_t bytes = elem * (fixed + s.stages * s.bn * (ldk + ldv));
+  if (role == Role::dkdv) bytes += 8 * s.stages * s.bn;  // lse and D of the query tile
+  return bytes;
+}
+
+// The largest streamed tile that fits beside `warps` warps' fixed tile: 64 rows for head dims up
+// to 64 (32 above, 16 for dk/dv blocks, which hold two gradient accumulators), double-buffered
+// where that keeps at least 32 rows. bn 0 when nothing fits.
+Stream stream_for(Role role, int elem, int dk, int dv, int warps) {
+  int widest = std::max(dk, dv);
+  int bn_max = widest <= 64 ? 64 : role == Role::dkdv ? 16 : 32;
+  for (int bn = bn_max; bn >= 16; bn /= 2)
+    for (int stages : {2, 1}) {
+      if (stages == 2 && bn < std::min(32, bn_max)) continue;
+      Stream s{bn, stages};
+      if (shared_bytes(role, elem, dk, dv, warps, s) <= kSharedLimit) return s;
+    }
+  return {};
+}
+
+Tiling tiling_for(Kernel kind, int elem, int dk, int dv) {
+  for (int warps : {4, 2, 1}) {
+    Tiling t;
+    t.warps = warps;
+    if (kind == Kernel::forward) {
+      t.first = stream_for(Role::forward, elem, dk, dv, warps);
+      if (!t.first.bn) continue;
+      t.shared = shared_bytes(Role::forward, elem, dk, dv, warps, t.first);
+    } else {
+      t.first = stream_for(Role::dq, elem, dk, dv, warps);
+      t.second = stream_for(Role::dkdv, elem, dk, dv, warps);
+      if (!t.first.bn || !t.second.bn) continue;
+      t.shared = std::max(shared_bytes(Role::dq, elem, dk, dv, warps, t.first),
+                          shared_bytes(Role::dkdv, elem, dk, dv, warps, t.second));
+    }
+    return t;
+  }
+  throw Error(
+      fmt::format("attention: no tiling fits head dims {} and {}", dk, dv));  // not for <= 128
+}
+
+struct Variant {
+  DType dtype;
+  int head_qk, head_v;
+  std::optional<DType> mask;
+  bool vector_loads;
+  int batch_rank;
+  bool tf32 = false;  // f32 products on tensor cores (KILN_MATMUL_TF32=1)
+};
+
+std::string kernel_name(Kernel kind, const Variant& v, const Tiling& t) {
+  std::string tiles = fmt::format("w{}n{}s{}", t.warps, t.first.bn, t.first.stages);
+  if (kind == Kernel::backward) tiles += fmt::format("n{}s{}", t.second.bn, t.second.stages);
+  return fmt::format("k_attention_{}_{}_d{}_v{}_{}_{}{}_r{}",
+                     kind == Kernel::forward ? "fwd" : "bwd", dtype_name(v.dtype), v.head_qk,
+                     v.head_v,
+                     v.mask ? fmt::format("mask_{}", dtype_name(*v.mask)) : std::string("nomask"),
+                     v.vector_loads ? "vec_" : "", tiles, v.batch_rank) +
+         (v.tf32 ? "_tf32" : "");
+}
+
+std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::string& name) {
+  int dk = padded(v.head_qk), dv = padded(v.head_v);
+  Data d;
+  bool f16 = v.dtype == DType::f16 || v.mask == DType::f16;
+  bool bf16 = v.dtype == DType::bf16 || v.mask == DType::bf16;
+  d.set("name", name);
+  d.set("description",
+        fmt::format("{}, head dims {} and {}, {}", dtype_name(v.dtype), v.head_qk, v.head_v,
+                    v.mask ? fmt::format("{} mask", dtype_name(*v.mask)) : std::string("no mask")));
+  d.set("fp16", f16);
+  d.set("bf16", bf16);
+  d.set("dk", std::to_string(dk));
+  d.set("dv", std::to_string(dv));
+  d.set("head_qk", std::to_string(v.head_qk));
+  d.set("head_v", std::to_string(v.head_v));
+  d.set("warps", std::to_string(t.warps));
+  d.set("bn", std::to_string(t.first.bn));
+  d.set("stages", std::to_string(t.first.stages));
+  d.set("bn_q", std::to_string(t.first.bn));
+  d.set("stages_q", std::to_string(t.first.stages));
+  d.set("bn_kv", std::to_string(t.second.bn));
+  d.set("stages_kv", std::to_string(t.second.stages));
+  d.set("smem_bytes", std::to_string(t.shared));
+  d.set("batch_rank", std::to_string(v.batch_rank));
+  d.set("elem", storage_type(v.dtype));
+  bool tensor_cores = v.dtype == DType::f16 || v.dtype == DType::bf16;
+  d.set("tensor_cores", tensor_cores);
+  d.set("tf32", !tensor_cores && v.tf32);
+  d.set("fma", !tensor_cores && !v.tf32);
+  d.set("mma_type", v.dtype == DType::f16 ? "f16" : "bf16");
+  d.set("mma_f16", v.dtype == DType::f16);
+  d.set("vector_loads", v.vector_loads);
+  d.set("has_mask", v.mask.has_value());
+  if (v.mask) {
+    d.set("mask_type", storage_type(*v.mask));
+    d.set("bool_mask", *v.mask == DType::bool_);
+    d.set("mask_load", fmt::format("(float)({})", load_expr(*v.mask, "m")));
+  }
+  std::string body = kind == Kernel::forward ? render_template("attention_forward.cu.mustache", d)
+                                             : render_template("attention_backward.cu.mustache", d);
+  return render_template("attention_common.cu.mustache", d) + "\n" + body;
+}
+
+struct Launchable {
+  const KernelHandle* handle;
+  Tiling tiling;
+};
+
+// Each kernel is rendered once per process and resolved at its first launch; the handles live as
+// long as the process.
+Launchable kernel_for(Kernel kind, const Variant& v) {
+  int elem = static_cast<int>(itemsize(v.dtype));
+  Tiling t = tiling_for(kind, elem, padded(v.head_qk), padded(v.head_v));
+  std::string name = kernel_name(kind, v, t);
+  static std::mutex mutex;
+  static auto* handles = new std::map<std::string, KernelHandle>;
+  std::lock_guard lock(mutex);
+  auto it = handles->find(name);
+  if (it == handles->end())
+    it = handles->emplace(name, KernelHandle(name, render(kind, v, t, name))).first;
+  return {&it->second, t};
+}
+
+Shape batch_of(const Tensor& t) {
+  return Shape(t.shape().begin(), t.shape().end() - 2);
+}
+
+std::string shapes_of(const AttentionCall& c) {
+  std::string s =
+      fmt::format("q {} {}, k {} {}, v {} {}", shape_str(c.q.shape()), dtype_name(c.q.dtype()),
+                  shape_str(c.k.shape()), dtype_name(c.k.dtype()), shape_str(c.v.shape()),
+                  dtype_name(c.v.dtype()));
+  if (c.mask)
+    s += fmt::format(", mask {} {}", shape_str(c.mask->shape()), dtype_name(c.mask->dtype()));
+  return s;
+}
+
+// The broadcast batch shape of q, k and v, or nullopt.
+std::optional<Shape> batch_shape(const AttentionCall& c) {
+  try {
+    return broadcast_shapes(broadcast_shapes(batch_of(c.q), batch_of(c.k), "attention"),
+                            batch_of(c.v), "attention");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+// The kernels' layout arguments: batch sizes, then per operand its batch strides (right-aligned,
+// 0 where it broadcasts), row and column strides; then T and S (kiln_attn_params).
+struct Layout {
+  Shape batch;
+  int rank = 1;
+  std::int64_t batches = 1, t = 0, s = 0;
+  std::vector<long long> words;
+
+  void add_operand(const Tensor* x) {
+    for (int d = 0; d < rank; ++d) {
+      long long stride = 0;
+      if (x) {
+        auto xr = static_cast<int>(x->dim()) - 2;
+        int xd = xr - (rank - d);
+        auto bd = static_cast<int>(batch.size()) - (rank - d);
+        if (bd >= 0 && xd >= 0 && x->shape()[xd] != 1) stride = x->strides()[xd];
+      }
+      words.push_back(stride);
+    }
+    words.push_back(x ? x->strides()[x->dim() - 2] : 0);
+    words.push_back(x ? x->strides()[x->dim() - 1] : 0);
+  }
+};
+
+// A rank-2+ view of the mask with [.., T, S] trailing dims (size-1 dims expanded to stride 0).
+Tensor mask_view(const Tensor& mask, const Shape& batch, std::int64_t t, std::int64_t s) {
+  Shape full = batch;
+  full.push_back(t);
+  full.push_back(s);
+  return mask.expand(full);
+}
+
+Layout layout_of(const AttentionCall& c, const Shape& batch, const Tensor* o, const Tensor* dout,
+                 const Tensor* mask) {
+  Layout l;
+  l.batch = batch;
+  l.rank = std::max<int>(1, static_cast<int>(batch.size()));
+  for (auto b : batch) l.batches *= b;
+  for (int d = 0; d < l.rank; ++d)
+    l.words.push_back(static_cast<int>(batch.size()) > d ? batch[d] : 1);
+  l.t = c.q.shape()[c.q.dim() - 2];
+  l.s = c.k.shape()[c.k.dim() - 2];
+  for (const Tensor* x : {&c.q, &c.k, &c.v, o, dout, mask}) l.add_operand(x);
+  l.words.push_back(l.t);
+  l.words.push_back(l.s);
+  return l;
+}
+
+// cp.async copies 16-byte chunks: every row of every element operand contiguous and 16-byte
+// aligned, and the head dims whole chunks.
+bool vector_loads_fit(const std::vector<const Tensor*>& operands, const AttentionCall& c) {
+  auto chunk = static_cast<std::int64_t>(16 / itemsize(c.q.dtype()));
+  if (c.q.shape().back() % chunk || c.v.shape().back() % chunk) return false;
+  for (const Tensor* x : operands) {
+    if (x->strides().back() != 1 && x->shape().back() != 1) return false;
+    if (reinterpret_cast<std::uintptr_t>(x->raw_data()) % 16) return false;
+    for (std::int64_t d = 0; d + 1 < x->dim(); ++d)
+      if (x->shape()[d] != 1 && x->strides()[d] % chunk) return false;
+  }
+  return true;
+}
+
+cuda::DevicePtr address(const Tensor& t) {
+  return reinterpret_cast<cuda::DevicePtr>(t.raw_data());
+}
+
+// The gradient computed at the broadcast batch shape, summed back to the operand's shape.
+Tensor reduce_to(const Tensor& full, const Shape& target) {
+  if (full.shape() == target) return full;
+  auto extra = full.dim() - static_cast<std::int64_t>(target.size());
+  std::vector<std::int64_t> dims;
+  for (std::int64_t d = 0; d < full.dim(); ++d)
+    if (d < extra || (target[d - extra] == 1 && full.shape()[d] != 1)) dims.push_back(d);
+  return full.sum(dims, true).reshape(target);
+}
+
+void check(const AttentionCall& call) {
+  std::string why = attention_unsupported(call);
+  KILN_CHECK(why.empty(), "{}", why);
+}
+
+}  // namespace
+
+std::string attention_unsupported(const AttentionCall& c) {
+  auto fail = [&](const std::string& what) {
+    return fmt::format("attention: {} ({})", what, shapes_of(c));
+  };
+  if (!c.q.defined() || !c.k.defined() || !c.v.defined()) return "attention: q, k or v missing";
+  for (const Tensor* x : {&c.q, &c.k, &c.v})
+    if (!x->device().is_cuda()) return fail("the fused kernels take CUDA tensors");
+  if (c.mask && !c.mask->device().is_cuda()) return fail("the fused kernels take a CUDA mask");
+  if (c.q.dim() < 2 || c.k.dim() < 2 || c.v.dim() < 2)
+    return fail("q, k and v need rank 2 or more");
+  if (c.q.dtype() != c.k.dtype() || c.q.dtype() != c.v.dtype())
+    return fail("q, k and v must share a dtype");
+  DType t = c.q.dtype();
+  if (!is_floating(t)) return fail("q, k and v must be floating point");
+  if (t == DType::f64) return fail("no f64 kernel (f64 runs the decomposition)");
+  std::int64_t d = c.q.shape().back(), dv = c.v.shape().back();
+  if (c.k.shape().back() != d) return fail("q and k head dims differ");
+  if (c.v.shape()[c.v.dim() - 2] != c.k.shape()[c.k.dim() - 2])
+    return fail("k and v have different numbers of keys");
+  for (auto h : {d, dv})
+    if (h < kAttentionMinHeadDim || h > kAttentionMaxHeadDim)
+      return fail(fmt::format("head dim {} is outside the kernels' range [{}, {}]", h,
+                              kAttentionMinHeadDim, kAttentionMaxHeadDim));
+  auto batch = batch_shape(c);
+  if (!batch) return fail("the batch dims of q, k and v do not broadcast");
+  if (c.mask) {
+    DType m = c.mask->dtype();
+    if (m != DType::bool_ && !is_floating(m)) return fail("the mask must be bool or floating");
+    Shape full = *batch;
+    full.push_back(c.q.shape()[c.q.dim() - 2]);
+    full.push_back(c.k.shape()[c.k.dim() - 2]);
+    bool fits = c.mask->dim() <= static_cast<std::int64_t>(full.size());
+    for (std::int64_t i = 1; fits && i <= c.mask->dim(); ++i) {
+      auto ms = c.mask->shape()[c.mask->dim() - i];
+      fits = ms == 1 || ms == full[full.size() - i];
+    }
+    if (!fits) return fail(fmt::format("the mask does not broadcast to {}", shape_str(full)));
+  }
+  if (!(c.scale > 0 || c.scale < 0) || !std::isfinite(c.scale))
+    return fail(fmt::format("scale {} is not a finite nonzero number", c.scale));
+  return "";
+}
+
+AttentionForward attention_forward(const AttentionCall& c) {
+  check(c);
+  Shape batch = *batch_shape(c);
+  std::int64_t t = c.q.shape()[c.q.dim() - 2], s = c.k.shape()[c.k.dim() - 2];
+  auto dv = static_cast<int>(c.v.shape().back()), d = static_cast<int>(c.q.shape().back());
+  Shape out_shape = batch, lse_shape = batch;
+  out_shape.push_back(t);
+  out_shape.push_back(dv);
+  lse_shape.push_back(t);
+  AttentionForward r{empty(out_shape, c.q.dtype(), Device::cuda()),
+                     empty(lse_shape, DType::f32, Device::cuda())};
+  if (r.out.numel() == 0) return r;
+  std::optional<Tensor> mask;
+  if (c.mask) mask = mask_view(*c.mask, batch, t, s);
+  Layout l = layout_of(c, batch, nullptr, nullptr, mask ? &*mask : nullptr);
+  Variant v{c.q.dtype(),
+            d,
+            dv,
+            c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
+            vector_loads_fit({&c.q, &c.k, &c.v}, c),
+            l.rank,
+            c.q.dtype() == DType::f32 && allow_tf32()};
+  auto [k, tl] = kernel_for(Kernel::forward, v);
+  auto blocks = static_cast<unsigned>(l.batches * ((t + 16 * tl.warps - 1) / (16 * tl.warps)));
+  cuda::DevicePtr pq = address(c.q), pk = address(c.k), pv = address(c.v),
+                  pm = mask ? address(*mask) : 0, po = address(r.out), pl = address(r.lse);
+  float scale_log2 = static_cast<float>(c.scale * M_LOG2E);
+  int causal = c.causal ? 1 : 0;
+  void* params[] = {&pq, &pk, &pv, &pm, &po, &pl, l.words.data(), &scale_log2, &causal};
+  std::int64_t read = tensor_bytes(c.q) + tensor_bytes(c.k) + tensor_bytes(c.v) +
+                      (mask ? tensor_bytes(*c.mask) : 0);
+  k->launch({blocks, 1, 1}, {static_cast<unsigned>(32 * tl.warps), 1, 1}, params, read,
+            tensor_bytes(r.out) + tensor_bytes(r.lse));
+  return r;
+}
+
+AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, const Tensor& lse,
+                                  const Tensor& dout) {
+  check(c);
+  Shape batch = *batch_shape(c);
+  std::int64_t t = c.q.shape()[c.q.dim() - 2], s = c.k.shape()[c.k.dim() - 2];
+  auto dv = static_cast<int>(c.v.shape().back()), d = static_cast<int>(c.q.shape().back());
+  Shape out_shape = batch, lse_shape = batch;
+  out_shape.push_back(t);
+  out_shape.push_back(dv);
+  lse_shape.push_back(t);
+  for (const Tensor* x : {&out, &dout})
+    KILN_CHECK(x->defined() && x->device().is_cuda() && x->shape() == out_shape &&
+                   x->dtype() == c.q.dtype(),
+               "attention_backward: out and dout must be {} {} on CUDA, got {} {} ({})",
+               dtype_name(c.q.dtype()), shape_str(out_shape),
+               x->defined() ? dtype_name(x->dtype()) : "undefined",
+               x->defined() ? shape_str(x->shape()) : "", shapes_of(c));
+  KILN_CHECK(lse.defined() && lse.device().is_cuda() && lse.shape() == lse_shape &&
+                 lse.dtype() == DType::f32,
+             "attention_backward: lse must be f32 {} on CUDA, got {} {} ({})", shape_str(lse_shape),
+             lse.defined() ? dtype_name(lse.dtype()) : "undefined",
+             lse.defined() ? shape_str(lse.shape()) : "", shapes_of(c));
+  Shape dq_shape = batch, dk_shape = batch, dv_shape = batch;
+  dq_shape.insert(dq_shape.end(), {t, d});
+  dk_shape.insert(dk_shape.end(), {s, d});
+  dv_shape.insert(dv_shape.end(), {s, dv});
+  Tensor dq = empty(dq_shape, c.q.dtype(), Device::cuda());
+  Tensor dk = empty(dk_shape, c.q.dtype(), Device::cuda());
+  Tensor dvt = empty(dv_shape, c.q.dtype(), Device::cuda());
+  if (s == 0 && dq.numel() > 0) dq.zero_();  // no keys: nothing flows to q
+  if (t == 0 && dk.numel() > 0) {
+    dk.zero_();
+    dvt.zero_();
+  }
+  if (dq.numel() > 0 && dk.numel() > 0) {
+    std::optional<Tensor> mask;
+    if (c.mask) mask = mask_view(*c.mask, batch, t, s);
+    Tensor lse_c = lse.contiguous();
+    Layout l = layout_of(c, batch, &out, &dout, mask ? &*mask : nullptr);
+    Variant v{c.q.dtype(),
+              d,
+              dv,
+              c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
+              vector_loads_fit({&c.q, &c.k, &c.v, &dout}, c),
+              l.rank,
+              c.q.dtype() == DType::f32 && allow_tf32()};
+    cuda::DevicePtr pq = address(c.q), pk = address(c.k), pv = address(c.v), po = address(out),
+                    pdo = address(dout), pl = address(lse_c), pm = mask ? address(*mask) : 0,
+                    pdq = address(dq), pdk = address(dk), pdv = address(dvt);
+    float scale_log2 = static_cast<float>(c.scale * M_LOG2E), scale = static_cast<float>(c.scale);
+    int causal = c.causal ? 1 : 0;
+    // One launch: the dq blocks first, then the dk/dv blocks.
+    auto [k, tl] = kernel_for(Kernel::backward, v);
+    long long rows = 16 * tl.warps;
+    long long q_blocks = l.batches * ((t + rows - 1) / rows);
+    long long kv_blocks = l.batches * ((s + rows - 1) / rows);
+    void* params[] = {&pq,    &pk,     &pv,      &po,  &pdo,           &pl,
+                      &pm,    &pdq,    &pdk,     &pdv, l.words.data(), &scale_log2,
+                      &scale, &causal, &q_blocks};
+    k->launch({static_cast<unsigned>(q_blocks + kv_blocks), 1, 1},
+              {static_cast<unsigned>(32 * tl.warps), 1, 1}, params,
+              tensor_bytes(c.q) + tensor_bytes(c.k) + tensor_bytes(c.v) +
+                  (mask ? tensor_bytes(*c.mask) : 0) + tensor_bytes(out) + tensor_bytes(dout) +
+                  tensor_bytes(lse_c),
+              tensor_bytes(dq) + tensor_bytes(dk) + tensor_bytes(dvt));
+  }
+  return {reduce_to(dq, c.q.shape()), reduce_to(dk, c.k.shape()), reduce_to(dvt, c.v.shape())};
+}
+
+std::vector<KernelHandle> render_attention_kernels(DType dtype, int head_qk, int head_v,
+                                                   std::optional<DType> mask, bool vector_loads,
+                                                   int batch_rank, bool tf32) {
+  Variant v{dtype, head_qk, head_v, mask, vector_loads, batch_rank, tf32 && dtype == DType::f32};
+  std::vector<KernelHandle> out;
+  for (Kernel kind : {Kernel::forward, Kernel::backward})
+    out.push_back(*kernel_for(kind, v).handle);
+  return out;
+}
+
+}  // namespace kiln::jit::codegen

@@ -1,0 +1,57 @@
+// Fused scaled-dot-product attention on CUDA tensors: FlashAttention forward and
+// FlashAttention-2 backward kernels rendered from templates/attention_*.cu (tensor cores for
+// f16/bf16; FMAs for f32, or TF32 tensor cores with KILN_MATMUL_TF32=1), launched directly on
+// tensors. What the CUDA backend runs for the `attention` and `attention_backward` ops; callable
+// without the op table.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jit/codegen/kernel_cache.h"
+#include "runtime/tensor.h"
+
+namespace kiln::jit::codegen {
+
+struct AttentionCall {
+  Tensor q, k, v;  // CUDA tensors, [..., T, d], [..., S, d], [..., S, dv]
+  // bool (true = attend) or floating (added to the scores), broadcastable to [..., T, S]
+  std::optional<Tensor> mask;
+  double scale = 0;     // already resolved (never 0 here)
+  bool causal = false;  // key j visible to query i iff j <= i (top-left aligned)
+};
+
+// Head dims the kernels are specialized for (each a compile-time constant of its kernel).
+inline constexpr int kAttentionMinHeadDim = 16;
+inline constexpr int kAttentionMaxHeadDim = 128;
+
+// Why the fused kernels cannot take this call (dtype, head dim out of range, shapes that do not
+// match, ...), or "". Names the op and the shapes.
+std::string attention_unsupported(const AttentionCall& call);
+
+// out [..., T, dv] in q's dtype and lse [..., T] in f32 (natural log of each row's sum of
+// exponentials of the scaled, masked scores); a fully masked row gives out 0 and lse -inf.
+// kiln::Error (the reason above) when the kernels cannot take the call.
+struct AttentionForward {
+  Tensor out, lse;
+};
+AttentionForward attention_forward(const AttentionCall& call);
+
+// Gradients of out (given dout) with respect to q, k and v, from the forward's out and lse.
+// Rows whose lse is -inf contribute nothing. Deterministic: no atomics.
+struct AttentionGrads {
+  Tensor dq, dk, dv;
+};
+AttentionGrads attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& lse,
+                                  const Tensor& dout);
+
+// The two kernels (forward, backward) calls of this dtype and these head dims launch, rendered but
+// not compiled: what the real-GPU build checks compile. `mask` is the mask's dtype, if any;
+// `vector_loads` the cp.async layout (rows contiguous and 16-byte aligned); `tf32` the f32
+// kernels on tensor cores (what KILN_MATMUL_TF32=1 launches).
+std::vector<KernelHandle> render_attention_kernels(DType dtype, int head_qk, int head_v,
+                                                   std::optional<DType> mask, bool vector_loads,
+                                                   int batch_rank = 1, bool tf32 = false);
+
+}  // namespace kiln::jit::codegen
