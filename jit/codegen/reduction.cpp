@@ -201,7 +201,8 @@ class ReductionRenderer {
     if (!loaded.count(full_frame ? v : -1 - static_cast<int>(index))) {
       loads.push_back({register_type(t), name,
                        load_expr(t, fmt::format("in{}[{}[{}]]", index,
-                                                full_frame ? "offset" : "row_offset", index))});
+                                                full_frame ? "offset" : "row_offset", index)),
+                       full_frame ? static_cast<int>(index) : -1});
       loaded.insert(full_frame ? v : -1 - static_cast<int>(index));
       k_.reads[index].passes = std::max(1, k_.reads[index].passes + (full_frame ? 1 : 0));
     }
@@ -304,7 +305,7 @@ class ReductionRenderer {
   // threads), and later passes reuse it. Columns past items * lanes (a row longer than the traced
   // one) are re-read in a tail loop.
   std::vector<Assignment> keep_rows_on_chip(std::vector<PassData>& passes, std::int64_t lanes,
-                                            int& items) {
+                                            int max_items, int& items) {
     std::map<std::string, int> loads_of;
     for (const auto& pass : passes)
       for (const auto& load : pass.loads) ++loads_of[load.var];
@@ -317,7 +318,7 @@ class ReductionRenderer {
       }
     if (cached.empty()) return caches;
     std::int64_t cols = traced_cols();
-    items = static_cast<int>(std::clamp<std::int64_t>((cols + lanes - 1) / lanes, 1, kMaxRowItems));
+    items = static_cast<int>(std::clamp<std::int64_t>((cols + lanes - 1) / lanes, 1, max_items));
     for (auto& pass : passes) {
       std::vector<Assignment> on_chip;
       for (const auto& load : pass.loads) {
@@ -406,14 +407,20 @@ class ReductionRenderer {
       if (info_.at(v).full)
         full_outputs.push_back(v);
       else {
-        std::string target = fmt::format("out{}", k_.writes.size());
-        reduced_stores.push_back(
-            {target, store_expr(t, produced_inside(v) ? var(v)
-                                                      : read(v, false, info_.at(v).rank, row_loads_,
-                                                             row_loaded_))});
+        Store store;
+        store.target = fmt::format("out{}", k_.writes.size());
+        store.expr = store_expr(t, produced_inside(v)
+                                       ? var(v)
+                                       : read(v, false, info_.at(v).rank, row_loads_, row_loaded_));
+        reduced_stores.push_back(std::move(store));
       }
       k_.writes.push_back(v);
     }
+    // The vector layout's width: 16 bytes of the widest type a column loop reads or writes.
+    std::size_t widest = 1;
+    for (const auto& r : k_.reads)
+      if (r.frame_dims.size() == static_cast<std::size_t>(domain_rank_))
+        widest = std::max(widest, itemsize(info_.at(r.value).dtype));
     if (!full_outputs.empty()) {
       PassData pass;
       std::set<int> loaded;
@@ -421,14 +428,17 @@ class ReductionRenderer {
       for (std::size_t i = 0; i < k_.writes.size(); ++i) {
         if (!k_.write_full[i]) continue;
         int v = k_.writes[i];
-        pass.stores.push_back({fmt::format("out{}", i), store_expr(info_.at(v).dtype, var(v))});
+        DType t = info_.at(v).dtype;
+        pass.stores.push_back({fmt::format("out{}", i), store_expr(t, var(v)), static_cast<int>(i),
+                               var(v), register_type(t), storage_type(t)});
+        widest = std::max(widest, itemsize(t));
       }
       pass.comment = "last pass: the outputs over the whole row";
       passes.push_back(std::move(pass));
     }
     std::vector<PassData> warp_passes = passes;
-    auto caches = keep_rows_on_chip(passes, reduction_block(traced_cols()), k_.items);
-    auto warp_caches = keep_rows_on_chip(warp_passes, 32, k_.warp_items);
+    auto caches = keep_rows_on_chip(passes, reduction_block(traced_cols()), kMaxRowItems, k_.items);
+    auto warp_caches = keep_rows_on_chip(warp_passes, 32, kMaxWarpRowItems, k_.warp_items);
     // Two stages (split_reduction below) for one pass of plain reductions and no full output.
     k_.splittable = splittable_ && passes_ == 1 && full_outputs.empty();
     if (k_.splittable) {
@@ -462,6 +472,9 @@ class ReductionRenderer {
     d.num_reduced = std::max<std::size_t>(1, k_.reduce_dims.size());
     d.num_strided = std::max<std::size_t>(1, k_.reads.size());
     d.row_loads = row_loads_;
+    for (const auto& r : k_.reads) d.read_storage.push_back(storage_type(info_.at(r.value).dtype));
+    d.vector = static_cast<int>(std::min<std::size_t>(8, 16 / widest));
+    k_.vector = d.vector;
     d.passes = std::move(passes);
     d.caches = std::move(caches);
     d.items = k_.items;
