@@ -18,8 +18,9 @@
 namespace kiln::jit::codegen {
 
 long long split_count(long long rows, long long cols, unsigned block, long long sm_count) {
-  if (rows >= sm_count) return 1;                                  // enough rows to fill the device
-  long long by_work = cols / (static_cast<long long>(block) * 8);  // >= 8 columns per thread
+  if (rows >= sm_count) return 1;  // enough rows to fill the device
+  // >= 16 columns per thread: a chunk's block tree and its index arithmetic are paid per thread.
+  long long by_work = cols / (static_cast<long long>(block) * 16);
   long long by_device = sm_count * 4 / std::max(1LL, rows);
   return std::max(1LL, std::min(by_work, by_device));
 }

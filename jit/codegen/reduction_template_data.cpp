@@ -151,6 +151,7 @@ Data ReductionTemplateData::to_data() const {
     if (p.persistent_loads) {
       Data persistent;
       persistent.set("loads", list_of(*p.persistent_loads));
+      persistent.set("statements", list_of(*p.persistent_statements));
       persistent.set("cached", true);
       pass.set("persistent", persistent);
     }

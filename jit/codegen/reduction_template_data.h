@@ -70,6 +70,7 @@ struct PassData {
   std::vector<Store> stores;
   // Set when the row's first columns stay in registers: the loads of that first loop.
   std::optional<std::vector<Assignment>> persistent_loads;
+  std::optional<std::vector<Assignment>> persistent_statements;  // and its statements
   bool split = false;  // a split row's chunks exchange partials after this pass
 };
 
