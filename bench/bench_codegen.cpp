@@ -3,13 +3,16 @@
 // each output written once); then compile and call costs. Runs on the virtual GPU, whose
 // profiler measures the traffic. Last, the cold compile of a function of 1, 4 and 12 identical
 // blocks, which a kernel's identity by its code keeps flat. Sizes: KILN_BENCH_ROWS x
-// KILN_BENCH_HIDDEN (default 256 x 1024; the virtual GPU interprets every thread, so the issue's
-// 4096 rows take minutes).
+// KILN_BENCH_HIDDEN (default 256 x 1024). The roofline table runs each block's compiled kernels
+// and row, column and full sums at 256 x 1024 and 4096 x 1024 (KILN_BENCH_ROOFLINE=0 skips the
+// large size, which the virtual GPU interprets in about a minute): instructions weighted by their
+// H100 issue cost against the DRAM-bound time.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +62,48 @@ Counts measure(const std::function<std::vector<Tensor>()>& run) {
 }
 
 using Block = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+struct Case {
+  const char* name;
+  Block block;
+  std::vector<Tensor> inputs;
+};
+
+// The transformer blocks at rows x hidden; with `sums`, row, column and full sums too.
+std::vector<Case> cases(std::int64_t rows, std::int64_t hidden, DType dtype, bool sums) {
+  Device cuda = Device::cuda();
+  Tensor x = randn({rows, hidden}).to(dtype).to(cuda);
+  Tensor r = randn({rows, hidden}).to(dtype).to(cuda);
+  Tensor w = randn({hidden}).to(dtype).to(cuda), b = randn({hidden}).to(dtype).to(cuda);
+  Tensor target = randint(0, hidden, {rows}, DType::i64).to(cuda);
+  std::vector<Case> out = {
+      {"bias + GELU", [](auto& in) { return std::vector<Tensor>{gelu(in[0] + in[1])}; }, {x, b}},
+      {"residual + LayerNorm",
+       [](auto& in) {
+         Tensor h = in[0] + in[1];
+         return std::vector<Tensor>{h, layer_norm(h, {in[2].size(0)}, in[2], Tensor(), 1e-5)};
+       },
+       {x, r, w}},
+      {"softmax", [](auto& in) { return std::vector<Tensor>{softmax(in[0], -1) * in[1]}; }, {x, b}},
+      {"log_softmax",
+       [](auto& in) { return std::vector<Tensor>{log_softmax(in[0], -1) + in[1]}; },
+       {x, b}},
+      {"RMSNorm",
+       [](auto& in) { return std::vector<Tensor>{rms_norm(in[0], {in[1].size(0)}, in[1], 1e-6)}; },
+       {x, w}},
+      {"cross-entropy",
+       [](auto& in) { return std::vector<Tensor>{cross_entropy(in[0], in[1])}; },
+       {x, target}},
+      {"SiLU gate", [](auto& in) { return std::vector<Tensor>{in[0] * silu(in[1])}; }, {x, r}},
+  };
+  if (sums) {
+    out.push_back({"row sum", [](auto& in) { return std::vector<Tensor>{sum(in[0], {1})}; }, {x}});
+    out.push_back(
+        {"column sum", [](auto& in) { return std::vector<Tensor>{sum(in[0], {0})}; }, {x}});
+    out.push_back({"full sum", [](auto& in) { return std::vector<Tensor>{sum(in[0])}; }, {x}});
+  }
+  return out;
+}
 
 void row(const char* name, DType dtype, const Block& block, const std::vector<Tensor>& inputs) {
   // Eager: every op its own launch.
@@ -116,6 +161,60 @@ void vector_rows(const char* name, DType dtype, const Block& block,
   }
 }
 
+// The block compiled for its 2 or 3 inputs: a call of the compiled function.
+std::function<std::vector<Tensor>()> compiled(const Block& block, const std::vector<Tensor>& in) {
+  auto share = [](auto f) { return std::make_shared<decltype(f)>(std::move(f)); };
+  if (in.size() == 1) {
+    auto f = share(jit::compile([block](const Tensor& a) { return block({a}); }));
+    return [f, in] { return (*f)(in[0]); };
+  }
+  if (in.size() == 2) {
+    auto f = share(jit::compile([block](const Tensor& a, const Tensor& b) {
+      return block({a, b});
+    }));
+    return [f, in] { return (*f)(in[0], in[1]); };
+  }
+  auto f = share(jit::compile([block](const Tensor& a, const Tensor& b, const Tensor& c) {
+    return block({a, b, c});
+  }));
+  return [f, in] { return (*f)(in[0], in[1], in[2]); };
+}
+
+// The generated kernels of one compiled call against the H100 roofline: thread-instructions and
+// issue slots (instructions weighted by their cost, issue_cost.h) per element of the block's
+// domain, slots per DRAM byte, the DRAM-bound and issue-bound times, the modeled time (launch +
+// the larger) and which bound it comes from, DRAM bytes against the ideal.
+void roofline_row(const char* name, DType dtype, const Block& block,
+                  const std::vector<Tensor>& inputs) {
+  auto call = compiled(block, inputs);
+  std::vector<Tensor> outs = call();  // compile
+  namespace vgpu = cuda::vgpu;
+  vgpu::set_profiling(true);
+  vgpu::clear_profiles();
+  call();
+  vgpu::set_profiling(false);
+  vgpu::KernelProfile p;
+  p.launches = 0;
+  double modeled = 0, memory = 0, issue = 0;
+  for (const auto& k : vgpu::profiles()) {
+    if (k.kernel.rfind("k_", 0) != 0) continue;
+    p.add(k);
+    modeled += k.modeled_h100_us();
+    memory += k.memory_us();
+    issue += k.issue_us();
+  }
+  auto elements = static_cast<double>(inputs[0].numel());
+  auto ideal = static_cast<double>(bytes(inputs) + bytes(outs));
+  std::printf(
+      "%-22s %-5s %5lld x %-5lld %8.1f %8.1f %7.2f %8.2f %8.2f %8.2f %6.2f %-7s %6.2f\n", name,
+      std::string(dtype_name(dtype)).c_str(), static_cast<long long>(inputs[0].size(0)),
+      static_cast<long long>(inputs[0].numel() / std::max<std::int64_t>(1, inputs[0].size(0))),
+      static_cast<double>(p.thread_instructions) / elements, p.issue_slots() / elements,
+      p.issue_slots() / static_cast<double>(p.dram_bytes()), memory, issue, modeled,
+      memory > 0 ? issue / memory : 0.0, vgpu::bound_name(p.bound()),
+      static_cast<double>(p.dram_bytes()) / ideal);
+}
+
 // The cold first call of a function made of `n` identical blocks (LayerNorm, a GELU residual
 // and softmax, then a matmul, as a transformer's blocks are separated by their projections), with
 // the disk cache off: a kernel is its code, so the NVRTC compiles and their time stay those of
@@ -154,35 +253,13 @@ int main() {
       "blocks at %lld x %lld. Kernels per block, eager (one per op) and kiln; MB are global\n"
       "traffic the virtual GPU's profiler measured (32-byte sectors moved); ideal reads each\n"
       "input once and writes each output once; 'planned' is kiln's own estimate from tensor\n"
-      "sizes; H100 us is the profiler's model (3 us launch + traffic at 3.35 TB/s), summed\n\n",
+      "sizes; H100 us is the profiler's model (3 us launch + the larger of traffic at 3.35 TB/s\n"
+      "and weighted instruction issue), summed\n\n",
       static_cast<long long>(rows), static_cast<long long>(hidden));
   std::printf("%-22s %-5s %6s %5s %9s %9s %9s %7s %7s %9s %9s\n", "block", "dtype", "eager", "kiln",
               "eager MB", "kiln MB", "ideal MB", "k/ideal", "planned", "eager us", "kiln us");
-  for (DType dtype : {DType::f32, DType::bf16}) {
-    Tensor x = randn({rows, hidden}).to(dtype).to(cuda);
-    Tensor r = randn({rows, hidden}).to(dtype).to(cuda);
-    Tensor w = randn({hidden}).to(dtype).to(cuda), b = randn({hidden}).to(dtype).to(cuda);
-    Tensor target = randint(0, hidden, {rows}, DType::i64).to(cuda);
-    row("bias + GELU", dtype, [](auto& in) { return std::vector<Tensor>{gelu(in[0] + in[1])}; },
-        {x, b});
-    row("residual + LayerNorm", dtype,
-        [](auto& in) {
-          Tensor h = in[0] + in[1];
-          return std::vector<Tensor>{h, layer_norm(h, {in[2].size(0)}, in[2], Tensor(), 1e-5)};
-        },
-        {x, r, w});
-    row("softmax", dtype, [](auto& in) { return std::vector<Tensor>{softmax(in[0], -1) * in[1]}; },
-        {x, b});
-    row("log_softmax", dtype,
-        [](auto& in) { return std::vector<Tensor>{log_softmax(in[0], -1) + in[1]}; }, {x, b});
-    row("RMSNorm", dtype,
-        [](auto& in) { return std::vector<Tensor>{rms_norm(in[0], {in[1].size(0)}, in[1], 1e-6)}; },
-        {x, w});
-    row("cross-entropy", dtype,
-        [](auto& in) { return std::vector<Tensor>{cross_entropy(in[0], in[1])}; }, {x, target});
-    row("SiLU gate", dtype, [](auto& in) { return std::vector<Tensor>{in[0] * silu(in[1])}; },
-        {x, r});
-  }
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (const auto& c : cases(rows, hidden, dtype, false)) row(c.name, dtype, c.block, c.inputs);
 
   std::printf(
       "\nOne pointwise kernel, scalar path against vector path (16-byte accesses): warp-level\n"
@@ -199,6 +276,21 @@ int main() {
     vector_rows("SiLU gate", dtype,
                 [](auto& in) { return std::vector<Tensor>{in[0] * silu(in[1])}; }, {x, r});
   }
+
+  std::printf(
+      "\nThe H100 roofline of each block's generated kernels (one compiled call): thread-\n"
+      "instructions and issue slots (instructions weighted by their H100 cost) per element,\n"
+      "slots per DRAM byte (~10 is the break-even), DRAM-bound and issue-bound us, modeled us\n"
+      "(3 us per launch + the larger), issue/DRAM time, the bound, DRAM bytes / ideal\n\n");
+  std::printf("%-22s %-5s %13s %8s %8s %7s %8s %8s %8s %6s %-7s %6s\n", "block", "dtype", "size",
+              "inst/el", "slots/el", "slots/B", "DRAM us", "issue us", "model us", "i/D", "bound",
+              "D/ideal");
+  std::vector<std::int64_t> roofline_rows = {256};
+  if (env_or("KILN_BENCH_ROOFLINE", 1) != 0) roofline_rows.push_back(4096);
+  for (std::int64_t n : roofline_rows)
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (const auto& c : cases(n, 1024, dtype, true))
+        roofline_row(c.name, dtype, c.block, c.inputs);
 
   // Costs: a cold compile per kernel, a hit in the in-process cache, and a warm call.
   auto& s = jit::codegen::launch_stats();

@@ -3,7 +3,9 @@
 // GPU's profiler. A sum over the batch (a bias gradient) runs the outer schedule against the
 // row schedules (whose lanes read a row apart); softmax over short rows runs a warp per row
 // against a block per row.
-// Sizes: KILN_BENCH_ROWS x KILN_BENCH_HIDDEN (default 256 x 1024).
+// Sizes: KILN_BENCH_ROWS x KILN_BENCH_HIDDEN (default 256 x 1024), then 4096 x 1024
+// (KILN_BENCH_ROOFLINE=0 skips it). Issue slots per DRAM byte weigh each instruction by its H100
+// cost (runtime/cuda/virtual/issue_cost.h); the bound is the term the modeled time comes from.
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -60,25 +62,22 @@ vgpu::KernelProfile run(const Traced& t, const Tensor& x) {
 
 void row(const char* workload, const char* schedule, const vgpu::KernelProfile& p) {
   double requests = static_cast<double>(p.load_requests + p.store_requests);
-  std::printf("%-30s %-14s %8u x %-4u %11.0f %9.2f %11llu %9.2f %9.1f\n", workload, schedule,
-              p.grid.x * p.grid.y, p.block.x * p.block.y, requests,
+  std::printf("%-30s %-14s %8u x %-4u %11.0f %9.2f %11llu %9.2f %8.2f %9.1f %-7s\n", workload,
+              schedule, p.grid.x * p.grid.y, p.block.x * p.block.y, requests,
               static_cast<double>(p.load_sectors + p.store_sectors) / requests,
               static_cast<unsigned long long>(p.shared_requests), p.dram_bytes() / 1e6,
-              p.modeled_h100_us());
+              p.issue_slots() / static_cast<double>(p.dram_bytes()), p.modeled_h100_us(),
+              vgpu::bound_name(p.bound()));
 }
 
-}  // namespace
-
-int main() {
-  std::int64_t rows = env_or("KILN_BENCH_ROWS", 256), hidden = env_or("KILN_BENCH_HIDDEN", 1024);
-  KILN_CHECK(cuda::backend().kind() == "virtual",
-             "bench_schedules reads the virtual GPU's profiler: run with KILN_CUDA=virtual");
+void schedules(std::int64_t rows, std::int64_t hidden) {
   std::printf(
-      "reduction schedules at %lld x %lld (f32), measured by the virtual GPU's profiler;\n"
-      "H100 us is its model (3 us launch + traffic at 3.35 TB/s or issue rate)\n\n",
+      "\nreduction schedules at %lld x %lld (f32), measured by the virtual GPU's profiler;\n"
+      "H100 us is its model (3 us launch + traffic at 3.35 TB/s or weighted issue)\n\n",
       static_cast<long long>(rows), static_cast<long long>(hidden));
-  std::printf("%-30s %-14s %15s %11s %9s %11s %9s %9s\n", "workload", "schedule", "blocks x thr",
-              "requests", "sect/req", "shared req", "DRAM MB", "H100 us");
+  std::printf("%-30s %-14s %15s %11s %9s %11s %9s %8s %9s %-7s\n", "workload", "schedule",
+              "blocks x thr", "requests", "sect/req", "shared req", "DRAM MB", "slots/B", "H100 us",
+              "bound");
 
   // A bias gradient: sum over the batch, the innermost dim kept.
   Tensor x = randn({rows, hidden}).to(Device::cuda());
@@ -96,5 +95,15 @@ int main() {
   row("softmax, 64 columns", "warp per row", run(short_rows, s));
   short_rows.kernel.warp_source.clear();
   row("softmax, 64 columns", "block per row", run(short_rows, s));
+}
+
+}  // namespace
+
+int main() {
+  std::int64_t rows = env_or("KILN_BENCH_ROWS", 256), hidden = env_or("KILN_BENCH_HIDDEN", 1024);
+  KILN_CHECK(cuda::backend().kind() == "virtual",
+             "bench_schedules reads the virtual GPU's profiler: run with KILN_CUDA=virtual");
+  schedules(rows, hidden);
+  if (env_or("KILN_BENCH_ROOFLINE", 1) != 0 && rows != 4096) schedules(4096, 1024);
   return 0;
 }

@@ -231,10 +231,13 @@ BOOST_AUTO_TEST_CASE(short_rows_are_a_warp_each) {
   BOOST_TEST(gen.kernel.warp_items == 2);
   using codegen::ReductionSchedule;
   BOOST_TEST((codegen::row_schedule(gen.kernel, 40, 1) == ReductionSchedule::warp_per_row));
-  BOOST_TEST((codegen::row_schedule(gen.kernel, 257, 1) == ReductionSchedule::block_per_row));
+  BOOST_TEST((codegen::row_schedule(gen.kernel, codegen::kWarpRowMaxCols, 1) ==
+              ReductionSchedule::warp_per_row));
+  BOOST_TEST((codegen::row_schedule(gen.kernel, codegen::kWarpRowMaxCols + 1, 1) ==
+              ReductionSchedule::block_per_row));
   // Against the CPU in f64, on both sides of the switch, with a fused row select
   // (cross-entropy) and arg reductions whose ties keep the first index.
-  for (std::int64_t cols : {1, 7, 33, 256, 257}) {
+  for (std::int64_t cols : {1, 7, 33, 256, 257, 1024, 1025}) {
     BOOST_TEST_CONTEXT("cols " << cols) {
       Tensor x = randn({37, cols}) * 3.0, x64 = x.to(DType::f64);
       Tensor xd = x.to(Device::cuda());
@@ -272,7 +275,7 @@ BOOST_AUTO_TEST_CASE(short_rows_are_a_warp_each) {
 BOOST_AUTO_TEST_CASE(a_full_reduction_splits_over_blocks_in_two_deterministic_stages) {
   // 2^18 elements over every dim: one row, split so that each block folds a chunk and the last
   // to finish combines the chunks in order.
-  BOOST_TEST(codegen::split_count(1, 1 << 18, 256, 132) == 128);
+  BOOST_TEST(codegen::split_count(1, 1 << 18, 256, 132) == 64);  // 16 columns a thread
   BOOST_TEST(codegen::split_count(1, 1000, 256, 132) == 1);       // too little work to split
   BOOST_TEST(codegen::split_count(500, 1 << 18, 256, 132) == 1);  // rows fill the device
   Tensor x = randn({512, 512});

@@ -2,6 +2,10 @@
 // conflicts and atomics of small kernels whose counts follow from their access pattern by hand.
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
+
+#include "runtime/cuda/virtual/decoder.h"
+#include "runtime/cuda/virtual/issue_cost.h"
 #include "runtime/cuda/virtual/profiler.h"
 #include "support/vgpu_harness.h"
 
@@ -185,6 +189,86 @@ BOOST_AUTO_TEST_CASE(the_table_names_each_kernel_and_labels_the_model) {
   const auto& first = vgpu::profiles()[0];
   BOOST_TEST(first.modeled_h100_us() >= 3.0);
   BOOST_TEST(first.modeled_h100_us() < 3.1);
+}
+
+// Hand-written PTX, so that the instructions each thread executes are known: their costs in
+// quarter issue slots on cc 9.0 (CUDA C++ Programming Guide's throughput table: FP32 128 per SM
+// per clock = 4, 32-bit integer 64 = 8, conversions and MUFU 16 = 32, load/store units 32 = 16).
+const char* kWeighted = R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry weighted(.param .u64 out, .param .u32 a, .param .u32 b)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<4>;
+  .reg .f32 %f<4>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [a];
+  ld.param.u32 %r2, [b];
+  cvta.to.global.u64 %rd2, %rd1;
+  mov.u32 %r0, %tid.x;
+  rem.u32 %r3, %r1, %r2;
+  cvt.rn.f32.u32 %f1, %r3;
+  fma.rn.f32 %f2, %f1, %f1, %f1;
+  rsqrt.approx.f32 %f3, %f2;
+  mul.wide.u32 %rd3, %r0, 4;
+  add.s64 %rd3, %rd2, %rd3;
+  st.global.f32 [%rd3], %f3;
+  ret;
+}
+)";
+
+BOOST_AUTO_TEST_CASE(instructions_are_weighted_by_their_issue_cost) {
+  Gpu gpu;
+  DevicePtr out = gpu.zeros<float>(128);
+  auto p = profile(gpu, kWeighted, "weighted", Dim3{1}, Dim3{128}, out, 7u, 4u);
+  // Per thread: 3 ld.param and cvta (folded by ptxas: 0); the %tid.x read (S2R) 8; rem.u32 =
+  // I2F + MUFU.RCP + F2I + 15 integer instructions = 3 x 32 + 15 x 8 = 216; cvt 32; fma 4;
+  // rsqrt 32; mul.wide (IMAD.WIDE) 16; add.s64 (two 32-bit adds) 16; st.global 16; ret 16.
+  const std::uint64_t per_thread = 0 + 8 + 216 + 32 + 4 + 32 + 16 + 16 + 16 + 16;
+  BOOST_TEST(p.thread_instructions == 128u * 13u);  // the raw count is unchanged
+  BOOST_TEST(p.issue_quarters == 128u * per_thread);
+  BOOST_TEST(p.issue_slots() == 128.0 * per_thread / 4.0);
+  // (7 % 4)^2 + 3 = 12; rsqrt(12).
+  BOOST_TEST(gpu.download<float>(out, 128)[77] == 1.0f / std::sqrt(12.0f),
+             boost::test_tools::tolerance(1e-6f));
+  // 128 threads x 89 slots against 16 sectors: issue bound.
+  BOOST_TEST((p.bound() == vgpu::KernelProfile::Bound::issue));
+  BOOST_TEST(p.issue_us() == 128.0 * per_thread / 4.0 / (132.0 * 128 * 1980),
+             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(p.modeled_h100_us() == 3.0 + p.issue_us(), boost::test_tools::tolerance(1e-9));
+
+  // A coalesced copy moves 4 bytes a thread for a handful of slots: memory bound.
+  std::string ptx = compile(kKernels);
+  DevicePtr in = gpu.upload(std::vector<float>(1024 * 32, 1.0f)), dst = gpu.zeros<float>(1024);
+  auto c = profile(gpu, ptx, "copy", Dim3{4}, Dim3{256}, in, dst);
+  BOOST_TEST((c.bound() == vgpu::KernelProfile::Bound::memory));
+}
+
+BOOST_AUTO_TEST_CASE(the_cost_table_has_a_column_per_architecture) {
+  // cc 8.0 issues FP32 at 64 per SM per clock, cc 9.0 at 128; MUFU is 16 on both.
+  auto cost = [](const char* opcode, vgpu::CostArch arch) {
+    vgpu::OpcodeParts info(opcode);
+    vgpu::Instr in;
+    in.space = vgpu::Space::global;
+    return static_cast<unsigned>(vgpu::issue_cost(info, in, arch));
+  };
+  BOOST_TEST(cost("fma.rn.f32", vgpu::CostArch::sm90) == 4u);
+  BOOST_TEST(cost("fma.rn.f32", vgpu::CostArch::sm80) == 8u);
+  BOOST_TEST(cost("ex2.approx.f32", vgpu::CostArch::sm90) == 32u);
+  BOOST_TEST(cost("ex2.approx.f32", vgpu::CostArch::sm80) == 32u);
+  BOOST_TEST(cost("add.f64", vgpu::CostArch::sm90) == 8u);
+  BOOST_TEST(cost("add.f64", vgpu::CostArch::sm80) == 16u);
+  // A 128-bit load is one instruction: the same cost as a 32-bit one, for four times the bytes.
+  BOOST_TEST(cost("ld.global.v4.f32", vgpu::CostArch::sm90) ==
+             cost("ld.global.f32", vgpu::CostArch::sm90));
+  // One f32 -> bf16x2 conversion rounds two values for the cost of one.
+  BOOST_TEST(cost("cvt.rn.bf16x2.f32", vgpu::CostArch::sm90) ==
+             cost("cvt.rn.bf16.f32", vgpu::CostArch::sm90));
+  // 64-bit remainder: I2F, MUFU, F2I + 68 integer instructions, against 15 for 32-bit.
+  BOOST_TEST(cost("rem.u64", vgpu::CostArch::sm90) == 96u + 68u * 8u);
+  BOOST_TEST(cost("rem.u32", vgpu::CostArch::sm90) == 96u + 15u * 8u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

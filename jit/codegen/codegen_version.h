@@ -6,6 +6,6 @@
 
 namespace kiln::jit::codegen {
 
-inline constexpr int kCodegenVersion = 2;
+inline constexpr int kCodegenVersion = 3;
 
 }  // namespace kiln::jit::codegen

@@ -113,8 +113,8 @@ class ReductionRenderer {
     }
   }
 
-  // softmax = exp(x - max) / sum(exp(x - max)); log_softmax = (x - max) - log(sum(...)); all in
-  // f32 (or f64), rounded once to the output dtype.
+  // softmax = exp(x - max) * (1 / sum(exp(x - max))); log_softmax = (x - max) - log(sum(...));
+  // all in f32 (or f64), rounded once to the output dtype.
   void expand_normalization(const graph::Node& node) {
     int x = node.inputs[0], y = node.output();
     DType t = compute_dtype(g_.values[x].meta.dtype);
@@ -127,7 +127,11 @@ class ReductionRenderer {
     nodes_.push_back({OpId::exp, {}, {d}, {e}});
     nodes_.push_back({OpId::sum, over_row, {e}, {s}});
     if (node.op == OpId::softmax) {
-      nodes_.push_back({OpId::div, {}, {e, s}, {y}});
+      // One reciprocal per row and a multiply per element: a correctly rounded division per
+      // element costs a MUFU op and ~9 FMAs (within an ulp of e / sum either way).
+      int r = fresh(t, false);
+      nodes_.push_back({OpId::reciprocal, {}, {s}, {r}});
+      nodes_.push_back({OpId::mul, {}, {e, r}, {y}});
     } else {
       int log_s = fresh(t, false);
       nodes_.push_back({OpId::log, {}, {s}, {log_s}});
@@ -201,7 +205,8 @@ class ReductionRenderer {
     if (!loaded.count(full_frame ? v : -1 - static_cast<int>(index))) {
       loads.push_back({register_type(t), name,
                        load_expr(t, fmt::format("in{}[{}[{}]]", index,
-                                                full_frame ? "offset" : "row_offset", index))});
+                                                full_frame ? "offset" : "row_offset", index)),
+                       full_frame ? static_cast<int>(index) : -1});
       loaded.insert(full_frame ? v : -1 - static_cast<int>(index));
       k_.reads[index].passes = std::max(1, k_.reads[index].passes + (full_frame ? 1 : 0));
     }
@@ -301,34 +306,42 @@ class ReductionRenderer {
 
   // The persistent schedule: a value several passes load is read from memory once, into a
   // per-thread register array of `items` columns (sized for the traced row over `lanes`
-  // threads), and later passes reuse it. Columns past items * lanes (a row longer than the traced
-  // one) are re-read in a tail loop.
+  // threads), and later passes reuse it; so is a value several passes compute (softmax's
+  // exp(x - max): a MUFU op and its range reduction once, not once a pass). Columns past
+  // items * lanes (a row longer than the traced one) are re-read and recomputed in a tail loop.
   std::vector<Assignment> keep_rows_on_chip(std::vector<PassData>& passes, std::int64_t lanes,
-                                            int& items) {
-    std::map<std::string, int> loads_of;
-    for (const auto& pass : passes)
-      for (const auto& load : pass.loads) ++loads_of[load.var];
+                                            int max_items, int& items) {
+    std::map<std::string, int> passes_of;
+    for (const auto& pass : passes) {
+      for (const auto& load : pass.loads) ++passes_of[load.var];
+      for (const auto& statement : pass.statements) ++passes_of[statement.var];
+    }
     std::vector<Assignment> caches;
     std::set<std::string> cached, first_seen;
-    for (const auto& pass : passes)
-      for (const auto& load : pass.loads) {
-        if (loads_of[load.var] < 2 || !cached.insert(load.var).second) continue;
-        caches.push_back({load.type, load.var, ""});
-      }
+    for (const auto& pass : passes) {
+      for (const auto* list : {&pass.loads, &pass.statements})
+        for (const auto& a : *list) {
+          if (passes_of[a.var] < 2 || !cached.insert(a.var).second) continue;
+          caches.push_back({a.type, a.var, ""});
+        }
+    }
     if (cached.empty()) return caches;
     std::int64_t cols = traced_cols();
-    items = static_cast<int>(std::clamp<std::int64_t>((cols + lanes - 1) / lanes, 1, kMaxRowItems));
-    for (auto& pass : passes) {
-      std::vector<Assignment> on_chip;
-      for (const auto& load : pass.loads) {
-        std::string expr = load.expr;
-        if (cached.count(load.var))
-          expr = first_seen.insert(load.var).second
-                     ? fmt::format("({}_cache[it] = {})", load.var, expr)
-                     : load.var + "_cache[it]";
-        on_chip.push_back({load.type, load.var, expr});
+    items = static_cast<int>(std::clamp<std::int64_t>((cols + lanes - 1) / lanes, 1, max_items));
+    auto on_chip = [&](const std::vector<Assignment>& list) {
+      std::vector<Assignment> out;
+      for (const auto& a : list) {
+        std::string expr = a.expr;
+        if (cached.count(a.var))
+          expr = first_seen.insert(a.var).second ? fmt::format("({}_cache[it] = {})", a.var, expr)
+                                                 : a.var + "_cache[it]";
+        out.push_back({a.type, a.var, expr, a.read});
       }
-      pass.persistent_loads = std::move(on_chip);
+      return out;
+    };
+    for (auto& pass : passes) {
+      pass.persistent_loads = on_chip(pass.loads);
+      pass.persistent_statements = on_chip(pass.statements);
     }
     for (auto& r : k_.reads)
       if (r.frame_dims.size() == static_cast<std::size_t>(domain_rank_) &&
@@ -406,14 +419,20 @@ class ReductionRenderer {
       if (info_.at(v).full)
         full_outputs.push_back(v);
       else {
-        std::string target = fmt::format("out{}", k_.writes.size());
-        reduced_stores.push_back(
-            {target, store_expr(t, produced_inside(v) ? var(v)
-                                                      : read(v, false, info_.at(v).rank, row_loads_,
-                                                             row_loaded_))});
+        Store store;
+        store.target = fmt::format("out{}", k_.writes.size());
+        store.expr = store_expr(t, produced_inside(v)
+                                       ? var(v)
+                                       : read(v, false, info_.at(v).rank, row_loads_, row_loaded_));
+        reduced_stores.push_back(std::move(store));
       }
       k_.writes.push_back(v);
     }
+    // The vector layout's width: 16 bytes of the widest type a column loop reads or writes.
+    std::size_t widest = 1;
+    for (const auto& r : k_.reads)
+      if (r.frame_dims.size() == static_cast<std::size_t>(domain_rank_))
+        widest = std::max(widest, itemsize(info_.at(r.value).dtype));
     if (!full_outputs.empty()) {
       PassData pass;
       std::set<int> loaded;
@@ -421,14 +440,17 @@ class ReductionRenderer {
       for (std::size_t i = 0; i < k_.writes.size(); ++i) {
         if (!k_.write_full[i]) continue;
         int v = k_.writes[i];
-        pass.stores.push_back({fmt::format("out{}", i), store_expr(info_.at(v).dtype, var(v))});
+        DType t = info_.at(v).dtype;
+        pass.stores.push_back({fmt::format("out{}", i), store_expr(t, var(v)), static_cast<int>(i),
+                               var(v), register_type(t), storage_type(t)});
+        widest = std::max(widest, itemsize(t));
       }
       pass.comment = "last pass: the outputs over the whole row";
       passes.push_back(std::move(pass));
     }
     std::vector<PassData> warp_passes = passes;
-    auto caches = keep_rows_on_chip(passes, reduction_block(traced_cols()), k_.items);
-    auto warp_caches = keep_rows_on_chip(warp_passes, 32, k_.warp_items);
+    auto caches = keep_rows_on_chip(passes, reduction_block(traced_cols()), kMaxRowItems, k_.items);
+    auto warp_caches = keep_rows_on_chip(warp_passes, 32, kMaxWarpRowItems, k_.warp_items);
     // Two stages (split_reduction below) for one pass of plain reductions and no full output.
     k_.splittable = splittable_ && passes_ == 1 && full_outputs.empty();
     if (k_.splittable) {
@@ -462,6 +484,9 @@ class ReductionRenderer {
     d.num_reduced = std::max<std::size_t>(1, k_.reduce_dims.size());
     d.num_strided = std::max<std::size_t>(1, k_.reads.size());
     d.row_loads = row_loads_;
+    for (const auto& r : k_.reads) d.read_storage.push_back(storage_type(info_.at(r.value).dtype));
+    d.vector = static_cast<int>(std::min<std::size_t>(8, 16 / widest));
+    k_.vector = d.vector;
     d.passes = std::move(passes);
     d.caches = std::move(caches);
     d.items = k_.items;

@@ -47,11 +47,16 @@ struct ReductionKernel {
   std::string warp_source;
   int warp_items = 0;
   std::int64_t traced_cols = 0;  // the row length the kernel was traced with
+  // Columns per access of the vector layout (templates/reduction.cu's `layout`): 16 bytes of the
+  // widest type a column loop moves, at most 8.
+  int vector = 1;
 };
 
-// Rows this short are folded by one warp each, 8 rows to a block: a block per row would leave
-// most of its threads idle and pay a shared-memory exchange and barriers for every reduction.
-inline constexpr std::int64_t kWarpRowMaxCols = 256;
+// Rows this short are folded by one warp each, 8 rows to a block: a block per row would pay a
+// shared-memory exchange, barriers and its per-row index arithmetic over a few columns a thread,
+// where a warp's lanes fold up to 32 columns each between two shuffle trees (a transformer's
+// 1024-wide rows: an issue cost per element under the DRAM time, bench_codegen's roofline).
+inline constexpr std::int64_t kWarpRowMaxCols = 1024;
 
 // Which of a kernel's sources a launch runs.
 enum class ReductionSchedule { block_per_row, warp_per_row, outer };
@@ -69,11 +74,28 @@ const std::string& expected_source(const ReductionKernel& k);
 // Columns per thread a persistent row keeps in registers at most: beyond items * 1024 columns
 // the rest of the row is re-read from memory in each pass.
 inline constexpr int kMaxRowItems = 8;
+// The same for a warp per row: 16 columns a lane, 512 of a row.
+inline constexpr int kMaxWarpRowItems = 16;
 // Threads per block for rows of `cols` columns.
 unsigned reduction_block(long long cols);
 // Blocks each row is split over: 1 when there are rows enough for every SM, else enough that
-// each thread still folds 8 columns or more, up to 4 blocks per SM.
+// each thread still folds 16 columns or more, up to 4 blocks per SM.
 long long split_count(long long rows, long long cols, unsigned block, long long sm_count);
+
+// How a launch addresses a row's columns (the kernels' `layout` argument): through the reduced
+// dims' strides (generic); as row base + column in 32-bit arithmetic where every tensor a column
+// loop touches stores the row contiguously and the row fits 32-bit indices (flat); and, where
+// also every row is aligned for it, `vector` columns a 16-byte access (vector).
+enum class ReductionLayout { generic = 0, flat = 1, vector = 2 };
+// The most a launch may take (vector by default), for tests and benchmarks comparing the fast
+// layouts with the generic one on the same data; returns the previous setting.
+ReductionLayout set_reduction_layout_limit(ReductionLayout most);
+// The row length beyond which a launch takes the generic layout (2^31 less a block's stride).
+// Tests lower it to
+// take that path on rows the virtual GPU can hold; returns the previous limit.
+std::int64_t set_reduction_index_limit(std::int64_t limit);
+// The layout this thread's last row-schedule launch took (tests check which path ran).
+ReductionLayout last_reduction_layout();
 
 // Renders `group`, which the fuser formed from nodes the generator covers (graph::KernelCoverage);
 // a kiln::Error naming the node is an internal error.

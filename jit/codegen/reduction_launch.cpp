@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <optional>
 
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/kernel_values.h"
+#include "jit/codegen/pointwise_layout.h"
 #include "jit/codegen/reduction.h"
 #include "runtime/device_checks.h"
 #include "runtime/error.h"
@@ -16,8 +18,9 @@
 namespace kiln::jit::codegen {
 
 long long split_count(long long rows, long long cols, unsigned block, long long sm_count) {
-  if (rows >= sm_count) return 1;                                  // enough rows to fill the device
-  long long by_work = cols / (static_cast<long long>(block) * 8);  // >= 8 columns per thread
+  if (rows >= sm_count) return 1;  // enough rows to fill the device
+  // >= 16 columns per thread: a chunk's block tree and its index arithmetic are paid per thread.
+  long long by_work = cols / (static_cast<long long>(block) * 16);
   long long by_device = sm_count * 4 / std::max(1LL, rows);
   return std::max(1LL, std::min(by_work, by_device));
 }
@@ -49,7 +52,83 @@ bool use_outer_schedule(const ReductionKernel& kernel, const Shape& domain,
 // Threads of a warp-per-row block: 8 rows at a time.
 constexpr unsigned kWarpRowBlock = 256;
 
+std::atomic<int>& layout_limit() {
+  static std::atomic<int> limit{static_cast<int>(ReductionLayout::vector)};
+  return limit;
+}
+
+thread_local ReductionLayout last_layout = ReductionLayout::generic;
+
+// The contiguous layouts' column arithmetic is `int`: a row's last column plus a block's stride
+// (at most 1024 threads x 16 columns) stays below 2^31.
+std::atomic<std::int64_t>& index_limit() {
+  static std::atomic<std::int64_t> limit{kIndexLimit - 1024 * 16};
+  return limit;
+}
+
+// Whether `strides` step through the reduced dims as one contiguous run (innermost stride 1).
+bool contiguous_over(const Shape& domain, const std::vector<int>& reduced,
+                     const long long* strides) {
+  long long expected = 1;
+  for (auto d = reduced.rbegin(); d != reduced.rend(); ++d) {
+    if (domain[*d] != 1 && strides[*d] != expected) return false;
+    expected *= domain[*d];
+  }
+  return true;
+}
+
+// The layout of a launch (ReductionLayout): `read_strides` holds a row of domain strides per
+// read, `out_strides` the outputs' (contiguous over the domain).
+ReductionLayout choose_layout(const ReductionKernel& kernel, const Shape& domain,
+                              const std::vector<int>& kept, const std::vector<int>& reduced,
+                              long long cols, std::span<const long long> read_strides,
+                              std::span<const long long> out_strides,
+                              const std::vector<Tensor>& values, const std::vector<Tensor>& outs) {
+  auto most = static_cast<ReductionLayout>(layout_limit().load());
+  if (most == ReductionLayout::generic || reduced.empty() || cols > index_limit().load())
+    return ReductionLayout::generic;
+  const std::size_t rank = domain.size();
+  IterSpace rows_by_cols;  // plan_vectors' view: the kept dims, then the row as one dim
+  for (int d : kept) rows_by_cols.sizes.push_back(domain[d]);
+  rows_by_cols.sizes.push_back(cols);
+  std::vector<TensorAccess> reads, writes;
+  for (std::size_t i = 0; i < kernel.reads.size(); ++i) {
+    if (kernel.reads[i].frame_dims.size() != rank) continue;  // read once per row
+    const long long* s = read_strides.data() + i * rank;
+    if (!contiguous_over(domain, reduced, s)) return ReductionLayout::generic;
+    auto& strides = rows_by_cols.strides.emplace_back();
+    for (int d : kept) strides.push_back(s[d]);
+    strides.push_back(1);
+    const Tensor& t = values.at(kernel.reads[i].value);
+    reads.push_back({reinterpret_cast<std::uintptr_t>(t.raw_data()), itemsize(t.dtype())});
+  }
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (!kernel.write_full[i]) continue;
+    if (!contiguous_over(domain, reduced, out_strides.data())) return ReductionLayout::generic;
+    writes.push_back(
+        {reinterpret_cast<std::uintptr_t>(outs[i].raw_data()), itemsize(outs[i].dtype())});
+  }
+  if (most == ReductionLayout::flat || kernel.vector < 2 || cols % kernel.vector != 0)
+    return ReductionLayout::flat;
+  // The pointwise path's check over [kept..., cols]: every read contiguous along the row and
+  // aligned for a vector, its row strides multiples of the width; every write aligned.
+  return plan_vectors(rows_by_cols, kernel.vector, reads, writes) > 0 ? ReductionLayout::vector
+                                                                      : ReductionLayout::flat;
+}
+
 }  // namespace
+
+ReductionLayout set_reduction_layout_limit(ReductionLayout most) {
+  return static_cast<ReductionLayout>(layout_limit().exchange(static_cast<int>(most)));
+}
+
+std::int64_t set_reduction_index_limit(std::int64_t limit) {
+  return index_limit().exchange(limit);
+}
+
+ReductionLayout last_reduction_layout() {
+  return last_layout;
+}
 
 ReductionSchedule row_schedule(const ReductionKernel& k, long long cols, long long splits) {
   return splits == 1 && cols <= kWarpRowMaxCols && !k.warp_source.empty()
@@ -200,6 +279,14 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   params.push_back(&rows);
   params.push_back(&cols);
   params.push_back(&splits);
+  // The outer schedule addresses its columns as before; the row schedules take a layout.
+  int layout = outer ? 0
+                     : static_cast<int>(choose_layout(kernel, domain, kept, reduced, cols, strides,
+                                                      sc.out_strides, values, outs));
+  if (!outer) {
+    params.push_back(&layout);
+    last_layout = static_cast<ReductionLayout>(layout);
+  }
   if (rows == 0) return outs;
   bool on_chip = warp ? cols <= kernel.warp_items * 32LL
                       : cols <= static_cast<long long>(kernel.items) * block;

@@ -16,6 +16,7 @@ namespace kiln::jit::codegen {
 // `const type var = expr;`: a load, a statement, a value kept in registers (no expr).
 struct Assignment {
   std::string type, var, expr;
+  int read = -1;  // a load's: the read (parameter in<read>) it indexes
   kainjow::mustache::data to_data() const;
 };
 
@@ -28,6 +29,10 @@ struct Accumulator {
 // `target[...] = expr;`
 struct Store {
   std::string target, expr;
+  // A full output's (written in the column loop): its write index, the value in registers and
+  // its register and storage types, for the contiguous layouts' vector stores.
+  int write = -1;
+  std::string value, value_type, storage;
   kainjow::mustache::data to_data() const;
 };
 
@@ -65,8 +70,14 @@ struct PassData {
   std::vector<Store> stores;
   // Set when the row's first columns stay in registers: the loads of that first loop.
   std::optional<std::vector<Assignment>> persistent_loads;
+  std::optional<std::vector<Assignment>> persistent_statements;  // and its statements
   bool split = false;  // a split row's chunks exchange partials after this pass
 };
+
+// The kernel's `layout` argument: how a launch addresses a row's columns (reduction.h).
+inline constexpr int kLayoutGeneric = 0;  // each column's offsets from the reduced dims' strides
+inline constexpr int kLayoutFlat = 1;     // row base + column, 32-bit column arithmetic
+inline constexpr int kLayoutVector = 2;   // the same, `vector` columns a 16-byte access
 
 struct ReductionTemplateData {
   std::string name, description, graph, helpers;
@@ -79,7 +90,9 @@ struct ReductionTemplateData {
   int items = 0;
   std::vector<Store> reduced_stores;
   std::vector<SplitPartial> split_partials;
-  bool warp_rows = false;  // the warp-per-row schedule
+  bool warp_rows = false;                 // the warp-per-row schedule
+  std::vector<std::string> read_storage;  // per read: its element type in memory
+  int vector = 1;  // columns of the vector layout's accesses (16 bytes of the widest type)
 
   kainjow::mustache::data to_data() const;
 };

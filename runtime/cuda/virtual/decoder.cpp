@@ -9,6 +9,7 @@
 
 #include "runtime/cuda/virtual/fault.h"
 #include "runtime/cuda/virtual/float_format.h"
+#include "runtime/cuda/virtual/issue_cost.h"
 
 namespace kiln::cuda::vgpu {
 
@@ -398,6 +399,7 @@ void ModuleDecoder::decode_function(const ast::Function& af, Function& f) {
           in.guard_neg = ai->guard_neg;
         }
         it->second(*this, info, in);
+        in.cost = issue_cost(info, in);
         for (std::size_t i = 0; i < info.mods.size(); ++i)
           if (!info.used[i] && !ignorable(info.mods[i]))
             throw PtxError(fmt::format(
@@ -422,6 +424,7 @@ void ModuleDecoder::decode_function(const ast::Function& af, Function& f) {
     Instr in;
     in.line = static_cast<std::uint32_t>(af.line);
     table_.at("ret")(*this, info, in);
+    in.cost = issue_cost(info, in);
     f.code.push_back(in);
     f.text.push_back("ret (end of function)");
     ai = nullptr;

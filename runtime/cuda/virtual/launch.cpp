@@ -31,6 +31,7 @@ void run_thread(ThreadState& t, std::uint64_t budget = 0) {
   // pc and code live in registers; only control instructions (kFlagMayStop) read or move them,
   // so they are synced around those calls alone.
   std::uint64_t count = 0;  // folded into t.icount when the thread stops
+  std::uint64_t issue = 0;  // the same, weighted: folded into t.issue_quarters
   const Instr* code = t.code;
   std::uint32_t pc = t.pc;
   for (;;) {
@@ -39,11 +40,13 @@ void run_thread(ThreadState& t, std::uint64_t budget = 0) {
         t.pc = pc;
         t.code = code;
         t.icount += count;
+        t.issue_quarters += issue;
         return;
       }
     }
     const Instr& in = code[pc++];
     ++count;
+    issue += in.cost;  // a predicated-off instruction is issued too
     if (in.guard != kNoGuard && ((t.r[in.guard] != 0) == in.guard_neg)) continue;
     if (!(in.flags & kFlagMayStop)) {
       in.fn(t, in);
@@ -56,6 +59,7 @@ void run_thread(ThreadState& t, std::uint64_t budget = 0) {
     code = t.code;
   }
   t.icount += count;
+  t.issue_quarters += issue;
   t.back_branches = 0;
 }
 
@@ -465,6 +469,8 @@ LaunchStats run_launch(const LaunchRequest& rq) {
       stats.thread_instructions += threads[j].icount;
       l.clock += threads[j].icount;
       threads[j].icount = 0;
+      stats.issue_quarters += threads[j].issue_quarters;
+      threads[j].issue_quarters = 0;
     }
     if (profiler) profiler->end_block();
   }
@@ -474,6 +480,7 @@ LaunchStats run_launch(const LaunchRequest& rq) {
     p.grid = rq.grid;
     p.block = rq.block;
     p.thread_instructions = stats.thread_instructions;
+    p.issue_quarters = stats.issue_quarters;
     p.interpret_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
             .count();

@@ -25,6 +25,7 @@ struct LaunchRequest {
 
 struct LaunchStats {
   std::uint64_t thread_instructions = 0;
+  std::uint64_t issue_quarters = 0;  // weighted by issue cost (issue_cost.h)
 };
 
 LaunchStats run_launch(const LaunchRequest& request);

@@ -39,20 +39,49 @@ ProfileLog& log() {
 
 }  // namespace
 
+// 132 SMs x 4 schedulers x 32 lanes at 1.98 GHz: weighted issue slots per microsecond.
+constexpr double kIssueSlotsPerUs = 132 * 128 * 1980.0;
+constexpr double kLaunchUs = 3.0;
+
+double KernelProfile::memory_us() const {
+  return static_cast<double>(dram_bytes()) / (kModeledDramBytesPerSecond / 1e6);
+}
+
+double KernelProfile::issue_us() const {
+  return issue_slots() / kIssueSlotsPerUs;
+}
+
+double KernelProfile::tensor_us() const {
+  return static_cast<double>(mma_flops_f16) / (kModeledTensorF16FlopsPerSecond / 1e6) +
+         static_cast<double>(mma_flops_tf32) / (kModeledTensorTf32FlopsPerSecond / 1e6);
+}
+
+KernelProfile::Bound KernelProfile::bound() const {
+  double m = memory_us(), i = issue_us(), t = tensor_us();
+  if (t > m && t > i) return Bound::tensor;
+  return i > m ? Bound::issue : Bound::memory;
+}
+
 double KernelProfile::modeled_h100_us() const {
-  constexpr double kBytesPerUs = kModeledDramBytesPerSecond / 1e6,
-                   kWarpInstructionsPerUs = 132 * 4 * 1980.0;
-  constexpr double kLaunchUs = 3.0;
-  double memory = static_cast<double>(dram_bytes()) / kBytesPerUs;
-  double issue = static_cast<double>(thread_instructions) / 32.0 / kWarpInstructionsPerUs;
-  double tensor = static_cast<double>(mma_flops_f16) / (kModeledTensorF16FlopsPerSecond / 1e6) +
-                  static_cast<double>(mma_flops_tf32) / (kModeledTensorTf32FlopsPerSecond / 1e6);
-  return kLaunchUs + std::max({memory, issue, tensor});
+  return kLaunchUs + std::max({memory_us(), issue_us(), tensor_us()});
+}
+
+const char* bound_name(KernelProfile::Bound bound) {
+  switch (bound) {
+    case KernelProfile::Bound::memory:
+      return "memory";
+    case KernelProfile::Bound::issue:
+      return "issue";
+    case KernelProfile::Bound::tensor:
+      return "tensor";
+  }
+  return "?";
 }
 
 void KernelProfile::add(const KernelProfile& p) {
   launches += p.launches;
   thread_instructions += p.thread_instructions;
+  issue_quarters += p.issue_quarters;
   load_bytes += p.load_bytes, store_bytes += p.store_bytes;
   load_requests += p.load_requests, store_requests += p.store_requests;
   load_sectors += p.load_sectors, store_sectors += p.store_sectors;
@@ -113,25 +142,30 @@ std::string profile_table(const std::vector<KernelProfile>& profiles) {
   }
   auto ratio = [](std::uint64_t a, std::uint64_t b) { return b ? double(a) / double(b) : 0.0; };
   std::string out = fmt::format(
-      "{:<40} {:>6} {:>12} {:>10} {:>9} {:>9} {:>9} {:>7} {:>7} {:>9} {:>8} {:>11} {:>10}\n",
-      "kernel", "calls", "thread-inst", "mma", "ld MB", "st MB", "DRAM MB", "sec/ld", "sec/st",
-      "bank-conf", "atomics", "H100 us*", "interp ms");
+      "{:<40} {:>6} {:>12} {:>8} {:>10} {:>9} {:>9} {:>9} {:>7} {:>7} {:>9} {:>8} {:>11} {:>7} "
+      "{:>10}\n",
+      "kernel", "calls", "thread-inst", "slots/B", "mma", "ld MB", "st MB", "DRAM MB", "sec/ld",
+      "sec/st", "bank-conf", "atomics", "H100 us*", "bound", "interp ms");
   for (const auto& name : order) {
     const auto& [calls, s] = sums.at(name);
     // The modeled time of the summed counters would pay one launch latency: add the others.
     double modeled = s.modeled_h100_us() + 3.0 * (calls - 1);
     out += fmt::format(
-        "{:<40} {:>6} {:>12} {:>10} {:>9.3f} {:>9.3f} {:>9.3f} {:>7.2f} {:>7.2f} {:>9} {:>8} "
-        "{:>11.1f} {:>10.1f}\n",
+        "{:<40} {:>6} {:>12} {:>8.2f} {:>10} {:>9.3f} {:>9.3f} {:>9.3f} {:>7.2f} {:>7.2f} {:>9} "
+        "{:>8} {:>11.1f} {:>7} {:>10.1f}\n",
         name.size() > 40 ? name.substr(0, 37) + "..." : name, calls, s.thread_instructions,
+        s.dram_bytes() ? s.issue_slots() / static_cast<double>(s.dram_bytes()) : 0.0,
         s.mma_instructions, s.load_bytes / 1e6, s.store_bytes / 1e6, s.dram_bytes() / 1e6,
         ratio(s.load_sectors, s.load_requests), ratio(s.store_sectors, s.store_requests),
-        s.bank_conflicts, s.atomics, modeled, s.interpret_ms);
+        s.bank_conflicts, s.atomics, modeled, bound_name(s.bound()), s.interpret_ms);
   }
   out +=
+      "slots/B: issue slots (instructions weighted by their H100 cost, issue_cost.h) per DRAM "
+      "byte; ~10 is the break-even\n"
       "mma: warp-level tensor-core instructions (mma.sync)\n"
-      "* modeled: 3 us launch + max(DRAM sectors / 3.35 TB/s, instruction issue, tensor-core "
-      "flops / 989.4 TFLOP/s f16 and bf16, 494.7 tf32), not measured\n";
+      "* modeled: 3 us launch + max(DRAM sectors / 3.35 TB/s, weighted issue slots / 33.5 T/s, "
+      "tensor-core flops / 989.4 TFLOP/s f16 and bf16, 494.7 tf32), not measured; bound: the "
+      "term it comes from\n";
   return out;
 }
 

@@ -34,6 +34,9 @@ struct KernelProfile {
   std::string kernel;
   Dim3 grid, block;
   std::uint64_t thread_instructions = 0;
+  // The same instructions weighted by what each costs the modeled GPU's issue (issue_cost.h),
+  // in quarter slots: an FP32 FMA is one slot, a MUFU op 8, a 32-bit integer remainder ~54.
+  std::uint64_t issue_quarters = 0;
   std::uint64_t load_bytes = 0, store_bytes = 0;        // global memory, as the threads asked
   std::uint64_t load_requests = 0, store_requests = 0;  // warp-level global requests
   std::uint64_t load_sectors = 0, store_sectors = 0;    // 32-byte sectors those requests touched
@@ -53,12 +56,21 @@ struct KernelProfile {
   std::uint64_t launches = 1;  // more than one once a long run's records are merged
 
   std::uint64_t dram_bytes() const { return 32 * (dram_load_sectors + dram_store_sectors); }
+  double issue_slots() const { return static_cast<double>(issue_quarters) / 4.0; }
   // A roofline estimate for an H100 SXM: the longest of DRAM traffic (kModeledDramBytesPerSecond),
-  // instruction issue (132 SMs x 4 schedulers issuing one warp instruction per cycle at 1.98 GHz)
+  // instruction issue (the weighted instructions over 132 SMs x 128 slots per cycle at 1.98 GHz)
   // and tensor-core flops at their peaks, plus 3 us launch latency. Not measured.
   double modeled_h100_us() const;
+  // Its terms, in microseconds, and the one the modeled time comes from.
+  double memory_us() const;
+  double issue_us() const;
+  double tensor_us() const;
+  enum class Bound { memory, issue, tensor };
+  Bound bound() const;
   void add(const KernelProfile& other);  // sums every counter (another launch of the kernel)
 };
+
+const char* bound_name(KernelProfile::Bound bound);
 
 void set_profiling(bool on);
 bool profiling();  // set_profiling, else KILN_PROFILE=1

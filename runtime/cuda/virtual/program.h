@@ -127,6 +127,9 @@ struct Instr {
   std::uint8_t vec = 1;     // vector width
   Space space = Space::generic;
   std::uint16_t flags = 0;
+  // Its issue cost on the modeled GPU in quarter slots (issue_cost.h), summed per executed
+  // instruction next to the raw count.
+  std::uint16_t cost = 0;
   std::uint32_t d[4] = {kSlotSink, kSlotSink, kSlotSink, kSlotSink};
   std::uint32_t s[4] = {kSlotZero, kSlotZero, kSlotZero, kSlotZero};
   std::uint32_t addr = kSlotZero;  // memory operand base slot

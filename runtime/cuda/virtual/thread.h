@@ -80,6 +80,7 @@ struct ThreadState {
   Status status = Status::running;
   bool carry = false;  // condition code of add.cc / addc
   std::uint64_t icount = 0;
+  std::uint64_t issue_quarters = 0;  // the same instructions weighted by Instr::cost
   std::uint64_t clock_reads = 0;    // advances %clock between stops (see mov_clock)
   std::uint64_t back_branches = 0;  // loop iterations since the thread last parked (watchdog)
 
