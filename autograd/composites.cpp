@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/ops.h"
 #include "runtime/trace_hooks.h"
 
@@ -71,14 +72,25 @@ const std::vector<CompositeInfo>& all_composites() {
   return table;
 }
 
+// Under autocast, the ops below recall themselves once: inputs cast as autograd/autocast.h lists
+// them (or left as they are: mean, var, std), the body with autocast off.
+
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
   KILN_OP_SCOPE;
+  if (autocast_state().enabled) {
+    autograd::AutocastOff off;
+    return mean(x, dims, keepdim);
+  }
   check_floating(x, "mean");
   return sum(x, dims, keepdim) / reduced_count(x, dims, keepdim);
 }
 
 Tensor var(const Tensor& x, const Dims& dims, double correction, bool keepdim) {
   KILN_OP_SCOPE;
+  if (autocast_state().enabled) {
+    autograd::AutocastOff off;
+    return var(x, dims, correction, keepdim);
+  }
   check_floating(x, "var");
   Tensor centered = x - mean(x, dims, /*keepdim=*/true);
   return sum(centered * centered, dims, keepdim) / reduced_count(x, dims, keepdim, correction);
@@ -86,6 +98,10 @@ Tensor var(const Tensor& x, const Dims& dims, double correction, bool keepdim) {
 
 Tensor std(const Tensor& x, const Dims& dims, double correction, bool keepdim) {
   KILN_OP_SCOPE;
+  if (autocast_state().enabled) {
+    autograd::AutocastOff off;
+    return std(x, dims, correction, keepdim);
+  }
   Tensor v = var(x, dims, correction, keepdim);
   // sqrt'(0) is infinite; PyTorch defines std's gradient as 0 there (a constant slice). Taking
   // sqrt of 1 where v == 0 keeps the unused branch's gradient finite, so 0 * it stays 0.
@@ -95,6 +111,11 @@ Tensor std(const Tensor& x, const Dims& dims, double correction, bool keepdim) {
 
 Tensor logsumexp(const Tensor& x_in, const Dims& dims, bool keepdim) {
   KILN_OP_SCOPE;
+  if (autocast_state().enabled) {
+    Tensor x = autograd::autocast_input(autograd::CastPolicy::f32, x_in);
+    autograd::AutocastOff off;
+    return logsumexp(x, dims, keepdim);
+  }
   check_floating(x_in, "logsumexp");
   Tensor x = widened(x_in);
   auto reduced = normalize_dims(dims, x.dim(), "logsumexp");
@@ -137,6 +158,11 @@ void check_affine(const Tensor& p, const Shape& normalized_shape, const char* op
 Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   KILN_OP_SCOPE;
+  if (autocast_state().enabled) {
+    auto in = autograd::autocast_inputs(autograd::CastPolicy::f32, {x_in, weight, bias});
+    autograd::AutocastOff off;
+    return layer_norm(in[0], normalized_shape, in[1], in[2], eps);
+  }
   check_floating(x_in, "layer_norm");
   Dims dims = trailing_dims(x_in, normalized_shape, "layer_norm");
   check_affine(weight, normalized_shape, "layer_norm", "weight");
@@ -152,6 +178,11 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
 Tensor rms_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
                 double eps) {
   KILN_OP_SCOPE;
+  if (autocast_state().enabled) {
+    auto in = autograd::autocast_inputs(autograd::CastPolicy::f32, {x_in, weight});
+    autograd::AutocastOff off;
+    return rms_norm(in[0], normalized_shape, in[1], eps);
+  }
   check_floating(x_in, "rms_norm");
   Dims dims = trailing_dims(x_in, normalized_shape, "rms_norm");
   check_affine(weight, normalized_shape, "rms_norm", "weight");
@@ -179,6 +210,11 @@ Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ignore_index,
                      Reduction reduction) {
   KILN_OP_SCOPE;
+  if (autocast_state().enabled) {
+    Tensor wide = autograd::autocast_input(autograd::CastPolicy::f32, logits);
+    autograd::AutocastOff off;
+    return cross_entropy(wide, target, ignore_index, reduction);
+  }
   KILN_CHECK_AS(DTypeError, is_integral(target.dtype()),
                 "cross_entropy: target must hold class indices (i64 or i32), got {}",
                 target.dtype());
@@ -212,6 +248,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ig
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   KILN_OP_SCOPE;
+  if (autocast_state().enabled) {
+    auto in = autograd::autocast_inputs(autograd::CastPolicy::f32, {input, target});
+    autograd::AutocastOff off;
+    return mse_loss(in[0], in[1], reduction);
+  }
   KILN_CHECK_AS(ShapeError, input.impl().shape == target.impl().shape,
                 "mse_loss: input shape {} and target shape {} differ",
                 shape_str(input.impl().shape), shape_str(target.impl().shape));

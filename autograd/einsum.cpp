@@ -5,6 +5,7 @@
 #include <cctype>
 #include <map>
 
+#include "autograd/autocast.h"
 #include "autograd/ops.h"
 #include "runtime/trace_hooks.h"
 
@@ -155,6 +156,11 @@ Operand contract(const Operand& a_in, const Operand& b_in, const Labels& keep,
 
 Tensor einsum(std::string_view equation_in, const std::vector<Tensor>& operands) {
   KILN_OP_SCOPE;
+  if (autocast_state().enabled) {  // the operands in the low dtype; its sums and matmuls too
+    auto low = autograd::autocast_inputs(autograd::CastPolicy::lower_precision, operands);
+    autograd::AutocastOff off;
+    return einsum(equation_in, low);
+  }
   std::string equation;
   for (char c : equation_in)
     if (c != ' ') equation += c;
@@ -174,8 +180,8 @@ Tensor einsum(std::string_view equation_in, const std::vector<Tensor>& operands)
     std::int64_t letters = static_cast<std::int64_t>(t.letters.size()) - (t.ellipsis ? 1 : 0);
     std::int64_t rank = operands[i].dim();
     KILN_CHECK_AS(ShapeError, t.ellipsis ? rank >= letters : rank == letters,
-                  "einsum: term '{}' of '{}' does not fit operand {} of shape {}",
-                  input_terms[i], equation, i, shape_str(operands[i].impl().shape));
+                  "einsum: term '{}' of '{}' does not fit operand {} of shape {}", input_terms[i],
+                  equation, i, shape_str(operands[i].impl().shape));
     if (t.ellipsis) ellipsis_rank = std::max(ellipsis_rank, rank - letters);
     // Contractions are matmuls, which take no bools; checked here so the message names einsum.
     KILN_CHECK_AS(DTypeError, operands.size() == 1 || operands[i].dtype() != DType::bool_,
@@ -210,17 +216,19 @@ Tensor einsum(std::string_view equation_in, const std::vector<Tensor>& operands)
   Labels output;
   if (arrow != std::string::npos) {
     Term out = parse_term(std::string_view(equation).substr(arrow + 2), equation);
-    output = label_term(out, static_cast<std::int64_t>(out.letters.size()) - (out.ellipsis ? 1 : 0) +
+    output = label_term(out,
+                        static_cast<std::int64_t>(out.letters.size()) - (out.ellipsis ? 1 : 0) +
                                  (out.ellipsis ? ellipsis_rank : 0),
                         ellipsis_rank);
     for (Label l : output) {
       KILN_CHECK(std::count(output.begin(), output.end(), l) == 1,
                  "einsum: index '{}' repeats in the output of '{}'", label_str({l}), equation);
-      KILN_CHECK(sizes.count(l), "einsum: output index '{}' of '{}' is in no input",
-                 label_str({l}), equation);
+      KILN_CHECK(sizes.count(l), "einsum: output index '{}' of '{}' is in no input", label_str({l}),
+                 equation);
     }
   } else {  // implicit: the broadcast dims, then the indices that appear once, alphabetically
-    for (std::int64_t k = 0; k < ellipsis_rank; ++k) output.push_back(kEllipsis + static_cast<Label>(k));
+    for (std::int64_t k = 0; k < ellipsis_rank; ++k)
+      output.push_back(kEllipsis + static_cast<Label>(k));
     for (auto [l, n] : count)
       if (l < kEllipsis && n == 1) output.push_back(l);
   }

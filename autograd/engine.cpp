@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "runtime/grad_mode.h"
@@ -53,6 +54,8 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
   KILN_CHECK_AS(AutogradError, roots.size() == grads.size(),
                 "backward: {} outputs but {} gradients", roots.size(), grads.size());
   GradModeGuard mode(create_graph);
+  // Gradients follow the dtypes the forward chose; a derivative rule is never autocast itself.
+  AutocastOff no_autocast;
   Buffers buffers;
   std::vector<std::shared_ptr<Node>> keep_alive;
   std::vector<Node*> root_nodes;

@@ -2,6 +2,7 @@
 // the autograd nodes of the library path (see fused_linear.h).
 #include "autograd/fused_linear.h"
 
+#include "autograd/autocast.h"
 #include "autograd/ops.h"
 #include "autograd/record.h"
 #include "runtime/backend.h"
@@ -52,6 +53,11 @@ Tensor composite_linear(const Tensor& x, const Tensor& weight, const Tensor& bia
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   KILN_OP_SCOPE;
   check_linear("linear", x, weight, bias);
+  if (autocast_state().enabled) {  // f32 parameters stay the masters: cast on the fly
+    auto in = autograd::autocast_inputs(autograd::CastPolicy::lower_precision, {x, weight, bias});
+    autograd::AutocastOff off;
+    return linear(in[0], in[1], in[2], act);
+  }
   if (auto y = autograd::try_fused_linear(x, weight, bias, act)) return *y;
   return composite_linear(x, weight, bias, act);
 }
@@ -65,6 +71,11 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
                 "outputs (first weight {})",
                 shape_str(w2.impl().shape), w1.impl().shape[0], shape_str(w1.impl().shape));
   check_bias("feed_forward (second layer)", b2, w2);
+  if (autocast_state().enabled) {
+    auto in = autograd::autocast_inputs(autograd::CastPolicy::lower_precision, {x, w1, b1, w2, b2});
+    autograd::AutocastOff off;
+    return feed_forward(in[0], in[1], in[2], in[3], in[4], act);
+  }
   if (auto y = autograd::try_fused_feed_forward(x, w1, b1, w2, b2, act)) return *y;
   return linear(linear(x, w1, b1, act), w2, b2);  // each layer may still be one library call
 }

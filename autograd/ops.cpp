@@ -7,17 +7,42 @@
 #include <cmath>
 #include <iterator>
 
+#include "autograd/autocast.h"
 #include "autograd/record.h"
 #include "runtime/trace_hooks.h"
 
 namespace kiln {
 
+using autograd::autocast_input;
+using autograd::autocast_inputs;
+using autograd::CastPolicy;
 using autograd::record;
 
 namespace {
 
-Tensor unary(OpId op, const Tensor& x) { return record(op, {x}); }
-Tensor binary(OpId op, const Tensor& a, const Tensor& b) { return record(op, {a, b}); }
+// The elementwise ops autocast runs in f32 (autograd/autocast.h).
+bool f32_under_autocast(OpId op) {
+  switch (op) {
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::expm1:
+    case OpId::reciprocal:
+    case OpId::rsqrt:
+    case OpId::pow:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Tensor unary(OpId op, const Tensor& x) {
+  return record(op, {f32_under_autocast(op) ? autocast_input(CastPolicy::f32, x) : x});
+}
+Tensor binary(OpId op, const Tensor& a, const Tensor& b) {
+  if (f32_under_autocast(op)) return record(op, autocast_inputs(CastPolicy::f32, {a, b}));
+  return record(op, {a, b});
+}
 
 // A C++ number as a 0-d tensor of the dtype the promotion rules give it next to `t`, on t's
 // device.
@@ -38,11 +63,13 @@ OpAttrs dim_attr(std::int64_t dim) {
 // The ops with a plain `name(x)` function: the table's unary elementwise ops without attributes,
 // but for gelu/gelu_tanh (one function with an approximation argument) and copy (Tensor::clone).
 #define KILN_PLAIN_UNARY_OPS(X)                                                                  \
-  X(neg) X(abs) X(exp) X(log) X(log1p) X(expm1) X(sqrt) X(rsqrt) X(reciprocal) X(sin) X(cos)     \
-  X(tanh) X(sigmoid) X(relu) X(silu) X(erf) X(sign) X(floor) X(ceil) X(round) X(trunc)           \
-  X(logical_not)
+  X(neg)                                                                                      \
+  X(abs) X(exp) X(log) X(log1p) X(expm1) X(sqrt) X(rsqrt) X(reciprocal) X(sin) X(cos) X(tanh) \
+      X(sigmoid) X(relu) X(silu) X(erf) X(sign) X(floor) X(ceil) X(round) X(trunc) X(logical_not)
 #define KILN_DEFINE_UNARY(name) \
-  Tensor name(const Tensor& x) { return unary(OpId::name, x); }
+  Tensor name(const Tensor& x) { \
+    return unary(OpId::name, x); \
+  }
 KILN_PLAIN_UNARY_OPS(KILN_DEFINE_UNARY)
 #undef KILN_DEFINE_UNARY
 
@@ -81,7 +108,7 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
   OpAttrs attrs;
   attrs.beta = beta;
   attrs.threshold = threshold;
-  return record(OpId::softplus, {x}, attrs);
+  return record(OpId::softplus, {autocast_input(CastPolicy::f32, x)}, attrs);
 }
 
 Tensor cast(const Tensor& x, DType dtype) {
@@ -107,9 +134,15 @@ Tensor triu(const Tensor& x, std::int64_t diagonal) {
 }
 
 #define KILN_DEFINE_BINARY(name)                                                               \
-  Tensor name(const Tensor& a, const Tensor& b) { return binary(OpId::name, a, b); }           \
-  Tensor name(const Tensor& a, Scalar b) { return binary(OpId::name, a, wrap_scalar(b, a)); } \
-  Tensor name(Scalar a, const Tensor& b) { return binary(OpId::name, wrap_scalar(a, b), b); }
+  Tensor name(const Tensor& a, const Tensor& b) {    \
+    return binary(OpId::name, a, b);                 \
+  }                                                  \
+  Tensor name(const Tensor& a, Scalar b) {           \
+    return binary(OpId::name, a, wrap_scalar(b, a)); \
+  }                                                  \
+  Tensor name(Scalar a, const Tensor& b) {           \
+    return binary(OpId::name, wrap_scalar(a, b), b); \
+  }
 KILN_DEFINE_BINARY(add)
 KILN_DEFINE_BINARY(sub)
 KILN_DEFINE_BINARY(mul)
@@ -127,8 +160,12 @@ KILN_DEFINE_BINARY(gt)
 KILN_DEFINE_BINARY(ge)
 #undef KILN_DEFINE_BINARY
 
-Tensor logical_and(const Tensor& a, const Tensor& b) { return binary(OpId::logical_and, a, b); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return binary(OpId::logical_or, a, b); }
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  return binary(OpId::logical_and, a, b);
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  return binary(OpId::logical_or, a, b);
+}
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   KILN_OP_SCOPE;
@@ -164,10 +201,10 @@ ValuesIndices extreme_along(OpId op, const Tensor& x, std::int64_t dim, bool kee
 }  // namespace
 
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
-  return reduction(OpId::sum, x, dims, keepdim);
+  return reduction(OpId::sum, autocast_input(CastPolicy::f32, x), dims, keepdim);
 }
 Tensor prod(const Tensor& x, const Dims& dims, bool keepdim) {
-  return reduction(OpId::prod, x, dims, keepdim);
+  return reduction(OpId::prod, autocast_input(CastPolicy::f32, x), dims, keepdim);
 }
 Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) {
   return reduction(OpId::amax, x, dims, keepdim);
@@ -192,17 +229,19 @@ Tensor cumsum(const Tensor& x, std::int64_t dim, bool reverse) {
   KILN_OP_SCOPE;
   OpAttrs attrs = dim_attr(normalize_dim(dim, x.dim(), "cumsum"));
   attrs.reverse = reverse;
-  return record(OpId::cumsum, {x}, attrs);
+  return record(OpId::cumsum, {autocast_input(CastPolicy::f32, x)}, attrs);
 }
 
 Tensor softmax(const Tensor& x, std::int64_t dim) {
   KILN_OP_SCOPE;
-  return record(OpId::softmax, {x}, dim_attr(normalize_dim(dim, x.dim(), "softmax")));
+  return record(OpId::softmax, {autocast_input(CastPolicy::f32, x)},
+                dim_attr(normalize_dim(dim, x.dim(), "softmax")));
 }
 
 Tensor log_softmax(const Tensor& x, std::int64_t dim) {
   KILN_OP_SCOPE;
-  return record(OpId::log_softmax, {x}, dim_attr(normalize_dim(dim, x.dim(), "log_softmax")));
+  return record(OpId::log_softmax, {autocast_input(CastPolicy::f32, x)},
+                dim_attr(normalize_dim(dim, x.dim(), "log_softmax")));
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
@@ -218,7 +257,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
     bool leading = i < lead;
     KILN_CHECK_AS(ShapeError, leading || shape[i - lead] == have[i] || shape[i - lead] == 1,
                   "sum_to: shape {} was not broadcast from {}", shape_str(have), shape_str(shape));
-    if (leading || (shape[i - lead] == 1 && have[i] != 1)) dims.push_back(static_cast<std::int64_t>(i));
+    if (leading || (shape[i - lead] == 1 && have[i] != 1))
+      dims.push_back(static_cast<std::int64_t>(i));
   }
   Tensor s = dims.empty() ? x : sum(x, dims, /*keepdim=*/true);
   // The kept dims follow x's (possibly symbolic) sizes; the summed ones are 1.
@@ -397,10 +437,10 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
 }
 Tensor scatter_add(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& src) {
   KILN_OP_SCOPE;
-  return record(OpId::scatter_add, {self, index, src}, dim_attr(dim));
+  auto operands = autocast_inputs(CastPolicy::promote, {self, src});
+  return record(OpId::scatter_add, {operands[0], index, operands[1]}, dim_attr(dim));
 }
-Tensor index_add(const Tensor& self, std::int64_t dim, const Tensor& index,
-                 const Tensor& source) {
+Tensor index_add(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& source) {
   KILN_OP_SCOPE;
   return record(OpId::index_add, {self, index, source}, dim_attr(dim));
 }
@@ -456,8 +496,10 @@ Tensor pad(const Tensor& x, const Dims& pads, double value) {
 
 // ---- linear algebra ----
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   KILN_OP_SCOPE;
+  const Tensor a = autocast_input(CastPolicy::lower_precision, a_in);
+  const Tensor b = autocast_input(CastPolicy::lower_precision, b_in);
   KILN_CHECK_AS(ShapeError, a.dim() >= 1 && b.dim() >= 1,
                 "matmul: both operands need at least one dim, got shapes {} and {}",
                 shape_str(a.impl().shape), shape_str(b.impl().shape));
@@ -484,7 +526,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   KILN_CHECK_AS(DTypeError, a.dtype() != DType::bool_ && b.dtype() != DType::bool_,
                 "bmm: bool operands are not supported, got {} and {} (shapes {} and {})", a.dtype(),
                 b.dtype(), shape_str(sa), shape_str(sb));
-  return record(OpId::matmul, {a, b});
+  return record(OpId::matmul, autocast_inputs(CastPolicy::lower_precision, {a, b}));
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {

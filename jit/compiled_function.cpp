@@ -282,6 +282,7 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
     if (on_device && !e.aot && e.aot_fallback.empty()) e.plan.emplace(e.graph, e.fusion);
     GuardSet& gs = e.guards;
     gs.grad_enabled = grad_enabled();
+    gs.autocast = autocast_state();
     gs.num_symbols = static_cast<int>(e.graph.symbols.size());
     gs.whole = divisions(e.graph);
     for (std::size_t i = 0; i < args.size(); ++i) {

@@ -5,12 +5,12 @@
 
 namespace kiln::jit {
 
-
 namespace {
 
 std::string symbols_str(const std::vector<std::int64_t>& values) {
   std::vector<std::string> parts;
-  for (std::size_t s = 0; s < values.size(); ++s) parts.push_back(fmt::format("s{} = {}", s, values[s]));
+  for (std::size_t s = 0; s < values.size(); ++s)
+    parts.push_back(fmt::format("s{} = {}", s, values[s]));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
@@ -43,18 +43,23 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
                   passed);
   ++passed;
   if (kiln::grad_enabled() != grad_enabled)
-    return fail(failure, Kind::grad_mode,
+    return fail(
+        failure, Kind::grad_mode,
                 fmt::format("grad mode mismatch: expected {}, actual {}",
-                            grad_enabled ? "enabled" : "disabled",
-                            grad_enabled ? "disabled" : "enabled"),
+                    grad_enabled ? "enabled" : "disabled", grad_enabled ? "disabled" : "enabled"),
+        passed);
+  if (AutocastState now = autocast_state(); !(now == autocast))
+    return fail(failure, Kind::autocast,
+                fmt::format("autocast mismatch: expected {}, actual {}", autocast_name(autocast),
+                            autocast_name(now)),
                 passed);
   symbol_values.assign(num_symbols, -1);
   for (const TensorGuard& g : tensors) {
     const Tensor& t = g.arg_index >= 0 ? *args[g.arg_index].tensor : g.slot ? *g.slot : g.captured;
     if (!t.defined())
-      return fail(failure, Kind::undefined,
-                  fmt::format("tensor '{}' is undefined (declared state must hold a tensor)",
-                              g.name),
+      return fail(
+          failure, Kind::undefined,
+          fmt::format("tensor '{}' is undefined (declared state must hold a tensor)", g.name),
                   passed);
     const TensorImpl& impl = *t.impl_ptr();
     Device device = impl.storage->device();
@@ -127,22 +132,23 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
   for (const SymExpr& e : whole) {
     ++passed;
     if (!e.evaluate(symbol_values))
-      return fail(failure, Kind::divisibility,
-                  fmt::format("size {} is not a whole number with {}", e.str(),
-                              symbols_str(symbol_values)),
+      return fail(
+          failure, Kind::divisibility,
+          fmt::format("size {} is not a whole number with {}", e.str(), symbols_str(symbol_values)),
                   passed);
   }
   return true;
 }
 
 std::size_t GuardSet::count() const {
-  std::size_t n = 2 + arg_is_tensor.size() + scalars.size() + whole.size();
+  std::size_t n = 3 + arg_is_tensor.size() + scalars.size() + whole.size();
   for (const auto& g : tensors) n += 5 + g.sizes.size();
   return n;
 }
 
 std::string GuardSet::str() const {
-  std::string out = fmt::format("  grad mode: {}\n", grad_enabled ? "enabled" : "disabled");
+  std::string out = fmt::format("  grad mode: {}\n  autocast: {}\n",
+                                grad_enabled ? "enabled" : "disabled", autocast_name(autocast));
   for (const TensorGuard& g : tensors) {
     std::vector<std::string> dims;
     for (std::size_t d = 0; d < g.sizes.size(); ++d)
@@ -151,8 +157,12 @@ std::string GuardSet::str() const {
     out += fmt::format(
         "  tensor '{}'{}: device={} dtype={} sizes=[{}] strides={} "
         "requires_grad={}\n",
-        g.name, g.arg_index >= 0 ? "" : g.slot ? " (state)" : " (captured)", g.device.str(), g.dtype,
-        fmt::join(dims, ", "), stride_class_name(g.strides), g.requires_grad);
+        g.name,
+        g.arg_index >= 0 ? ""
+        : g.slot         ? " (state)"
+                         : " (captured)",
+        g.device.str(), g.dtype, fmt::join(dims, ", "), stride_class_name(g.strides),
+        g.requires_grad);
   }
   for (const ScalarGuard& g : scalars)
     out += fmt::format("  scalar '{}': value == {}\n", g.name, g.value);

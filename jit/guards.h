@@ -1,4 +1,5 @@
-// A GuardSet states what one trace assumed about a call: the grad mode; for each tensor
+// A GuardSet states what one trace assumed about a call: the grad mode and the autocast state
+// (runtime/autocast.h: the trace holds the casts it made); for each tensor
 // (argument, declared state or captured) its device, dtype, rank, sizes (static, or symbolic
 // >= 2), stride class and requires_grad; for each scalar argument its value; and that every
 // symbolic size the graph divides is a whole number. Checked in that fixed order, stopping at
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "jit/call_args.h"
+#include "runtime/autocast.h"
 #include "runtime/tensor.h"
 
 namespace kiln::jit {
@@ -37,8 +39,19 @@ struct ScalarGuard {
 // What kind of guard failed, and where (for automatic dynamic dims).
 struct GuardFailure {
   enum class Kind {
-    none, signature, grad_mode, undefined, device, dtype, rank, size, strides, requires_grad,
-    scalar, divisibility
+    none,
+    signature,
+    grad_mode,
+    autocast,
+    undefined,
+    device,
+    dtype,
+    rank,
+    size,
+    strides,
+    requires_grad,
+    scalar,
+    divisibility
   };
   Kind kind = Kind::none;
   std::string reason;
@@ -50,6 +63,7 @@ class GuardSet {
   std::vector<bool> arg_is_tensor;  // the call signature
   std::vector<std::string> arg_names;
   bool grad_enabled = true;
+  AutocastState autocast;
   std::vector<TensorGuard> tensors;
   std::vector<ScalarGuard> scalars;
   std::vector<SymExpr> whole;  // size expressions with a denominator: must divide evenly

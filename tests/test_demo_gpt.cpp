@@ -1,10 +1,13 @@
 // The GPT demo (demos/gpt_model.h, the model and training step demos/gpt_train.cpp runs) at a
 // small size on the CUDA device (the virtual GPU here): ten training steps eagerly and with
 // the loss compiled (and compiled with every block checkpointed), from the same initialization on
-// the same batches, must give the same losses and make the held-out loss fall.
+// the same batches, must give the same losses and make the held-out loss fall; a warm compiled
+// step (f32, and with the forward under bf16 autocast) never waits on the host; and the demo's
+// default run under bf16 autocast tracks the f32 one and reaches the stated target.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "demos/gpt_model.h"
@@ -80,17 +83,20 @@ BOOST_AUTO_TEST_CASE(compiled_training_matches_eager_and_the_loss_falls) {
   BOOST_TEST(checkpointed.stats.kernel_calls == 12);
 }
 
-BOOST_AUTO_TEST_CASE(a_warm_compiled_training_step_never_waits_on_the_host) {
-  // Forward, backward, clipping (the norm stays on the device), AdamW and the schedule, warm
-  // (the allocator's cache settles over the first few steps): no copy to the host, no
-  // synchronization, no NVRTC compile, no allocation from the backend. Reading a loss is the
-  // only wait, and the user's choice.
+namespace {
+
+// Forward, backward, clipping (the norm stays on the device), AdamW and the schedule, warm
+// (the allocator's cache settles over the first few steps): no copy to the host, no
+// synchronization, no NVRTC compile, no allocation from the backend. Reading a loss is the
+// only wait, and the user's choice.
+void check_a_warm_step_never_waits(std::optional<DType> autocast) {
   gpt::GptConfig model;
   model.layers = 1;
   gpt::TrainConfig train;
   train.steps = 10;
   train.batch = 8;
   train.warmup_steps = 1;
+  train.autocast = autocast;
   gpt::Trainer trainer(model, train, Device::cuda(), true);
   for (int i = 0; i < 4; ++i) trainer.step();  // compiles, fills the allocator's cache
   auto& syncs = cuda::host_sync_stats();
@@ -110,6 +116,47 @@ BOOST_AUTO_TEST_CASE(a_warm_compiled_training_step_never_waits_on_the_host) {
   // Reading a loss waits (it copies the value, and the device-check flags with it).
   BOOST_TEST(std::isfinite(losses.back().item()));
   BOOST_TEST(syncs.device_to_host_copies.load() > copies);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_warm_compiled_training_step_never_waits_on_the_host) {
+  check_a_warm_step_never_waits(std::nullopt);
+}
+
+// The same step with the forward under bf16 autocast (casts of the weights and of their
+// gradients are kernels of the compiled graphs).
+BOOST_AUTO_TEST_CASE(a_warm_compiled_bf16_autocast_step_never_waits_on_the_host) {
+  check_a_warm_step_never_waits(DType::bf16);
+}
+
+// The demo's default run (demos/gpt_train: CPU, 40 steps, batch 24, two blocks) in f32 and under
+// bf16 autocast, from the same initialization on the same batches: every step's bf16 loss is
+// within 2% of the f32 one (measured: 0.43% at most, at step 40) and the held-out loss reaches
+// the target the demo and README state. The CPU, as the demo's default: about a second.
+BOOST_AUTO_TEST_CASE(the_bf16_autocast_loss_curve_tracks_f32_and_reaches_the_target) {
+  gpt::GptConfig model;
+  gpt::TrainConfig train;
+  train.warmup_steps = train.steps / 10;  // as gpt_train sets it
+  auto run_losses = [&](std::optional<DType> autocast) {
+    gpt::TrainConfig t = train;
+    t.autocast = autocast;
+    gpt::Trainer trainer(model, t, Device::cpu(), false);
+    std::vector<double> losses;
+    for (std::int64_t i = 0; i < t.steps; ++i) losses.push_back(trainer.step());
+    Generator held_out(t.data_seed + 1000);  // gpt_train's held-out batch
+    gpt::TaskBatch eval = gpt::make_batch(model, 256, model.seq_len, held_out, Device::cpu());
+    losses.push_back(trainer.evaluate(eval));
+    return losses;
+  };
+  std::vector<double> f32 = run_losses(std::nullopt), bf16 = run_losses(DType::bf16);
+  BOOST_TEST_REQUIRE(bf16.size() == f32.size());
+  for (std::size_t i = 0; i + 1 < f32.size(); ++i)
+    BOOST_TEST(std::fabs(bf16[i] - f32[i]) <= 0.02 * f32[i],
+               "step " << i + 1 << ": bf16 " << bf16[i] << ", f32 " << f32[i]);
+  BOOST_TEST(f32.back() < gpt::kTargetLoss, "f32 held-out loss " << f32.back());
+  BOOST_TEST(bf16.back() < gpt::kTargetLoss, "bf16 held-out loss " << bf16.back());
+  BOOST_TEST_MESSAGE("held-out loss: f32 " << f32.back() << ", bf16 " << bf16.back());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
