@@ -6,8 +6,11 @@
 #include <cmath>
 #include <numbers>
 
+#include "autograd/attention.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/record.h"
+#include "runtime/grad_mode.h"
 
 namespace kiln::autograd {
 
@@ -52,6 +55,36 @@ Tensor slice_backward(const Tensor& g, const Tensor& x, const OpAttrs& attrs) {
                         static_cast<double>(attrs.step));
   if (!g.device().is_cpu()) index = index.to(g.device());
   return index_add(zeros_of(x, g.dtype()), attrs.dim, index, g);
+}
+
+// dq, dk, dv (and a floating mask's gradient) of one attention call. The attention_backward op
+// takes the gradient of `out` alone; a gradient of `lse`, a mask's gradient, or a backward that
+// must itself be differentiable (create_graph) take the primitive-op form instead.
+std::vector<Tensor> attention_gradients(const DerivativeArgs& args, bool mask_grad) {
+  const auto& in = args.inputs;
+  Tensor mask = in.size() > 3 ? in[3] : Tensor();
+  const Tensor& dout = args.grads.at(0);
+  const Tensor dlse = args.grads.size() > 1 ? args.grads[1] : Tensor();
+  if (grad_enabled() || dlse.defined() || mask_grad || !dout.defined()) {
+    AttentionGradients g = attention_gradients_decomposed(in[0], in[1], in[2], mask, dout, dlse,
+                                                          args.attrs.scale, args.attrs.causal);
+    return {g.dq, g.dk, g.dv, g.dmask};
+  }
+  std::vector<Tensor> operands{in[0], in[1], in[2], args.outputs.at(0), args.outputs.at(1), dout};
+  if (mask.defined()) operands.push_back(mask);
+  std::vector<Tensor> grads = record_outputs(OpId::attention_backward, operands, args.attrs);
+  grads.emplace_back();
+  return grads;
+}
+
+Tensor attention_derivative(const DerivativeArgs& args, std::size_t i) {
+  if (i == 3) {  // a floating additive mask's gradient: rare, so computed on its own
+    std::vector<Tensor> grads = attention_gradients(args, true);
+    return grads[3];
+  }
+  if (!args.all_inputs) return attention_gradients(args, false).at(i);
+  if (args.all_inputs->empty()) *args.all_inputs = attention_gradients(args, false);
+  return args.all_inputs->at(i);
 }
 
 }  // namespace
@@ -230,6 +263,8 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
       for (std::size_t k = 0; k < i; ++k) start += in[k].impl().shape[dim];
       return slice(g, dim, start, start + in[i].impl().shape[dim]);
     }
+    case OpId::attention:
+      return attention_derivative(args, i);
     case OpId::pad: {
       // Padding by the negated amounts undoes a pad (crops) and a crop (pads with zeros).
       Dims negated;
@@ -256,6 +291,7 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
     case OpId::argmax:
     case OpId::argmin:
     case OpId::detach:
+    case OpId::attention_backward:
       break;
   }
   throw Error(fmt::format("{}: no derivative rule", args.op));

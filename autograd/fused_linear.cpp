@@ -123,10 +123,10 @@ Tensor activation_backward(Activation act, const Tensor& dy, const Tensor& pre,
   const std::vector<Tensor> grads{dy};
   if (act == Activation::relu) {
     const std::vector<Tensor> values{post};
-    return derivative({OpId::relu, attrs, values, values, grads}, 0);
+    return derivative({OpId::relu, attrs, values, values, grads, nullptr}, 0);
   }
   const std::vector<Tensor> inputs{pre}, outputs{Tensor()};
-  return derivative({OpId::gelu_tanh, attrs, inputs, outputs, grads}, 0);
+  return derivative({OpId::gelu_tanh, attrs, inputs, outputs, grads, nullptr}, 0);
 }
 
 Tensor add_defined(const Tensor& a, const Tensor& b) {

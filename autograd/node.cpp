@@ -104,7 +104,8 @@ std::vector<Tensor> OpNode::backward(const std::vector<Tensor>& grad_outputs) {
   std::vector<Tensor> inputs, outputs;
   for (const auto& s : inputs_) inputs.push_back(s.unpack(*this));
   for (const auto& s : outputs_) outputs.push_back(s.unpack(*this));
-  DerivativeArgs args{op_, attrs_, inputs, outputs, grad_outputs};
+  std::vector<Tensor> all_inputs;
+  DerivativeArgs args{op_, attrs_, inputs, outputs, grad_outputs, &all_inputs};
   std::vector<Tensor> grads(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!needs_grad(i)) continue;

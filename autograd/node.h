@@ -129,6 +129,9 @@ struct DerivativeArgs {
   const std::vector<Tensor>& inputs;   // values where the table saves them, else metadata only
   const std::vector<Tensor>& outputs;  // the saved outputs (undefined where not saved)
   const std::vector<Tensor>& grads;    // one per output, undefined where none flowed
+  // Where a rule that computes every input's gradient at once (attention) keeps them between
+  // its calls for one backward; null when the caller asks for one gradient only.
+  std::vector<Tensor>* all_inputs = nullptr;
 };
 
 // The gradient of input `input` of a primitive, before reduction to the input's shape and

@@ -3,6 +3,7 @@
 // Errors name the op and the offending shapes, dtypes or values.
 #pragma once
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -165,6 +166,16 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
 // "ii->i" is not supported (no diagonals). Without "->", the output takes the indices that
 // appear once, in alphabetical order. Lowered to permute, reshape, sum and matmul.
 Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
+// softmax(q kᵀ·scale + mask) v, as PyTorch's scaled_dot_product_attention: q [..., T, d],
+// k [..., S, d], v [..., S, dv] (batch dims broadcast) give [..., T, dv]. `mask` is bool (true
+// attends) or floating (added to the scores), broadcastable to [..., T, S]; `causal` lets query
+// i attend keys 0..i (top-left aligned when T != S); `scale` defaults to 1/sqrt(d). A fully
+// masked row gives 0 and a zero gradient (PyTorch's math path gives NaN there, its flash path
+// 0). One op (`attention`) with its own backward op: on CUDA a fused kernel where one takes the
+// call, else primitive ops (the reason on KILN_LOG=fusion).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& mask = {}, bool causal = false,
+                                    std::optional<double> scale = std::nullopt);
 
 // ---- normalizations and losses (f16/bf16 compute in f32 and round once) ----
 Tensor softmax(const Tensor& x, std::int64_t dim);

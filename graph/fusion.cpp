@@ -521,6 +521,8 @@ class Partitioner {
         return FusionKind::movement;
       case OpClass::transfer:
         return FusionKind::transfer;
+      case OpClass::attention:
+        return FusionKind::attention;
       default:
         break;
     }

@@ -51,6 +51,7 @@ enum class FusionKind : std::uint8_t {
   scan,           // cumsum
   movement,       // cat, pad
   transfer,       // to_device
+  attention,      // attention or its backward: one op, a kernel (or library-like call) of its own
   unrendered,     // a node the code generator cannot render: it runs alone, as an eager op
 };
 std::string_view fusion_kind_name(FusionKind kind);

@@ -63,6 +63,8 @@ std::string boundary_reason(OpId op) {
       return fmt::format("{} copies with index arithmetic: a kernel of its own", op);
     case OpClass::transfer:
       return fmt::format("{} is a device transfer", op);
+    case OpClass::attention:
+      return fmt::format("{} is a kernel of its own (its scores never leave the chip)", op);
     default:
       return fmt::format("{} does not fuse", op);
   }

@@ -29,6 +29,8 @@ std::string_view fusion_kind_name(FusionKind kind) {
       return "movement";
     case FusionKind::transfer:
       return "transfer";
+    case FusionKind::attention:
+      return "attention";
     case FusionKind::unrendered:
       return "unrendered";
   }

@@ -191,6 +191,8 @@ int identity_of(const Graph& g, const Node& n) {
     case OpId::matmul:
     case OpId::cat:
     case OpId::to_device:
+    case OpId::attention:
+    case OpId::attention_backward:
       break;
   }
   return -1;

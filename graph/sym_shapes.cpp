@@ -122,6 +122,22 @@ std::vector<SizeExprs> infer_size_exprs(OpId op, std::span<const SizeExprs> in,
       r.push_back(in[1].back());
       return {r};
     }
+    case OpClass::attention: {
+      if (op == OpId::attention_backward) return {in[0], in[1], in[2]};
+      // Batch dims of q, k and v broadcast; then T of q and dv of v.
+      std::vector<TensorMeta> batch_meta;
+      std::vector<SizeExprs> batch_in;
+      for (std::size_t k = 0; k < 3; ++k) {
+        batch_meta.push_back(
+            {Shape(meta[k].shape.begin(), meta[k].shape.end() - 2), meta[k].dtype});
+        batch_in.emplace_back(in[k].begin(), in[k].end() - 2);
+      }
+      SizeExprs lse = broadcast(batch_in, batch_meta, Shape(out0.begin(), out0.end() - 2));
+      lse.push_back(in[0][in[0].size() - 2]);
+      SizeExprs o = lse;
+      o.push_back(in[2].back());
+      return {o, lse};
+    }
     case OpClass::movement: {
       SizeExprs r = in[0];
       if (op == OpId::cat) {

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "autograd/nn.h"
+#include "graph/attention_rewrite.h"
 #include "graph/compare.h"
 #include "graph/node_values.h"
 #include "graph/passes.h"
@@ -112,6 +113,14 @@ std::vector<SymExpr> divisions(const Graph& g) {
   for (const auto& n : g.nodes)
     for (const auto& e : n.attrs.shape_exprs) add(e);
   return out;
+}
+
+// The passes every traced graph gets: the exact ones, then the attention rewrite (rounding may
+// differ from the primitives it replaces) unless KILN_ATTENTION_REWRITE=0.
+void optimize_traced(Graph& g) {
+  graph::optimize(g);
+  const char* rewrite = std::getenv("KILN_ATTENTION_REWRITE");
+  if (!rewrite || std::string_view(rewrite) != "0") graph::rewrite_attention(g);
 }
 
 }  // namespace
@@ -217,7 +226,7 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
     e.graph = std::move(trace.graph);
     e.graph.symbols = std::move(symbols);
     e.arg_symbols = arg_symbols;
-    graph::optimize(e.graph);
+    optimize_traced(e.graph);
     bool on_device = runs_on_device(e.graph, args);
     // Guards pin grad mode and every requires_grad: this entry's calls all need gradients, or
     // none does.
@@ -239,7 +248,7 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
           try {
             Graph probe_forward = std::move(probe->graph);
             probe_forward.symbols = e.graph.symbols;
-            graph::optimize(probe_forward);
+            optimize_traced(probe_forward);
             Graph probe_joint = build_joint_graph(probe_forward, args).graph;
             if (!match_traces(joint->graph, probe_joint, s1, s2))
               why = fmt::format("traced at other sizes it differs ({})",

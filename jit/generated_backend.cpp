@@ -6,8 +6,10 @@
 
 #include <mutex>
 #include <optional>
+#include <set>
 #include <unordered_map>
 
+#include "autograd/attention.h"
 #include "autograd/ops.h"
 #include "graph/fusion.h"
 #include "jit/codegen/group_kernel.h"
@@ -20,6 +22,7 @@
 #include "runtime/cuda_backend.h"
 #include "runtime/dispatch.h"
 #include "runtime/grad_mode.h"
+#include "runtime/log.h"
 
 namespace kiln::jit {
 namespace {
@@ -70,10 +73,37 @@ std::string signature(OpId op, std::span<const Tensor> inputs, const OpAttrs& at
   return key;
 }
 
+// attention / attention_backward as primitive ops (matmul, where, amax, exp, sum...: the scores
+// materialized) where no fused kernel takes the call; `why` goes to KILN_LOG=fusion once per
+// distinct line.
+std::vector<Tensor> run_attention_decomposed(OpId op, std::span<const Tensor> inputs,
+                                             const OpAttrs& attrs, const std::string& why) {
+  if (log_enabled(LogTopic::fusion)) {
+    static std::mutex mutex;
+    static std::set<std::string> seen;
+    std::string line = fmt::format("kiln: {} -> primitive ops (scores materialized): {}", op, why);
+    std::lock_guard lock(mutex);
+    if (seen.insert(line).second) log_line(line);
+  }
+  NoGradGuard no_grad;
+  if (op == OpId::attention) {
+    Tensor mask = inputs.size() > 3 ? inputs[3] : Tensor();
+    auto r = autograd::attention_decomposed(inputs[0], inputs[1], inputs[2], mask, attrs.scale,
+                                            attrs.causal);
+    return {r.out, r.lse};
+  }
+  Tensor mask = inputs.size() > 6 ? inputs[6] : Tensor();
+  auto g = autograd::attention_gradients_decomposed(inputs[0], inputs[1], inputs[2], mask,
+                                                    inputs[5], Tensor(), attrs.scale, attrs.causal);
+  return {g.dq, g.dk, g.dv};
+}
+
 class GeneratedCudaBackend : public CudaBackend {
  public:
   std::vector<Tensor> run(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs,
                           std::span<const TensorMeta> outputs) override {
+    if (op_class(op) == OpClass::attention)
+      return run_attention_decomposed(op, inputs, attrs, "no fused attention kernel in this build");
     std::shared_ptr<const Plan> plan = plan_for(op, inputs, attrs, outputs);
     std::vector<Tensor> values(plan->graph.values.size());
     for (std::size_t i = 0; i < inputs.size(); ++i)

@@ -48,6 +48,7 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
       case graph::FusionKind::scan:
       case graph::FusionKind::movement:
       case graph::FusionKind::transfer:
+      case graph::FusionKind::attention:
         step.kind = Step::Kind::eager;
         step.note = fmt::format("eager {} ({} ops have no generated kernel yet)", group.name,
                                 graph::fusion_kind_name(group.kind));

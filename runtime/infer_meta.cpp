@@ -1,6 +1,7 @@
 // Shape and dtype inference of the primitive ops, one rule per op class; elementwise dtypes
 // follow the table's DTypeRule (runtime/ops.def).
 #include <algorithm>
+#include <cmath>
 
 #include "runtime/op.h"
 
@@ -133,6 +134,8 @@ TensorMeta infer_elementwise(OpId op, std::span<const TensorMeta> in, const OpAt
     case OpId::cat:
     case OpId::pad:
     case OpId::to_device:
+    case OpId::attention:
+    case OpId::attention_backward:
       break;
   }
   throw Error(fmt::format("{}: no elementwise inference rule", op));
@@ -353,6 +356,72 @@ TensorMeta infer_along_dim(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
   return {x.shape, is_floating(x.dtype) ? x.dtype : DType::f32};  // softmax, log_softmax
 }
 
+// attention: q [..., T, d], k [..., S, d], v [..., S, dv] (batch dims broadcast) and an optional
+// mask broadcastable to [..., T, S]; attention_backward: q, k, v, out, lse, dout [, mask].
+std::vector<TensorMeta> infer_attention(OpId op, std::span<const TensorMeta> in,
+                                        const OpAttrs& attrs) {
+  std::size_t base = op == OpId::attention ? 3 : 6;
+  KILN_CHECK(in.size() == base || in.size() == base + 1,
+             "{}: expected {} inputs or {} with a mask, got {}", op, base, base + 1, in.size());
+  const TensorMeta &q = in[0], &k = in[1], &v = in[2];
+  std::string shapes = shapes_str(in.subspan(0, 3));
+  for (const TensorMeta* t : {&q, &k, &v})
+    KILN_CHECK_AS(ShapeError, t->shape.size() >= 2,
+                  "{}: q, k and v need rank >= 2 ([..., T, d]), got shapes {}", op, shapes);
+  KILN_CHECK_AS(DTypeError, is_floating(q.dtype) && k.dtype == q.dtype && v.dtype == q.dtype,
+                "{}: q, k and v must share one floating dtype, got {}, {} and {} (shapes {})", op,
+                q.dtype, k.dtype, v.dtype, shapes);
+  std::int64_t t_len = q.shape[q.shape.size() - 2], d = q.shape.back();
+  std::int64_t s_len = k.shape[k.shape.size() - 2];
+  KILN_CHECK_AS(ShapeError, k.shape.back() == d,
+                "{}: head dims of q and k differ ({} and {}; shapes {})", op, d, k.shape.back(),
+                shapes);
+  KILN_CHECK_AS(ShapeError, v.shape[v.shape.size() - 2] == s_len,
+                "{}: k and v lengths differ ({} and {}; shapes {})", op, s_len,
+                v.shape[v.shape.size() - 2], shapes);
+  KILN_CHECK(std::isfinite(attrs.scale), "{}: scale must be finite, got {}", op, attrs.scale);
+  auto batch_of = [](const Shape& s) { return Shape(s.begin(), s.end() - 2); };
+  Shape batch = broadcast_shapes(batch_of(q.shape), batch_of(k.shape), op_name(op));
+  batch = broadcast_shapes(batch, batch_of(v.shape), op_name(op));
+  DType lse_dtype = q.dtype == DType::f64 ? DType::f64 : DType::f32;
+  if (in.size() == base + 1) {
+    const TensorMeta& mask = in[base];
+    KILN_CHECK_AS(DTypeError, mask.dtype == DType::bool_ || is_floating(mask.dtype),
+                  "{}: mask must be bool (true attends) or floating (added to the scores), got {} "
+                  "(shape {})",
+                  op, mask.dtype, shape_str(mask.shape));
+    Shape scores = batch;
+    scores.push_back(t_len);
+    scores.push_back(s_len);
+    bool fits = mask.shape.size() <= scores.size();
+    for (std::size_t i = 0; fits && i < mask.shape.size(); ++i) {
+      std::int64_t m = mask.shape[mask.shape.size() - 1 - i];
+      fits = m == 1 || m == scores[scores.size() - 1 - i];
+    }
+    KILN_CHECK_AS(ShapeError, fits, "{}: mask of shape {} does not broadcast to the scores' {}", op,
+                  shape_str(mask.shape), shape_str(scores));
+  }
+  Shape lse = batch;
+  lse.push_back(t_len);
+  if (op == OpId::attention) {
+    Shape out = lse;
+    out.push_back(v.shape.back());
+    return {{out, q.dtype}, {lse, lse_dtype}};
+  }
+  const TensorMeta &out = in[3], &lse_in = in[4], &dout = in[5];
+  Shape want_out = lse;
+  want_out.push_back(v.shape.back());
+  KILN_CHECK_AS(ShapeError, out.shape == want_out && dout.shape == want_out && lse_in.shape == lse,
+                "{}: out, lse and dout must have shapes {}, {} and {}, got {}", op,
+                shape_str(want_out), shape_str(lse), shape_str(want_out),
+                shapes_str(in.subspan(3, 3)));
+  KILN_CHECK_AS(DTypeError, is_floating(out.dtype) && is_floating(dout.dtype) &&
+                                is_floating(lse_in.dtype),
+                "{}: out, lse and dout must be floating, got {}, {} and {}", op, out.dtype,
+                lse_in.dtype, dout.dtype);
+  return {q, k, v};
+}
+
 }  // namespace
 
 std::vector<TensorMeta> infer_meta(OpId op, std::span<const TensorMeta> in,
@@ -369,6 +438,7 @@ std::vector<TensorMeta> infer_meta(OpId op, std::span<const TensorMeta> in,
     case OpClass::movement:
       return {op == OpId::cat ? infer_cat(in, attrs) : infer_pad(in[0], attrs)};
     case OpClass::transfer: return {in[0]};
+    case OpClass::attention: return infer_attention(op, in, attrs);
   }
   throw Error(fmt::format("{}: no shape inference rule", op));
 }

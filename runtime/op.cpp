@@ -45,6 +45,8 @@ void for_each_attr(OpId op, Visit&& visit, const Attrs&... a) {
   if (set & attr::value) visit("value", a.value...);
   if (set & attr::beta) visit("beta", a.beta...);
   if (set & attr::threshold) visit("threshold", a.threshold...);
+  if (set & attr::scale) visit("scale", a.scale...);
+  if (set & attr::causal) visit("causal", a.causal...);
   if (set & attr::dtype) visit("dtype", a.dtype...);
   if (set & attr::device) visit("device", a.device...);
 }

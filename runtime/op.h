@@ -33,6 +33,7 @@ enum class OpClass : std::uint8_t {
   matmul,
   movement,  // copies with index arithmetic (cat, pad)
   transfer,  // between devices
+  attention,  // softmax(q kᵀ·scale + mask) v and its backward: a kernel of its own
 };
 
 // How an elementwise op types its output.
@@ -68,13 +69,15 @@ inline constexpr AttrSet diagonal = 1 << 8;   // tril, triu
 inline constexpr AttrSet beta = 1 << 9;       // softplus
 inline constexpr AttrSet threshold = 1 << 10; // softplus
 inline constexpr AttrSet reverse = 1 << 11;   // cumsum
+inline constexpr AttrSet scale = 1 << 12;     // attention: the scores' factor
+inline constexpr AttrSet causal = 1 << 13;    // attention: top-left aligned causal mask
 }  // namespace attr
 
 // Which inputs (bits 0-3) and outputs (bits 4-7) a derivative reads the values of.
 using SavedSet = std::uint8_t;
 namespace saved {
 inline constexpr SavedSet none = 0;
-inline constexpr SavedSet in0 = 1 << 0, in1 = 1 << 1, in2 = 1 << 2;
+inline constexpr SavedSet in0 = 1 << 0, in1 = 1 << 1, in2 = 1 << 2, in3 = 1 << 3;
 inline constexpr SavedSet out0 = 1 << 4, out1 = 1 << 5;
 inline constexpr bool input(SavedSet s, std::size_t i) { return i < 4 && (s >> i & 1); }
 inline constexpr bool output(SavedSet s, std::size_t i) { return i < 4 && (s >> (4 + i) & 1); }
@@ -122,6 +125,8 @@ struct OpAttrs {
   std::int64_t diagonal = 0;
   double beta = 1.0, threshold = 20.0;
   bool reverse = false;
+  double scale = 1.0;  // attention: already resolved (the API's default is 1/sqrt(d))
+  bool causal = false;
 };
 
 // Equality and hashing over the fields `op` reads (graph CSE, trace comparison); a double

@@ -41,6 +41,7 @@ bool recomputable(OpId op) {
     case OpClass::index:
     case OpClass::matmul:
     case OpClass::transfer:
+    case OpClass::attention:
       return false;
   }
   return false;
@@ -165,7 +166,9 @@ AotPartition partition_joint(const JointGraph& joint) {
   std::vector<bool> materialized(num_values, false);
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     OpClass c = op_class(g.nodes[i].op);
-    if (!backward_node[i] || (c != OpClass::matmul && c != OpClass::index)) continue;
+    if (!backward_node[i] ||
+        (c != OpClass::matmul && c != OpClass::index && c != OpClass::attention))
+      continue;
     for (int v : g.nodes[i].inputs) {
       for (int p = g.values[v].producer;
            p >= 0 && !tangent[v] && op_class(g.nodes[p].op) == OpClass::view;

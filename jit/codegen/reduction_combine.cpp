@@ -93,6 +93,8 @@ ReductionCombine reduction_combine(OpId op, DType accumulator) {
     case OpId::cat:
     case OpId::pad:
     case OpId::to_device:
+    case OpId::attention:
+    case OpId::attention_backward:
       break;
   }
   bool is_max = op == OpId::amax || op == OpId::argmax || op == OpId::max_dim;

@@ -52,6 +52,10 @@ class CpuBackend final : public Backend {
         return {cat(in, attrs.dim, out[0])};
       case OpId::pad:
         return {pad(in[0], attrs, out[0])};
+      case OpId::attention:
+        return attention(in, attrs, out);
+      case OpId::attention_backward:
+        return attention_backward(in, attrs, out);
       // Elementwise ops and reductions by class below; dispatch runs views and transfers itself
       case OpId::exp:
       case OpId::log:

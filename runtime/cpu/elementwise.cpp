@@ -162,6 +162,8 @@ void unary_op(OpId op, const OpAttrs& attrs, ConstArrayMap<T> x, ArrayMap<T> y) 
     case OpId::cat:
     case OpId::pad:
     case OpId::to_device:
+    case OpId::attention:
+    case OpId::attention_backward:
       throw Error(fmt::format("{}: not a unary op of the elementwise kernels", op));
   }
 }
@@ -298,6 +300,8 @@ void binary_arith(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<T> y
     case OpId::cat:
     case OpId::pad:
     case OpId::to_device:
+    case OpId::attention:
+    case OpId::attention_backward:
       throw Error(fmt::format("{}: not an arithmetic op", op));
   }
 }
@@ -376,6 +380,8 @@ void binary_compare(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<bo
     case OpId::cat:
     case OpId::pad:
     case OpId::to_device:
+    case OpId::attention:
+    case OpId::attention_backward:
       throw Error(fmt::format("{}: not a comparison", op));
   }
 }

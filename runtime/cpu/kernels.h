@@ -49,5 +49,10 @@ Tensor scatter_add(const Tensor& self, const Tensor& index, const Tensor& src, s
 Tensor index_add(const Tensor& self, const Tensor& index, const Tensor& src, std::int64_t dim);
 Tensor cat(std::span<const Tensor> inputs, std::int64_t dim, const TensorMeta& out);
 Tensor pad(const Tensor& x, const OpAttrs& attrs, const TensorMeta& out);
+// attention: (out, lse); attention_backward: (dq, dk, dv). Inputs as runtime/ops.def lists them.
+std::vector<Tensor> attention(std::span<const Tensor> in, const OpAttrs& attrs,
+                              std::span<const TensorMeta> out);
+std::vector<Tensor> attention_backward(std::span<const Tensor> in, const OpAttrs& attrs,
+                                       std::span<const TensorMeta> out);
 
 }  // namespace kiln::cpu

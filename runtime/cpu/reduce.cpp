@@ -140,6 +140,8 @@ Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& 
         case OpId::cat:
         case OpId::pad:
         case OpId::to_device:
+        case OpId::attention:
+        case OpId::attention_backward:
           throw Error(fmt::format("{}: not a reduction", op));
       }
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "runtime/dispatch.h"
 
 namespace kiln::test {
 
@@ -89,7 +90,9 @@ inline std::vector<DType> sample_dtypes(OpId op) {
     case OpId::log_softmax: return {f64, f32, bf16, f16};
     case OpId::tril:
     case OpId::triu: return {f64, i64};
-    case OpId::matmul: return {f64, f32};
+    case OpId::matmul:
+    case OpId::attention:
+    case OpId::attention_backward: return {f64, f32};
     case OpId::gather:
     case OpId::index_select:
     case OpId::scatter_add:
@@ -283,6 +286,31 @@ inline std::vector<OpSample> op_samples(OpId op, DType t) {
     case OpId::to_device:
       return {sample("to cuda and back", {values({3, 4}, t, -3, 3, 53)},
                      [](auto& in) { return one(in[0].to(Device::cuda()).to(Device::cpu()) * 2); })};
+    // ---- attention ----
+    case OpId::attention:
+      return {sample("attention [2, 3, 4] x [2, 5, 4] -> dv 3, bool mask [2, 1, 5]",
+                     {values({2, 3, 4}, t, -1, 1, 54), values({2, 5, 4}, t, -1, 1, 55), values({2, 5, 3}, t, -1, 1, 56)},
+                     [](auto& in) {
+                       // The mask from the inputs, so that no tensor is made on the host.
+                       Tensor keep = unsqueeze(gt(sum(in[1], {-1}), sum(in[2], {-1})), -2);  // [2, 1, 5]
+                       return one(scaled_dot_product_attention(in[0], in[1], in[2], keep));
+                     }),
+              sample("attention causal T 4 S 3, broadcast k/v batch, scale 0.7",
+                     {values({2, 4, 3}, t, -1, 1, 58), values({1, 3, 3}, t, -1, 1, 59), values({1, 3, 2}, t, -1, 1, 60)},
+                     [](auto& in) { return one(scaled_dot_product_attention(in[0], in[1], in[2], {}, true, 0.7)); })};
+    case OpId::attention_backward:
+      return {sample("attention_backward [2, 3, 4] x [2, 5, 4], additive mask [5]",
+                     {values({2, 3, 4}, t, -1, 1, 61), values({2, 5, 4}, t, -1, 1, 62), values({2, 5, 3}, t, -1, 1, 63)},
+                     [](auto& in) {
+                       OpAttrs attrs;
+                       attrs.scale = 0.5;
+                       Tensor mask = sum(in[2], {0, 2});  // [5], from the inputs (no host tensor)
+                       std::vector<Tensor> args{in[0], in[1], in[2], mask};
+                       auto fwd = dispatch(OpId::attention, args, attrs);
+                       Tensor dout = in[0].slice(2, 0, 3);
+                       std::vector<Tensor> bwd{in[0], in[1], in[2], fwd[0], fwd[1], dout, mask};
+                       return dispatch(OpId::attention_backward, bwd, attrs);
+                     })};
   }
   return {};
 }

@@ -1,0 +1,30 @@
+// Scaled dot-product attention written with primitive ops: the decomposition the CUDA backend
+// runs where no fused kernel takes a call, and the differentiable form attention's derivative
+// rule uses for second derivatives. The op itself is `attention` in runtime/ops.def; the user
+// API is scaled_dot_product_attention (autograd/ops.h).
+#pragma once
+
+#include "runtime/tensor.h"
+
+namespace kiln::autograd {
+
+// out [..., T, dv] in q's dtype and lse [..., T] (f32, f64 for f64) of the `attention` op, as
+// matmul, where, amax, exp, sum, log: the scores materialized, accumulated in f32 (f64 for f64).
+// A fully masked row gives out 0 and lse -inf, as the op does.
+struct AttentionOutputs {
+  Tensor out, lse;
+};
+AttentionOutputs attention_decomposed(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& mask, double scale, bool causal);
+
+// The gradients of out and lse (`dout` or `dlse` may be undefined) taken to q, k, v and a
+// floating mask (dmask undefined for a bool mask or none), recomputing the probabilities from
+// q and k: differentiable again when grad mode is on. Each has its input's shape and dtype.
+struct AttentionGradients {
+  Tensor dq, dk, dv, dmask;
+};
+AttentionGradients attention_gradients_decomposed(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                  const Tensor& mask, const Tensor& dout,
+                                                  const Tensor& dlse, double scale, bool causal);
+
+}  // namespace kiln::autograd

@@ -1,0 +1,198 @@
+// Scaled dot-product attention and its backward on the host: the scores materialized per batch
+// entry, f32 accumulation for f16/bf16/f32 and f64 for f64. The reference the fused CUDA kernels
+// are checked against (runtime/ops.def describes both ops).
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "runtime/cpu/kernels.h"
+#include "runtime/dispatch.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+template <typename T>
+using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// q, k, v (and the mask) broadcast to the output's batch dims, contiguous in the accumulation
+// dtype: one [T, d] / [S, d] / [S, dv] / [T, S] block per batch entry.
+struct Operands {
+  Shape batch;
+  std::int64_t batches = 1, t = 0, s = 0, d = 0, dv = 0;
+  DType acc = DType::f32;
+  Tensor q, k, v, mask;
+  bool bool_mask = false;
+};
+
+Operands operands(std::span<const Tensor> in, std::size_t mask_at, const Shape& batch) {
+  Operands o;
+  o.batch = batch;
+  o.batches = numel(batch);
+  o.acc = in[0].dtype() == DType::f64 ? DType::f64 : DType::f32;
+  o.t = in[0].shape()[in[0].dim() - 2];
+  o.d = in[0].shape().back();
+  o.s = in[1].shape()[in[1].dim() - 2];
+  o.dv = in[2].shape().back();
+  auto full = [&](std::int64_t rows, std::int64_t cols) {
+    Shape s = batch;
+    s.push_back(rows);
+    s.push_back(cols);
+    return s;
+  };
+  o.q = materialize(in[0], full(o.t, o.d), o.acc);
+  o.k = materialize(in[1], full(o.s, o.d), o.acc);
+  o.v = materialize(in[2], full(o.s, o.dv), o.acc);
+  if (in.size() > mask_at) {
+    o.bool_mask = in[mask_at].dtype() == DType::bool_;
+    o.mask = materialize(in[mask_at], full(o.t, o.s), o.bool_mask ? DType::bool_ : o.acc);
+  }
+  return o;
+}
+
+// The scaled, masked scores of batch entry `b`: masked-out entries are -inf.
+template <typename T>
+Mat<T> scores(const Operands& o, std::int64_t b, double scale, bool causal) {
+  const T* q = static_cast<const T*>(o.q.raw_data()) + b * o.t * o.d;
+  const T* k = static_cast<const T*>(o.k.raw_data()) + b * o.s * o.d;
+  Eigen::Map<const Mat<T>> mq(q, o.t, o.d), mk(k, o.s, o.d);
+  Mat<T> s = (mq * mk.transpose()) * static_cast<T>(scale);
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  if (o.mask.defined()) {
+    std::int64_t at = b * o.t * o.s;
+    if (o.bool_mask) {
+      const bool* m = static_cast<const bool*>(o.mask.raw_data()) + at;
+      for (std::int64_t i = 0; i < o.t * o.s; ++i)
+        if (!m[i]) s.data()[i] = neg_inf;
+    } else {
+      const T* m = static_cast<const T*>(o.mask.raw_data()) + at;
+      for (std::int64_t i = 0; i < o.t * o.s; ++i) s.data()[i] += m[i];
+    }
+  }
+  if (causal)  // top-left aligned: row i attends keys 0..i
+    for (std::int64_t i = 0; i < o.t; ++i)
+      for (std::int64_t j = i + 1; j < o.s; ++j) s(i, j) = neg_inf;
+  return s;
+}
+
+// Batch shape of the output: q's, k's and v's batch dims broadcast.
+Shape batch_shape(std::span<const Tensor> in) {
+  auto batch_of = [](const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); };
+  return broadcast_shapes(broadcast_shapes(batch_of(in[0]), batch_of(in[1]), "attention"),
+                          batch_of(in[2]), "attention");
+}
+
+// `x` summed over the dims it was broadcast along to reach its shape from `shape`, in `dtype`.
+Tensor sum_to_shape(const Tensor& x, const Shape& shape, DType dtype) {
+  std::size_t lead = x.shape().size() - shape.size();
+  OpAttrs attrs;
+  attrs.keepdim = true;
+  for (std::size_t i = 0; i < x.shape().size(); ++i)
+    if (i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1))
+      attrs.dims.push_back(static_cast<std::int64_t>(i));
+  if (attrs.dims.empty()) return materialize(x, shape, dtype);
+  Shape kept = x.shape();
+  for (auto d : attrs.dims) kept[static_cast<std::size_t>(d)] = 1;
+  Tensor summed = reduce(OpId::sum, x, attrs, {kept, x.dtype()});
+  OpAttrs reshape;
+  reshape.shape = shape;
+  Tensor view = dispatch1(OpId::reshape, {&summed, 1}, reshape);
+  return materialize_copy(view, dtype);
+}
+
+}  // namespace
+
+std::vector<Tensor> attention(std::span<const Tensor> in, const OpAttrs& attrs,
+                              std::span<const TensorMeta> out) {
+  Operands o = operands(in, 3, batch_shape(in));
+  Tensor result = empty(out[0].shape, o.acc), lse = empty(out[1].shape, o.acc);
+  visit_dtype(o.acc, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      const T* v = static_cast<const T*>(o.v.raw_data());
+      T* po = static_cast<T*>(result.raw_data());
+      T* pl = static_cast<T*>(lse.raw_data());
+      for (std::int64_t b = 0; b < o.batches; ++b) {
+        Mat<T> p = scores<T>(o, b, attrs.scale, attrs.causal);
+        for (std::int64_t i = 0; i < o.t; ++i) {
+          T m = o.s == 0 ? -std::numeric_limits<T>::infinity() : p.row(i).maxCoeff();
+          if (m == -std::numeric_limits<T>::infinity()) {  // fully masked: out 0, lse -inf
+            p.row(i).setZero();
+            pl[b * o.t + i] = m;
+            continue;
+          }
+          p.row(i) = (p.row(i).array() - m).exp();
+          T l = p.row(i).sum();
+          p.row(i) /= l;
+          pl[b * o.t + i] = m + std::log(l);
+        }
+        Eigen::Map<const Mat<T>> mv(v + b * o.s * o.dv, o.s, o.dv);
+        Eigen::Map<Mat<T>>(po + b * o.t * o.dv, o.t, o.dv).noalias() = p * mv;
+      }
+    } else {
+      throw DTypeError(fmt::format("attention: unexpected accumulation dtype {}", o.acc));
+    }
+  });
+  return {materialize(result, result.shape(), out[0].dtype),
+          materialize(lse, lse.shape(), out[1].dtype)};
+}
+
+std::vector<Tensor> attention_backward(std::span<const Tensor> in, const OpAttrs& attrs,
+                                       std::span<const TensorMeta> out) {
+  Shape batch = batch_shape(in);
+  Operands o = operands(in, 6, batch);
+  Shape rows = batch;
+  rows.push_back(o.t);
+  Shape out_shape = rows;
+  out_shape.push_back(o.dv);
+  Tensor lse = materialize(in[4], rows, o.acc), dout = materialize(in[5], out_shape, o.acc);
+  auto full = [&](std::int64_t r, std::int64_t c) {
+    Shape s = batch;
+    s.push_back(r);
+    s.push_back(c);
+    return s;
+  };
+  Tensor dq = empty(full(o.t, o.d), o.acc), dk = empty(full(o.s, o.d), o.acc),
+         dv = empty(full(o.s, o.dv), o.acc);
+  visit_dtype(o.acc, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      const T* q = static_cast<const T*>(o.q.raw_data());
+      const T* k = static_cast<const T*>(o.k.raw_data());
+      const T* v = static_cast<const T*>(o.v.raw_data());
+      const T* pl = static_cast<const T*>(lse.raw_data());
+      const T* pdo = static_cast<const T*>(dout.raw_data());
+      for (std::int64_t b = 0; b < o.batches; ++b) {
+        Mat<T> p = scores<T>(o, b, attrs.scale, attrs.causal);
+        // P from the saved log-sum-exp; a row with lse = -inf contributes nothing.
+        for (std::int64_t i = 0; i < o.t; ++i) {
+          T l = pl[b * o.t + i];
+          if (l == -std::numeric_limits<T>::infinity())
+            p.row(i).setZero();
+          else
+            p.row(i) = (p.row(i).array() - l).exp();
+        }
+        Eigen::Map<const Mat<T>> mq(q + b * o.t * o.d, o.t, o.d), mk(k + b * o.s * o.d, o.s, o.d),
+            mv(v + b * o.s * o.dv, o.s, o.dv), mdo(pdo + b * o.t * o.dv, o.t, o.dv);
+        Mat<T> dp = mdo * mv.transpose();
+        // dS = P ∘ (dP − rowsum(P ∘ dP)): the softmax's backward.
+        Eigen::Matrix<T, Eigen::Dynamic, 1> delta = (p.array() * dp.array()).rowwise().sum();
+        Mat<T> ds =
+            (p.array() * (dp.colwise() - delta).array()).matrix() * static_cast<T>(attrs.scale);
+        Eigen::Map<Mat<T>>(static_cast<T*>(dq.raw_data()) + b * o.t * o.d, o.t, o.d).noalias() =
+            ds * mk;
+        Eigen::Map<Mat<T>>(static_cast<T*>(dk.raw_data()) + b * o.s * o.d, o.s, o.d).noalias() =
+            ds.transpose() * mq;
+        Eigen::Map<Mat<T>>(static_cast<T*>(dv.raw_data()) + b * o.s * o.dv, o.s, o.dv).noalias() =
+            p.transpose() * mdo;
+      }
+    } else {
+      throw DTypeError(fmt::format("attention_backward: unexpected accumulation dtype {}", o.acc));
+    }
+  });
+  return {sum_to_shape(dq, out[0].shape, out[0].dtype),
+          sum_to_shape(dk, out[1].shape, out[1].dtype),
+          sum_to_shape(dv, out[2].shape, out[2].dtype)};
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,263 @@
+// The attention rewrite (graph/attention_rewrite.h): attention written with matmul, a scale, a
+// mask and softmax becomes one `attention` node in the compiled graph, with results and
+// gradients equal to eager's (the primitives) within rounding; near misses stay primitives and
+// say why on KILN_LOG=fusion; the GPT demo's compiled step picks it up unchanged.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/engine.h"
+#include "demos/gpt_model.h"
+#include "graph/attention_rewrite.h"
+#include "jit/aot/aot_program.h"
+#include "jit/compile.h"
+#include "runtime/log.h"
+#include "support/capture_output.h"
+#include "support/reference.h"
+#include "support/scoped_env.h"
+
+using namespace kiln;
+using test::host_random;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Tensor make(const Shape& shape, DType dtype, std::uint64_t seed) {
+  return test::typed(dtype, host_random(static_cast<std::size_t>(numel(shape)), -1, 1, seed),
+                     shape);
+}
+
+int count(const graph::Graph& g, OpId op) {
+  int n = 0;
+  for (const auto& node : g.nodes) n += node.op == op;
+  return n;
+}
+
+using Fn3 = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>;
+
+struct Compiled {
+  Tensor out;
+  int attention = 0, softmax = 0;
+  std::string log;
+};
+
+// Compiles `fn` (fresh each time), calls it once with KILN_LOG=fusion, and counts the optimized
+// graph's attention and softmax nodes.
+Compiled compile_and_run(const Fn3& fn, const Tensor& q, const Tensor& k, const Tensor& v) {
+  jit::CompileOptions options;
+  options.name = "attn";
+  options.dynamic = jit::DynamicMode::never;
+  auto f = jit::compile(
+      [&](const Tensor& a, const Tensor& b, const Tensor& c) { return fn(a, b, c); }, options);
+  Compiled r;
+  {
+    test::ScopedEnv env("KILN_LOG", "fusion");
+    reload_log_settings();
+    r.log = test::capture_output(2, [&] { r.out = f(q, k, v); });
+  }
+  reload_log_settings();
+  r.attention = count(f.core().graph(0), OpId::attention);
+  r.softmax = count(f.core().graph(0), OpId::softmax);
+  return r;
+}
+
+struct Pattern {
+  std::string label;
+  std::string steps;  // as the log names them
+  Fn3 fn;
+};
+
+std::vector<Pattern> patterns() {
+  Tensor drop = test::bools({false, false, true, false, false, true,  false, false, false, false,
+                             false, false, true, false, false, false, false, false, true,  false},
+                            {4, 5});
+  Tensor keep = logical_not(drop);
+  Tensor additive = make({4, 5}, DType::f64, 9);
+  double s = 1 / std::sqrt(3.0);
+  return {
+      {"masked_fill(q @ kᵀ * s, mask, -inf), as the GPT demo writes it",
+       "matmul.mul.where.softmax.matmul",
+       [=](const Tensor& q, const Tensor& k, const Tensor& v) {
+         Tensor scores = masked_fill(matmul(q, k.transpose(-2, -1)) * s, drop, -kInf);
+         return matmul(softmax(scores, -1), v);
+       }},
+      {"q @ kᵀ / sqrt(d), no mask", "matmul.div.softmax.matmul",
+       [](const Tensor& q, const Tensor& k, const Tensor& v) {
+         return matmul(softmax(matmul(q, k.transpose(-2, -1)) / std::sqrt(3.0), -1), v);
+       }},
+      {"q pre-scaled", "matmul.softmax.matmul",
+       [=](const Tensor& q, const Tensor& k, const Tensor& v) {
+         return matmul(softmax(matmul(q * s, k.transpose(-2, -1)), -1), v);
+       }},
+      {"additive mask after the scale", "matmul.mul.add.softmax.matmul",
+       [=](const Tensor& q, const Tensor& k, const Tensor& v) {
+         return matmul(softmax(matmul(q, k.transpose(-2, -1)) * 0.25 + additive, -1), v);
+       }},
+      {"where(keep, scores, -inf) before the scale", "matmul.where.mul.softmax.matmul",
+       [=](const Tensor& q, const Tensor& k, const Tensor& v) {
+         Tensor scores = where(keep, matmul(q, k.transpose(-2, -1)), -kInf);
+         return matmul(softmax(scores * 0.5, -1), v);
+       }},
+      {"k given transposed: a view of it is inserted", "matmul.mul.softmax.matmul",
+       [=](const Tensor& q, const Tensor& k, const Tensor& v) {
+         Tensor kt = k.transpose(-2, -1).contiguous();
+         return matmul(softmax(matmul(q, kt) * s, -1), v);
+       }},
+  };
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(attention_rewrite)
+
+BOOST_AUTO_TEST_CASE(the_patterns_users_write_become_one_attention_node_with_eager_results) {
+  Tensor q = make({2, 2, 4, 3}, DType::f64, 1), k = make({2, 2, 5, 3}, DType::f64, 2);
+  Tensor v = make({2, 2, 5, 6}, DType::f64, 3);
+  for (const Pattern& p : patterns()) {
+    BOOST_TEST_CONTEXT(p.label) {
+      Tensor eager = p.fn(q, k, v);
+      Compiled c = compile_and_run(p.fn, q, k, v);
+      BOOST_TEST(c.attention == 1);
+      BOOST_TEST(c.softmax == 0);
+      BOOST_TEST(allclose(c.out, eager, 1e-12, 1e-12), c.out << " vs " << eager);
+      BOOST_TEST(c.log.find("rewritten (" + p.steps + ")") != std::string::npos, c.log);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(softmax_in_f32_cast_back_to_bf16_is_rewritten) {
+  Tensor q = make({2, 4, 8}, DType::bf16, 4), k = make({2, 6, 8}, DType::bf16, 5);
+  Tensor v = make({2, 6, 8}, DType::bf16, 6);
+  Fn3 fn = [](const Tensor& a, const Tensor& b, const Tensor& c) {
+    Tensor scores = matmul(a, b.transpose(-2, -1)) * 0.35;
+    return matmul(softmax(scores.to(DType::f32), -1).to(DType::bf16), c);
+  };
+  Tensor eager = fn(q, k, v);
+  Compiled c = compile_and_run(fn, q, k, v);
+  BOOST_TEST(c.attention == 1);
+  BOOST_TEST(c.out.dtype() == DType::bf16);
+  BOOST_TEST(allclose(c.out.to(DType::f32), eager.to(DType::f32), 2e-2, 2e-2));
+  BOOST_TEST(c.log.find("rewritten (matmul.mul.cast.softmax.cast.matmul)") != std::string::npos,
+             c.log);
+}
+
+BOOST_AUTO_TEST_CASE(near_misses_stay_primitives_and_say_why) {
+  Tensor q = make({2, 4, 3}, DType::f64, 7), k = make({2, 4, 3}, DType::f64, 8);
+  Tensor v = make({2, 4, 3}, DType::f64, 9);
+  Tensor drop = test::bools({false, true, false, false, false, false, true, false, false, false,
+                             false, false, true, false, false, false},
+                            {4, 4});
+  Tensor dropout_mask = make({2, 4, 4}, DType::f64, 10);
+  struct Miss {
+    std::string label, why;
+    Fn3 fn;
+  };
+  std::vector<Miss> misses = {
+      {"softmax over dim -2", "not the last",
+       [](const Tensor& a, const Tensor& b, const Tensor& c) {
+         return matmul(softmax(matmul(a, b.transpose(-2, -1)) * 0.5, -2), c);
+       }},
+      {"dropout between softmax and the second matmul",
+       "mul between the softmax and the second matmul",
+       [=](const Tensor& a, const Tensor& b, const Tensor& c) {
+         return matmul(softmax(matmul(a, b.transpose(-2, -1)) * 0.5, -1) * dropout_mask, c);
+       }},
+      {"scores read elsewhere", "read elsewhere",
+       [](const Tensor& a, const Tensor& b, const Tensor& c) {
+         Tensor scores = matmul(a, b.transpose(-2, -1)) * 0.5;
+         return matmul(softmax(scores, -1), c) + sum(scores, {-1}, true);
+       }},
+      {"a finite fill value", "other than -inf",
+       [=](const Tensor& a, const Tensor& b, const Tensor& c) {
+         return matmul(softmax(masked_fill(matmul(a, b.transpose(-2, -1)), drop, -1e9), -1), c);
+       }},
+  };
+  for (const Miss& m : misses) {
+    BOOST_TEST_CONTEXT(m.label) {
+      Tensor eager = m.fn(q, k, v);
+      Compiled c = compile_and_run(m.fn, q, k, v);
+      BOOST_TEST(c.attention == 0);
+      BOOST_TEST(c.softmax == 1);
+      BOOST_TEST(allclose(c.out, eager, 0, 0));  // the primitives, as eager runs them
+      BOOST_TEST(c.log.find("not rewritten") != std::string::npos, c.log);
+      BOOST_TEST(c.log.find(m.why) != std::string::npos, c.log);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(compiled_gradients_equal_eager_ones) {
+  const Pattern p = patterns()[0];
+  Tensor q = make({2, 4, 3}, DType::f64, 11).requires_grad_();
+  Tensor k = make({2, 5, 3}, DType::f64, 12).requires_grad_();
+  Tensor v = make({2, 5, 2}, DType::f64, 13).requires_grad_();
+  Tensor seed = make({2, 4, 2}, DType::f64, 14);
+  auto want = autograd::grad({p.fn(q, k, v)}, {q, k, v}, {seed});
+  jit::CompileOptions options;
+  options.dynamic = jit::DynamicMode::never;
+  auto f = jit::compile(
+      [&](const Tensor& a, const Tensor& b, const Tensor& c) { return p.fn(a, b, c); }, options);
+  Tensor out = f(q, k, v);
+  BOOST_TEST(count(f.core().graph(0), OpId::attention) == 1);
+  auto got = autograd::grad({out}, {q, k, v}, {seed});
+  for (std::size_t i = 0; i < 3; ++i)
+    BOOST_TEST(allclose(got[i], want[i], 1e-10, 1e-12),
+               "input " << i << ": " << got[i] << " vs " << want[i]);
+}
+
+BOOST_AUTO_TEST_CASE(the_switch_turns_the_rewrite_off) {
+  const Pattern p = patterns()[1];
+  Tensor q = make({2, 4, 3}, DType::f64, 15), k = make({2, 5, 3}, DType::f64, 16);
+  Tensor v = make({2, 5, 2}, DType::f64, 17);
+  test::ScopedEnv off("KILN_ATTENTION_REWRITE", "0");
+  Compiled c = compile_and_run(p.fn, q, k, v);
+  BOOST_TEST(c.attention == 0);
+  BOOST_TEST(allclose(c.out, p.fn(q, k, v), 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(the_compiled_gpt_gets_the_rewrite_with_no_change_to_the_model) {
+  gpt::GptConfig model;  // vocab 16, seq 8, d_model 32, 2 heads
+  model.layers = 2;
+  gpt::TrainConfig train;
+  train.steps = 2;
+  train.batch = 4;
+  train.warmup_steps = 1;
+  gpt::Trainer eager(model, train, Device::cuda(), false);
+  gpt::Trainer compiled(model, train, Device::cuda(), true);
+  std::string log;
+  double a = eager.forward_backward().item();
+  {
+    test::ScopedEnv env("KILN_LOG", "fusion");
+    reload_log_settings();
+    log = test::capture_output(2, [&] {
+      double b = compiled.forward_backward().item();
+      BOOST_TEST(std::fabs(a - b) <= 1e-5 * std::fabs(a), "eager " << a << ", compiled " << b);
+    });
+  }
+  reload_log_settings();
+  BOOST_TEST(log.find("rewritten (matmul.mul.where.softmax.matmul)") != std::string::npos, log);
+  const auto& core = *compiled.compiled();
+  BOOST_TEST(count(core.graph(0), OpId::attention) == model.layers);
+  BOOST_TEST(count(core.graph(0), OpId::softmax) == 0);
+  // The compiled backward differentiates the op: one backward op per layer, no softmax.
+  const jit::AotProgram* aot = core.aot(0);
+  BOOST_TEST_REQUIRE(aot != nullptr);
+  BOOST_TEST(count(aot->partition().backward, OpId::attention_backward) == model.layers);
+  BOOST_TEST(count(aot->partition().forward, OpId::attention) == model.layers);
+  // Every parameter's gradient agrees with eager's (the key bias's is zero up to rounding:
+  // softmax ignores a constant added to a row of scores).
+  auto pe = eager.model().parameters(), pc = compiled.model().parameters();
+  BOOST_TEST_REQUIRE(pe.size() == pc.size());
+  for (std::size_t i = 0; i < pe.size(); ++i)
+    BOOST_TEST(allclose(pe[i].grad().to(Device::cpu()), pc[i].grad().to(Device::cpu()), 1e-4, 1e-6),
+               "parameter " << i << ": eager " << pe[i].grad().to(Device::cpu()) << " compiled "
+                            << pc[i].grad().to(Device::cpu()));
+  // Then a whole step: the losses stay equal.
+  eager.optimizer_step();
+  compiled.optimizer_step();
+  double a2 = eager.step(), b2 = compiled.step();
+  BOOST_TEST(std::fabs(a2 - b2) <= 1e-5 * std::fabs(a2), "eager " << a2 << ", compiled " << b2);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
