@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/grad_scaler.h"
 #include "autograd/lr_scheduler.h"
 #include "autograd/nn.h"
 #include "autograd/ops.h"
@@ -220,6 +221,8 @@ struct TrainConfig {
   // The forward and the loss run under autocast(*autocast) (bf16 or f16), the backward and the
   // optimizer outside it; parameters and their gradients stay f32.
   std::optional<DType> autocast;
+  // Loss scaling when autocast is f16 (amp::GradScaler; torch's defaults unless changed).
+  amp::GradScaler::Options loss_scaling;
 };
 
 // One training run: the model, AdamW, its schedule, and the loss function, either called
@@ -235,6 +238,8 @@ class Trainer {
         optimizer_(model_.parameters(), train.lr, 0.9, 0.95, 1e-8, train.weight_decay),
         scheduler_(optimizer_, train.warmup_steps, train.steps, train.min_lr),
         data_(train.data_seed) {
+    // f16's range needs loss scaling; bf16 has f32's and needs none.
+    if (train.autocast == DType::f16) scaler_.emplace(train.loss_scaling);
     auto loss = [this](const Tensor& tokens, const Tensor& targets) {
       return model_.loss(tokens, targets);
     };
@@ -274,11 +279,24 @@ class Trainer {
     AutocastScope scope(autocast_dtype(), train_.autocast.has_value());
     return loss_(b.tokens, b.targets);
   }
-  void backward(const Tensor& loss) { loss.backward(); }
+  void backward(const Tensor& loss) {
+    if (scaler_)
+      scaler_->scale(loss).backward();
+    else
+      loss.backward();
+  }
   void optimizer_step() {
-    // The tensor form: on CUDA the norm stays on the device (no host sync).
+    // The tensor form: on CUDA the norm stays on the device (no host sync). Under loss scaling
+    // the gradients are unscaled first, and a step whose gradients overflowed is skipped on the
+    // device (the scale backs off).
+    if (scaler_) scaler_->unscale_(optimizer_);
     optim::clip_grad_norm_tensor_(optimizer_.params(), train_.clip_norm);
-    optimizer_.step();
+    if (scaler_) {
+      scaler_->step(optimizer_);
+      scaler_->update();
+    } else {
+      optimizer_.step();
+    }
     scheduler_.step();
   }
 
@@ -290,6 +308,9 @@ class Trainer {
   }
 
   Gpt& model() { return model_; }
+  const optim::AdamW& optimizer() const { return optimizer_; }
+  // The loss scaler (f16 autocast), or null.
+  const amp::GradScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
   // The compiled function's core (entries, plans, stats), or null when eager.
   const jit::CompiledFunctionCore* compiled() const { return compiled_; }
 
@@ -302,6 +323,7 @@ class Trainer {
   optim::AdamW optimizer_;
   optim::CosineWithWarmup scheduler_;
   Generator data_;
+  std::optional<amp::GradScaler> scaler_;
   std::function<Tensor(const Tensor&, const Tensor&)> loss_;
   const jit::CompiledFunctionCore* compiled_ = nullptr;
 };

@@ -12,6 +12,7 @@
 #include "autograd/attention.h"
 #include "autograd/ops.h"
 #include "graph/fusion.h"
+#include "jit/codegen/attention.h"
 #include "jit/codegen/group_kernel.h"
 #include "jit/codegen/indexing.h"
 #include "jit/codegen/kernel_coverage.h"
@@ -98,12 +99,32 @@ std::vector<Tensor> run_attention_decomposed(OpId op, std::span<const Tensor> in
   return {g.dq, g.dk, g.dv};
 }
 
+// attention (q, k, v [, mask]) and attention_backward (q, k, v, out, lse, dout [, mask]) on the
+// FlashAttention kernels, or as primitive ops with the kernels' reason for refusing the call.
+std::vector<Tensor> run_attention(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
+  bool forward = op == OpId::attention;
+  codegen::AttentionCall call;
+  call.q = inputs[0];
+  call.k = inputs[1];
+  call.v = inputs[2];
+  if (std::size_t mask_at = forward ? 3 : 6; inputs.size() > mask_at) call.mask = inputs[mask_at];
+  call.scale = attrs.scale;
+  call.causal = attrs.causal;
+  if (std::string why = codegen::attention_unsupported(call); !why.empty())
+    return run_attention_decomposed(op, inputs, attrs, why);
+  if (forward) {
+    auto r = codegen::attention_forward(call);
+    return {r.out, r.lse};
+  }
+  auto g = codegen::attention_backward(call, inputs[3], inputs[4], inputs[5]);
+  return {g.dq, g.dk, g.dv};
+}
+
 class GeneratedCudaBackend : public CudaBackend {
  public:
   std::vector<Tensor> run(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs,
                           std::span<const TensorMeta> outputs) override {
-    if (op_class(op) == OpClass::attention)
-      return run_attention_decomposed(op, inputs, attrs, "no fused attention kernel in this build");
+    if (op_class(op) == OpClass::attention) return run_attention(op, inputs, attrs);
     std::shared_ptr<const Plan> plan = plan_for(op, inputs, attrs, outputs);
     std::vector<Tensor> values(plan->graph.values.size());
     for (std::size_t i = 0; i < inputs.size(); ++i)
