@@ -75,11 +75,14 @@ void collect(const graph::Graph& g, std::map<std::string, std::string>& sources)
               codegen::render_indexing(node.op, node.attrs, operands, g.values[node.output()].meta);
           sources.emplace(k.handle.source(), k.handle.name());
         } else {
-          // Views run on the host, matmuls are built below, transfers are copies: nothing
-          // else may reach here (an unrendered group would have run through the host).
+          // Views run on the host, matmuls are built below, transfers are copies, attention
+          // runs as primitive ops (their kernels are the other samples') where no fused kernel
+          // takes it: nothing else may reach here (an unrendered group would have run through
+          // the host).
           BOOST_TEST(
               (group.kind == graph::FusionKind::view || group.kind == graph::FusionKind::matmul ||
-               group.kind == graph::FusionKind::transfer),
+               group.kind == graph::FusionKind::transfer ||
+               group.kind == graph::FusionKind::attention),
               graph::fusion_kind_name(group.kind) << ": " << group.unrendered);
         }
       } catch (const Error& e) {
