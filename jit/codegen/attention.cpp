@@ -319,28 +319,52 @@ std::string attention_unsupported(const AttentionCall& c) {
   return "";
 }
 
+// A checked call's sizes: the broadcast batch dims, the query and key lengths, the head dims,
+// and the forward's output shapes (what the backward checks its out, dout and lse against).
+struct Geometry {
+  Shape batch;
+  std::int64_t t, s;
+  int d, dv;
+  Shape out_shape, lse_shape;
+};
+
+Geometry geometry_of(const AttentionCall& c) {
+  Geometry g;
+  g.batch = *batch_shape(c);
+  g.t = c.q.shape()[c.q.dim() - 2];
+  g.s = c.k.shape()[c.k.dim() - 2];
+  g.d = static_cast<int>(c.q.shape().back());
+  g.dv = static_cast<int>(c.v.shape().back());
+  g.out_shape = g.batch;
+  g.out_shape.insert(g.out_shape.end(), {g.t, g.dv});
+  g.lse_shape = g.batch;
+  g.lse_shape.push_back(g.t);
+  return g;
+}
+
+// The kernel variant of a call whose tensors have layout `l` (`vector_loads`: whether the rows
+// the kernel streams take cp.async's 16-byte copies).
+Variant variant_of(const AttentionCall& c, const Geometry& g, const Layout& l, bool vector_loads) {
+  return {c.q.dtype(),
+          g.d,
+          g.dv,
+          c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
+          vector_loads,
+          l.rank,
+          c.q.dtype() == DType::f32 && allow_tf32()};
+}
+
 AttentionForward attention_forward(const AttentionCall& c) {
   check(c);
-  Shape batch = *batch_shape(c);
-  std::int64_t t = c.q.shape()[c.q.dim() - 2], s = c.k.shape()[c.k.dim() - 2];
-  auto dv = static_cast<int>(c.v.shape().back()), d = static_cast<int>(c.q.shape().back());
-  Shape out_shape = batch, lse_shape = batch;
-  out_shape.push_back(t);
-  out_shape.push_back(dv);
-  lse_shape.push_back(t);
-  AttentionForward r{empty(out_shape, c.q.dtype(), Device::cuda()),
-                     empty(lse_shape, DType::f32, Device::cuda())};
+  Geometry g = geometry_of(c);
+  const std::int64_t t = g.t;
+  AttentionForward r{empty(g.out_shape, c.q.dtype(), Device::cuda()),
+                     empty(g.lse_shape, DType::f32, Device::cuda())};
   if (r.out.numel() == 0) return r;
   std::optional<Tensor> mask;
-  if (c.mask) mask = mask_view(*c.mask, batch, t, s);
-  Layout l = layout_of(c, batch, nullptr, nullptr, mask ? &*mask : nullptr);
-  Variant v{c.q.dtype(),
-            d,
-            dv,
-            c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
-            vector_loads_fit({&c.q, &c.k, &c.v}, c),
-            l.rank,
-            c.q.dtype() == DType::f32 && allow_tf32()};
+  if (c.mask) mask = mask_view(*c.mask, g.batch, t, g.s);
+  Layout l = layout_of(c, g.batch, nullptr, nullptr, mask ? &*mask : nullptr);
+  Variant v = variant_of(c, g, l, vector_loads_fit({&c.q, &c.k, &c.v}, c));
   auto [k, tl] = kernel_for(Kernel::forward, v);
   auto blocks = static_cast<unsigned>(l.batches * ((t + 16 * tl.warps - 1) / (16 * tl.warps)));
   cuda::DevicePtr pq = address(c.q), pk = address(c.k), pv = address(c.v),
@@ -358,13 +382,10 @@ AttentionForward attention_forward(const AttentionCall& c) {
 AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, const Tensor& lse,
                                   const Tensor& dout) {
   check(c);
-  Shape batch = *batch_shape(c);
-  std::int64_t t = c.q.shape()[c.q.dim() - 2], s = c.k.shape()[c.k.dim() - 2];
-  auto dv = static_cast<int>(c.v.shape().back()), d = static_cast<int>(c.q.shape().back());
-  Shape out_shape = batch, lse_shape = batch;
-  out_shape.push_back(t);
-  out_shape.push_back(dv);
-  lse_shape.push_back(t);
+  Geometry g = geometry_of(c);
+  const Shape &batch = g.batch, &out_shape = g.out_shape, &lse_shape = g.lse_shape;
+  const std::int64_t t = g.t, s = g.s;
+  const int d = g.d, dv = g.dv;
   for (const Tensor* x : {&out, &dout})
     KILN_CHECK(x->defined() && x->device().is_cuda() && x->shape() == out_shape &&
                    x->dtype() == c.q.dtype(),
@@ -394,13 +415,7 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
     if (c.mask) mask = mask_view(*c.mask, batch, t, s);
     Tensor lse_c = lse.contiguous();
     Layout l = layout_of(c, batch, &out, &dout, mask ? &*mask : nullptr);
-    Variant v{c.q.dtype(),
-              d,
-              dv,
-              c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
-              vector_loads_fit({&c.q, &c.k, &c.v, &dout}, c),
-              l.rank,
-              c.q.dtype() == DType::f32 && allow_tf32()};
+    Variant v = variant_of(c, g, l, vector_loads_fit({&c.q, &c.k, &c.v, &dout}, c));
     cuda::DevicePtr pq = address(c.q), pk = address(c.k), pv = address(c.v), po = address(out),
                     pdo = address(dout), pl = address(lse_c), pm = mask ? address(*mask) : 0,
                     pdq = address(dq), pdk = address(dk), pdv = address(dvt);
