@@ -11,12 +11,13 @@
 #include <initializer_list>
 #include <limits>
 #include <ostream>
+#include <random>
 #include <string>
 #include <typeinfo>
 #include <vector>
 
-#include "runtime/grad_mode.h"
 #include "autograd/ops.h"
+#include "runtime/grad_mode.h"
 
 namespace kiln {
 // Lets BOOST_TEST print dtypes in failure messages (Boost.Test's customization point).
@@ -81,6 +82,14 @@ inline std::vector<double> host_random(std::size_t n, double lo, double hi,
     v = lo + (hi - lo) * static_cast<double>(s >> 11) * 0x1.0p-53;
   }
   return out;
+}
+
+// n draws of a normal distribution with mean 0 and standard deviation `scale`.
+inline std::vector<double> normal_values(std::size_t n, std::mt19937& rng, double scale = 1.0) {
+  std::normal_distribution<double> dist(0.0, scale);
+  std::vector<double> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
 }
 
 // Same values rounded to f32 (so an f32 tensor and its f64 reference agree on the input).
