@@ -102,17 +102,10 @@ std::vector<Tensor> run_attention_decomposed(OpId op, std::span<const Tensor> in
 // attention (q, k, v [, mask]) and attention_backward (q, k, v, out, lse, dout [, mask]) on the
 // FlashAttention kernels, or as primitive ops with the kernels' reason for refusing the call.
 std::vector<Tensor> run_attention(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
-  bool forward = op == OpId::attention;
-  codegen::AttentionCall call;
-  call.q = inputs[0];
-  call.k = inputs[1];
-  call.v = inputs[2];
-  if (std::size_t mask_at = forward ? 3 : 6; inputs.size() > mask_at) call.mask = inputs[mask_at];
-  call.scale = attrs.scale;
-  call.causal = attrs.causal;
+  codegen::AttentionCall call = codegen::attention_call(op, inputs, attrs);
   if (std::string why = codegen::attention_unsupported(call); !why.empty())
     return run_attention_decomposed(op, inputs, attrs, why);
-  if (forward) {
+  if (op == OpId::attention) {
     auto r = codegen::attention_forward(call);
     return {r.out, r.lse};
   }

@@ -56,6 +56,7 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
     }
     steps_.push_back(std::move(step));
   }
+  plan_placements(g);
   // ---- cuBLASLt epilogues (jit/codegen/epilogue_lowering.h) ----
   std::vector<std::string> lines;
   for (auto& l : codegen::plan_epilogues(g, partition, lines)) {
@@ -88,6 +89,25 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
   for (const auto& s : steps_)
     if (s.kernel) kernels.push_back(&s.kernel->expected_kernel());
   if (!kernels.empty()) codegen::prepare_kernels(kernels);
+}
+
+void KernelPlan::plan_placements(const graph::Graph& g) {
+  std::vector<int> step_of_node(g.nodes.size(), -1);
+  for (std::size_t i = 0; i < steps_.size(); ++i)
+    for (int n : steps_[i].nodes) step_of_node[n] = static_cast<int>(i);
+  for (auto& step : steps_) {
+    if (step.kind != Step::Kind::eager || step.nodes.size() != 1) continue;
+    auto placement = plan_output_placement(g, step.nodes[0]);
+    if (!placement) continue;
+    if (placement->cat_node >= 0) {
+      Step& cat = steps_[step_of_node[placement->cat_node]];
+      if (cat.kind != Step::Kind::eager || cat.nodes.size() != 1) continue;
+      cat.joins_placed = g.nodes[placement->cat_node].output();
+      cat.note += " [made by the attention backward's placed gradients unless it falls back]";
+    }
+    step.note += " [" + placement->str(g) + "]";
+    step.placement = std::move(placement);
+  }
 }
 
 void KernelPlan::plan_releases(const graph::Graph& g, const graph::Partition& partition) {
@@ -189,7 +209,29 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
       release();
       continue;
     }
+    if (step.joins_placed >= 0 && values[step.joins_placed].defined()) {
+      release();
+      continue;
+    }
     std::vector<Tensor> operands;
+    if (step.placement) {
+      const graph::Node& node = g.nodes[step.placement->node];
+      for (int v : node.inputs) operands.push_back(values.at(v));
+      std::vector<Shape> shapes;
+      for (int v : node.outputs) shapes.push_back(concrete(g.values[v].sizes));
+      if (auto placed =
+              run_placed(g, *step.placement, operands, attrs_at(g, node, symbol_values), shapes)) {
+        for (std::size_t k = 0; k < node.outputs.size(); ++k)
+          values[node.outputs[k]] = placed->outputs[k];
+        if (placed->joined.defined())
+          values[g.nodes[step.placement->cat_node].output()] = placed->joined;
+        if (check)
+          check_step_accuracy(g, step.nodes, values, symbol_values,
+                              fmt::format("eager group {} ({})", step.group, step.note), "");
+        release();
+        continue;
+      }
+    }
     for (int n : step.nodes) {
       const graph::Node& node = g.nodes[n];
       operands.clear();

@@ -14,6 +14,7 @@
 #include "graph/graph.h"
 #include "jit/call_args.h"
 #include "jit/codegen/group_kernel.h"
+#include "jit/output_placement.h"
 
 namespace kiln::jit {
 namespace codegen {
@@ -62,8 +63,13 @@ class KernelPlan {
     std::shared_ptr<const codegen::EpilogueLowering> lt;
     int absorbed_by = -1;  // the matmul step whose cuBLASLt call computes this step
     int runs_after = -1;   // a group before it in the partition it must follow (a BGRADB sum)
+    // An attention step that writes its outputs where their readers want them, and the cat
+    // step whose result such a step then made (it is skipped when its value is already there).
+    std::optional<OutputPlacement> placement;
+    int joins_placed = -1;  // the cat's output value
   };
   void plan_releases(const graph::Graph& graph, const graph::Partition& partition);
+  void plan_placements(const graph::Graph& graph);
 
   std::vector<Step> steps_;
   std::int64_t peak_bytes_ = 0, total_bytes_ = 0;

@@ -12,6 +12,7 @@
 #include "graph/attention_rewrite.h"
 #include "jit/aot/aot_program.h"
 #include "jit/compile.h"
+#include "runtime/cuda/virtual/profiler.h"
 #include "runtime/log.h"
 #include "support/capture_output.h"
 #include "support/reference.h"
@@ -258,6 +259,26 @@ BOOST_AUTO_TEST_CASE(the_compiled_gpt_gets_the_rewrite_with_no_change_to_the_mod
   compiled.optimizer_step();
   double a2 = eager.step(), b2 = compiled.step();
   BOOST_TEST(std::fabs(a2 - b2) <= 1e-5 * std::fabs(a2), "eager " << a2 << ", compiled " << b2);
+  // The attention kernels write o in the layout that merges the heads, and dq, dk, dv into the
+  // slices of the qkv projection's gradient: no kernel copies o or joins the gradients.
+  namespace vgpu = cuda::vgpu;
+  eager.model().zero_grad();
+  compiled.model().zero_grad();
+  eager.forward_backward();
+  vgpu::clear_profiles();
+  vgpu::set_profiling(true);
+  compiled.forward_backward();
+  vgpu::set_profiling(false);
+  int attention_launches = 0;
+  for (const auto& p : vgpu::profiles()) {
+    BOOST_TEST(p.kernel.rfind("k_cat", 0) != 0, p.kernel);
+    BOOST_TEST(p.kernel.rfind("k_copy", 0) != 0, p.kernel);
+    attention_launches += p.kernel.rfind("k_attention", 0) == 0;
+  }
+  BOOST_TEST(attention_launches == 2 * model.layers);
+  for (std::size_t i = 0; i < pe.size(); ++i)
+    BOOST_TEST(allclose(pe[i].grad().to(Device::cpu()), pc[i].grad().to(Device::cpu()), 1e-4, 1e-6),
+               "parameter " << i << " after the profiled step");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -119,6 +119,10 @@ struct Case {
   bool causal = false;
   std::optional<Tensor> mask;  // CPU, broadcastable to batch + [t, s]
   bool backward = true;
+  // Batch [B, H], T == S, d == dv: out written into a [B, T, H, dv] buffer seen as [B, H, T, dv],
+  // and dq, dk, dv into the three head slices of one [B, T, 3H, d] buffer (a fused qkv's
+  // gradient), as a compiled step places them.
+  bool placed = false;
   // Makes q, k, v from [batch.., rows, h] CPU f32 draws: contiguous unless overridden.
   std::function<Tensor(const Shape& batch, long rows, long h, DType dtype)> make;
 };
@@ -128,6 +132,11 @@ Tensor contiguous_input(const Shape& batch, long rows, long h, DType dtype) {
   shape.push_back(rows);
   shape.push_back(h);
   return randn(shape).to(dtype).to(Device::cuda());
+}
+
+// A CUDA tensor of NaNs: an element a kernel fails to write shows as an error.
+Tensor full_like_nan(const Shape& shape, DType dtype) {
+  return full(shape, std::numeric_limits<double>::quiet_NaN(), dtype).to(Device::cuda());
 }
 
 void run_case(const Case& c) {
@@ -157,7 +166,19 @@ void run_case(const Case& c) {
       reference(values(q, full(c.t, c.d)), values(k, full(c.s, c.d)), values(v, full(c.s, c.dv)),
                 mask, c.backward ? values(dout, full(c.t, c.dv)) : std::vector<double>{}, batches,
                 c.t, c.s, c.d, c.dv, scale, c.causal);
-  auto fwd = codegen::attention_forward(call);
+  std::optional<Tensor> out_into;
+  codegen::AttentionGradsInto grads_into;
+  Tensor joined;
+  if (c.placed) {
+    long b = c.batch.at(0), h = c.batch.at(1);
+    out_into = full_like_nan({b, c.t, h, c.dv}, c.dtype).transpose(1, 2);
+    joined = full_like_nan({b, c.t, 3 * h, c.d}, c.dtype);
+    grads_into.dq = joined.slice(2, 0, h).transpose(1, 2);
+    grads_into.dk = joined.slice(2, h, 2 * h).transpose(1, 2);
+    grads_into.dv = joined.slice(2, 2 * h, 3 * h).transpose(1, 2);
+  }
+  auto fwd = codegen::attention_forward(call, out_into);
+  if (out_into) BOOST_TEST(fwd.out.raw_data() == out_into->raw_data());
   BOOST_TEST((fwd.out.dtype() == c.dtype));
   BOOST_TEST((fwd.lse.dtype() == DType::f32));
   BOOST_TEST((fwd.out.shape() == full(c.t, c.dv)));
@@ -165,7 +186,12 @@ void run_case(const Case& c) {
   expect_close(fwd.out, want.out, tol, "out");
   expect_close(fwd.lse, want.lse, tol, "lse");
   if (!c.backward) return;
-  auto grads = codegen::attention_backward(call, fwd.out, fwd.lse, dout);
+  auto grads = codegen::attention_backward(call, fwd.out, fwd.lse, dout, grads_into);
+  if (c.placed) {
+    BOOST_TEST(grads.dq.raw_data() == grads_into.dq->raw_data());
+    BOOST_TEST(grads.dk.raw_data() == grads_into.dk->raw_data());
+    BOOST_TEST(grads.dv.raw_data() == grads_into.dv->raw_data());
+  }
   BOOST_TEST((grads.dq.shape() == q.shape()));
   BOOST_TEST((grads.dk.shape() == k.shape()));
   BOOST_TEST((grads.dv.shape() == v.shape()));
@@ -270,6 +296,22 @@ BOOST_AUTO_TEST_CASE(strided_inputs_heads_made_by_transposing_and_column_strides
     return randn({batch[0], h, rows}).to(t).to(Device::cuda()).transpose(1, 2);
   };
   run_case(c);
+}
+
+BOOST_AUTO_TEST_CASE(outputs_written_into_permuted_and_sliced_views) {
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (bool causal : {false, true}) {
+      BOOST_TEST_CONTEXT(dtype_name(dtype) << (causal ? " causal" : "")) {
+        Case c;
+        c.dtype = dtype;
+        c.batch = {2, 3};
+        c.t = c.s = 13;
+        c.d = c.dv = 16;
+        c.causal = causal;
+        c.placed = true;
+        run_case(c);
+      }
+    }
 }
 
 BOOST_AUTO_TEST_CASE(k_and_v_shared_by_heads_broadcast_and_get_summed_gradients) {
@@ -398,6 +440,40 @@ BOOST_AUTO_TEST_CASE(bad_calls_name_the_op_and_shapes) {
   codegen::AttentionCall ok{
       cuda({2, 4, 16}), cuda({2, 5, 16}), cuda({2, 5, 16}), std::nullopt, 0.25, false};
   BOOST_TEST(reason(ok) == "");
+  // Placed outputs of the wrong shape or dtype, and a placed gradient of a broadcast operand.
+  auto placement_raises = [](const std::function<void()>& call, const std::string& part) {
+    try {
+      call();
+      BOOST_ERROR("no error for " << part);
+    } catch (const Error& e) {
+      BOOST_TEST(std::string(e.what()).find(part) != std::string::npos, e.what());
+    }
+  };
+  placement_raises(
+      [&] {
+        codegen::attention_forward(ok, cuda({2, 5, 16}));
+      },
+      "out must be f32 [2, 4, 16]");
+  placement_raises(
+      [&] {
+        codegen::attention_forward(ok, cuda({2, 4, 16}, DType::f16));
+      },
+      "got f16 [2, 4, 16]");
+  auto fwd = codegen::attention_forward(ok);
+  codegen::AttentionGradsInto into;
+  into.dk = cuda({2, 5, 16}, DType::bf16);
+  placement_raises([&] { codegen::attention_backward(ok, fwd.out, fwd.lse, fwd.out, into); },
+                   "dk must be f32 [2, 5, 16]");
+  codegen::AttentionCall shared_kv{
+      cuda({2, 4, 16}), cuda({1, 5, 16}), cuda({1, 5, 16}), std::nullopt, 0.25, false};
+  auto fwd_shared = codegen::attention_forward(shared_kv);
+  into.dk = cuda({1, 5, 16});
+  placement_raises(
+      [&] {
+        codegen::attention_backward(shared_kv, fwd_shared.out, fwd_shared.lse, fwd_shared.out,
+                                    into);
+      },
+      "broadcast");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -194,7 +194,8 @@ std::optional<Shape> batch_shape(const AttentionCall& c) {
 }
 
 // The kernels' layout arguments: batch sizes, then per operand its batch strides (right-aligned,
-// 0 where it broadcasts), row and column strides; then T and S (kiln_attn_params).
+// 0 where it broadcasts), row and column strides; then T and S (kiln_attn_params). Operands are
+// q, k, v, o, dout, mask, dq, dk, dv; the forward's output is its o.
 struct Layout {
   Shape batch;
   int rank = 1;
@@ -226,7 +227,7 @@ Tensor mask_view(const Tensor& mask, const Shape& batch, std::int64_t t, std::in
 }
 
 Layout layout_of(const AttentionCall& c, const Shape& batch, const Tensor* o, const Tensor* dout,
-                 const Tensor* mask) {
+                 const Tensor* mask, const AttentionGrads* grads = nullptr) {
   Layout l;
   l.batch = batch;
   l.rank = std::max<int>(1, static_cast<int>(batch.size()));
@@ -236,6 +237,9 @@ Layout layout_of(const AttentionCall& c, const Shape& batch, const Tensor* o, co
   l.t = c.q.shape()[c.q.dim() - 2];
   l.s = c.k.shape()[c.k.dim() - 2];
   for (const Tensor* x : {&c.q, &c.k, &c.v, o, dout, mask}) l.add_operand(x);
+  for (const Tensor* x :
+       {grads ? &grads->dq : nullptr, grads ? &grads->dk : nullptr, grads ? &grads->dv : nullptr})
+    l.add_operand(x);
   l.words.push_back(l.t);
   l.words.push_back(l.s);
   return l;
@@ -269,12 +273,37 @@ Tensor reduce_to(const Tensor& full, const Shape& target) {
   return full.sum(dims, true).reshape(target);
 }
 
+// An output the caller placed: any strides, but the shape and dtype the kernel writes.
+Tensor placed_output(const std::optional<Tensor>& into, const char* what, const Shape& shape,
+                     DType dtype) {
+  if (!into) return empty(shape, dtype, Device::cuda());
+  KILN_CHECK(into->defined() && into->device().is_cuda() && into->shape() == shape &&
+                 into->dtype() == dtype,
+             "attention: the tensor given for {} must be {} {} on CUDA, got {} {}", what,
+             dtype_name(dtype), shape_str(shape),
+             into->defined() ? dtype_name(into->dtype()) : "undefined",
+             into->defined() ? shape_str(into->shape()) : "");
+  return *into;
+}
+
 void check(const AttentionCall& call) {
   std::string why = attention_unsupported(call);
   KILN_CHECK(why.empty(), "{}", why);
 }
 
 }  // namespace
+
+AttentionCall attention_call(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
+  AttentionCall call;
+  call.q = inputs[0];
+  call.k = inputs[1];
+  call.v = inputs[2];
+  std::size_t mask_at = op == OpId::attention ? 3 : 6;
+  if (inputs.size() > mask_at) call.mask = inputs[mask_at];
+  call.scale = attrs.scale;
+  call.causal = attrs.causal;
+  return call;
+}
 
 std::string attention_unsupported(const AttentionCall& c) {
   auto fail = [&](const std::string& what) {
@@ -354,16 +383,16 @@ Variant variant_of(const AttentionCall& c, const Geometry& g, const Layout& l, b
           c.q.dtype() == DType::f32 && allow_tf32()};
 }
 
-AttentionForward attention_forward(const AttentionCall& c) {
+AttentionForward attention_forward(const AttentionCall& c, const std::optional<Tensor>& out_into) {
   check(c);
   Geometry g = geometry_of(c);
   const std::int64_t t = g.t;
-  AttentionForward r{empty(g.out_shape, c.q.dtype(), Device::cuda()),
+  AttentionForward r{placed_output(out_into, "out", g.out_shape, c.q.dtype()),
                      empty(g.lse_shape, DType::f32, Device::cuda())};
   if (r.out.numel() == 0) return r;
   std::optional<Tensor> mask;
   if (c.mask) mask = mask_view(*c.mask, g.batch, t, g.s);
-  Layout l = layout_of(c, g.batch, nullptr, nullptr, mask ? &*mask : nullptr);
+  Layout l = layout_of(c, g.batch, &r.out, nullptr, mask ? &*mask : nullptr);
   Variant v = variant_of(c, g, l, vector_loads_fit({&c.q, &c.k, &c.v}, c));
   auto [k, tl] = kernel_for(Kernel::forward, v);
   auto blocks = static_cast<unsigned>(l.batches * ((t + 16 * tl.warps - 1) / (16 * tl.warps)));
@@ -380,7 +409,7 @@ AttentionForward attention_forward(const AttentionCall& c) {
 }
 
 AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, const Tensor& lse,
-                                  const Tensor& dout) {
+                                  const Tensor& dout, const AttentionGradsInto& into) {
   check(c);
   Geometry g = geometry_of(c);
   const Shape &batch = g.batch, &out_shape = g.out_shape, &lse_shape = g.lse_shape;
@@ -402,9 +431,16 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
   dq_shape.insert(dq_shape.end(), {t, d});
   dk_shape.insert(dk_shape.end(), {s, d});
   dv_shape.insert(dv_shape.end(), {s, dv});
-  Tensor dq = empty(dq_shape, c.q.dtype(), Device::cuda());
-  Tensor dk = empty(dk_shape, c.q.dtype(), Device::cuda());
-  Tensor dvt = empty(dv_shape, c.q.dtype(), Device::cuda());
+  // A placed gradient is the operand's own: one that broadcasts is summed into a new tensor.
+  KILN_CHECK(!into.dq || dq_shape == c.q.shape(),
+             "attention_backward: dq placed for q {}, which "
+             "broadcasts to {} ({})",
+             shape_str(c.q.shape()), shape_str(dq_shape), shapes_of(c));
+  KILN_CHECK((!into.dk || dk_shape == c.k.shape()) && (!into.dv || dv_shape == c.v.shape()),
+             "attention_backward: dk or dv placed for k or v that broadcast ({})", shapes_of(c));
+  Tensor dq = placed_output(into.dq, "dq", dq_shape, c.q.dtype());
+  Tensor dk = placed_output(into.dk, "dk", dk_shape, c.q.dtype());
+  Tensor dvt = placed_output(into.dv, "dv", dv_shape, c.q.dtype());
   if (s == 0 && dq.numel() > 0) dq.zero_();  // no keys: nothing flows to q
   if (t == 0 && dk.numel() > 0) {
     dk.zero_();
@@ -414,7 +450,8 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
     std::optional<Tensor> mask;
     if (c.mask) mask = mask_view(*c.mask, batch, t, s);
     Tensor lse_c = lse.contiguous();
-    Layout l = layout_of(c, batch, &out, &dout, mask ? &*mask : nullptr);
+    AttentionGrads grads{dq, dk, dvt};
+    Layout l = layout_of(c, batch, &out, &dout, mask ? &*mask : nullptr, &grads);
     Variant v = variant_of(c, g, l, vector_loads_fit({&c.q, &c.k, &c.v, &dout}, c));
     cuda::DevicePtr pq = address(c.q), pk = address(c.k), pv = address(c.v), po = address(out),
                     pdo = address(dout), pl = address(lse_c), pm = mask ? address(*mask) : 0,

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "jit/codegen/kernel_cache.h"
+#include "runtime/op.h"
 #include "runtime/tensor.h"
 
 namespace kiln::jit::codegen {
@@ -22,6 +24,10 @@ struct AttentionCall {
   bool causal = false;  // key j visible to query i iff j <= i (top-left aligned)
 };
 
+// The call an `attention` (q, k, v [, mask]) or `attention_backward` (q, k, v, out, lse, dout
+// [, mask]) node makes with these operands.
+AttentionCall attention_call(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs);
+
 // Head dims the kernels are specialized for (each a compile-time constant of its kernel).
 inline constexpr int kAttentionMinHeadDim = 16;
 inline constexpr int kAttentionMaxHeadDim = 128;
@@ -32,19 +38,25 @@ std::string attention_unsupported(const AttentionCall& call);
 
 // out [..., T, dv] in q's dtype and lse [..., T] in f32 (natural log of each row's sum of
 // exponentials of the scaled, masked scores); a fully masked row gives out 0 and lse -inf.
-// kiln::Error (the reason above) when the kernels cannot take the call.
+// kiln::Error (the reason above) when the kernels cannot take the call. `out_into`: a tensor of
+// out's shape and dtype, any strides, that the kernel writes instead of allocating one.
 struct AttentionForward {
   Tensor out, lse;
 };
-AttentionForward attention_forward(const AttentionCall& call);
+AttentionForward attention_forward(const AttentionCall& call,
+                                   const std::optional<Tensor>& out_into = std::nullopt);
 
 // Gradients of out (given dout) with respect to q, k and v, from the forward's out and lse.
-// Rows whose lse is -inf contribute nothing. Deterministic: no atomics.
+// Rows whose lse is -inf contribute nothing. Deterministic: no atomics. A gradient given in
+// `into` (of its operand's shape, any strides; the operand must not broadcast) is written there.
 struct AttentionGrads {
   Tensor dq, dk, dv;
 };
+struct AttentionGradsInto {
+  std::optional<Tensor> dq, dk, dv;
+};
 AttentionGrads attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& lse,
-                                  const Tensor& dout);
+                                  const Tensor& dout, const AttentionGradsInto& into = {});
 
 // The two kernels (forward, backward) calls of this dtype and these head dims launch, rendered but
 // not compiled: what the real-GPU build checks compile. `mask` is the mask's dtype, if any;
