@@ -153,7 +153,10 @@ std::optional<ElementPair> element_pair(const graph::Graph& g, const PointwiseKe
   auto round2 = [](DType t) {
     return t == DType::bf16 ? "__floats2bfloat162_rn" : "__floats2half2_rn";
   };
-  std::map<int, std::string> pairs;  // value -> its rounded pair, which its store reuses
+  auto from_halves = [](DType t) {
+    return t == DType::bf16 ? "__halves2bfloat162" : "__halves2half2";
+  };
+  std::map<int, std::string> pairs;  // value -> its rounded pair, which stores and ops reuse
   bool any = false;
   for (int v : k.writes) any = any || is_half_dtype(g.values[v].meta.dtype);
   for (int n : steps) any = any || is_half_dtype(g.values[g.nodes[n].output()].meta.dtype);
@@ -206,7 +209,35 @@ std::optional<ElementPair> element_pair(const graph::Graph& g, const PointwiseKe
       exprs[l] =
           node_expr(node.op, node.attrs, in_types, args, together ? DType::f32 : out_type, what);
     }
-    if (together) {
+    // add, sub and mul of two out_type values (read, or rounded in pairs): one packed instruction
+    // (add.rn.bf16x2) for the pair, the result of f32 arithmetic and one rounding (f32 has more
+    // than twice the 16-bit formats' precision + 2 bits, so rounding twice gives the same value).
+    const char* packed_op = node.op == OpId::add   ? "__hadd2_rn"
+                            : node.op == OpId::sub ? "__hsub2_rn"
+                            : node.op == OpId::mul ? "__hmul2_rn"
+                                                   : nullptr;
+    std::vector<std::string> halves;  // each input as a packed pair: read so, or rounded so
+    for (int v : node.inputs) {
+      if (g.values[v].meta.dtype != out_type) break;
+      auto r = std::find(k.reads.begin(), k.reads.end(), v);
+      auto rounded = pairs.find(v);
+      if (r != k.reads.end()) {
+        auto i = r - k.reads.begin();
+        halves.push_back(fmt::format("{}(r{}_0, r{}_1)", from_halves(out_type), i, i));
+      } else if (rounded != pairs.end()) {
+        halves.push_back(rounded->second);
+      } else {
+        break;
+      }
+    }
+    if (together && packed_op && halves.size() == 2) {
+      std::string pair = var(out) + "_p";
+      p.lines.push_back(fmt::format("const {} {} = {}({}, {});", packed(out_type), pair, packed_op,
+                                    halves[0], halves[1]));
+      p.lines.push_back(fmt::format("const float {} = __low2float({});", lane(out, 0), pair));
+      p.lines.push_back(fmt::format("const float {} = __high2float({});", lane(out, 1), pair));
+      pairs[out] = pair;
+    } else if (together) {
       std::string pair = var(out) + "_p";
       p.lines.push_back(fmt::format("const {} {} = {}({}, {});", packed(out_type), pair,
                                     round2(out_type), exprs[0], exprs[1]));
