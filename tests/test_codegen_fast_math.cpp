@@ -113,15 +113,15 @@ double gelu_tanh_exact(double x) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(sigmoid_is_within_3_ulps_of_libm) {
+BOOST_AUTO_TEST_CASE(sigmoid_is_within_3_5_ulps_of_libm) {
   check("sigmoid", [](const Tensor& x) { return sigmoid(x); }, sigmoid_exact,
-        {3, 0, 0x1p-120, 2e-38});
+        {3.5, 0, 0x1p-120, 2e-38});
 }
 
-BOOST_AUTO_TEST_CASE(silu_is_within_3_5_ulps_of_libm) {
+BOOST_AUTO_TEST_CASE(silu_is_within_4_ulps_of_libm) {
   check(
       "silu", [](const Tensor& x) { return silu(x); },
-      [](double x) { return x * sigmoid_exact(x); }, {3.5, 0, 0x1p-110, 2e-36});
+      [](double x) { return x * sigmoid_exact(x); }, {4, 0, 0x1p-110, 2e-36});
 }
 
 BOOST_AUTO_TEST_CASE(tanh_is_within_2_ulps_of_libm) {
