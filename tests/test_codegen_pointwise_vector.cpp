@@ -165,6 +165,39 @@ BOOST_AUTO_TEST_CASE(broadcasts_constant_along_a_vector_keep_it) {
   BOOST_TEST(transposed.profile.load_requests == requests(numel, 2, 1));
 }
 
+// f16/bf16 on the vector path are computed two elements at a time: one cvt.rn.bf16x2.f32 rounds
+// a pair, and an add, sub or mul of two values read or rounded as f16/bf16 is one packed
+// instruction. Both must give the CPU's bits (f32 arithmetic, one rounding per op), on values
+// whose exponents differ widely (where a sum rounds twice).
+BOOST_AUTO_TEST_CASE(f16_and_bf16_pairs_round_as_the_cpu_does) {
+  Shape shape{64, 256};
+  auto spread = [&] { return randn(shape) * exp(randint(-12, 12, shape, DType::f32)); };
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    BOOST_TEST_CONTEXT(dtype_name(dtype)) {
+      Tensor x = spread().to(dtype), y = spread().to(dtype), b = randn({256}).to(dtype);
+      std::vector<std::pair<const char*, Fn>> exact = {
+          {"add", [](auto& in) { return in[0] + in[1]; }},
+          {"sub", [](auto& in) { return in[0] - in[1]; }},
+          {"mul", [](auto& in) { return in[0] * in[1]; }},
+          {"add then mul", [](auto& in) { return (in[0] + in[1]) * in[0] - in[1]; }},
+      };
+      for (const auto& [name, fn] : exact) {
+        Run r = check(fn, {x, y}, dtype);
+        Tensor want = fn({x, y});
+        BOOST_TEST(test::ulps_apart(r.out, want, dtype) == 0.0, name);
+        BOOST_TEST(r.profile.load_requests == requests(64 * 256, 2, 8), name);
+      }
+      // A transcendental before the packed op: its f32 result a few ulps from the CPU's may
+      // round to the neighbouring f16/bf16 value.
+      Run gate = check(silu_gate, {x, y}, dtype);
+      BOOST_TEST(test::ulps_apart(gate.out, silu_gate({x, y}), dtype, 1e-3) <= 2.0);
+      auto bias_gelu = [](const std::vector<Tensor>& in) { return gelu(in[0] + in[1]); };
+      Run g = check(bias_gelu, {x, b}, dtype);
+      BOOST_TEST(test::ulps_apart(g.out, bias_gelu({x, b}), dtype, 1) <= 1.0);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(every_output_dtype) {
   Shape shape{8, 100};  // 800 elements: whole vectors for every width up to 16
   for (DType dtype : {DType::f16, DType::bf16, DType::f32, DType::f64, DType::i32, DType::i64}) {

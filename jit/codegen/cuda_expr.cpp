@@ -136,6 +136,11 @@ std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType
   auto real = [&](std::string_view pattern) {
     return floating ? expr(pattern) : std::optional<std::string>();
   };
+  // f32 calls a helper of elementwise_helpers.cu.mustache, f64 the libm formula.
+  auto fast = [&](std::string_view f32, std::string_view f64) {
+    if (!floating) return std::optional<std::string>();
+    return expr(t == DType::f32 ? f32 : f64);
+  };
   switch (op) {
     case OpId::exp:
       return real("exp{f}({a})");
@@ -157,24 +162,25 @@ std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType
     case OpId::cos:
       return real("cos{f}({a})");
     case OpId::tanh:
-      return real("tanh{f}({a})");
+      return fast("kiln_tanh({a})", "tanh({a})");
     case OpId::erf:
       return real("erf{f}({a})");
-    // Two branches keep exp() from overflowing for large |x| (as the CPU kernel).
+    // f32: the MUFU forms of templates/elementwise_helpers.cu.mustache (their error bounds are
+    // there). f64: two branches keep exp() from overflowing for large |x| (as the CPU kernel).
     case OpId::sigmoid:
-      return real(
-          "({a} >= 0 ? {T}(1) / ({T}(1) + exp{f}(-{a})) : exp{f}({a}) / ({T}(1) + "
-          "exp{f}({a})))");
+      return fast("kiln_sigmoid({a})",
+                  "({a} >= 0 ? {T}(1) / ({T}(1) + exp(-{a})) : exp({a}) / ({T}(1) + exp({a})))");
     case OpId::silu:
-      return real(
-          "({a} * ({a} >= 0 ? {T}(1) / ({T}(1) + exp{f}(-{a})) : exp{f}({a}) / "
-          "({T}(1) + exp{f}({a}))))");
+      return fast("kiln_silu({a})",
+                  "({a} * ({a} >= 0 ? {T}(1) / ({T}(1) + exp(-{a})) : exp({a}) / ({T}(1) + "
+                  "exp({a}))))");
     case OpId::gelu:
-      return real("({T}(0.5) * {a} * ({T}(1) + erf{f}({a} * {T}(0.70710678118654752440))))");
+      return fast("kiln_gelu({a})",
+                  "({T}(0.5) * {a} * ({T}(1) + erf({a} * {T}(0.70710678118654752440))))");
     case OpId::gelu_tanh:
-      return real(
-          "({T}(0.5) * {a} * ({T}(1) + tanh{f}({T}(0.79788456080286535588) * ({a} + "
-          "{T}(0.044715) * {a} * {a} * {a}))))");
+      return fast("kiln_gelu_tanh({a})",
+                  "({T}(0.5) * {a} * ({T}(1) + tanh({T}(0.79788456080286535588) * ({a} + "
+                  "{T}(0.044715) * {a} * {a} * {a}))))");
     case OpId::softplus: {
       if (!floating) return std::nullopt;
       std::string beta = literal(t, attrs.beta), threshold = literal(t, attrs.threshold);

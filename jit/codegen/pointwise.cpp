@@ -88,7 +88,8 @@ void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, con
                   std::int64_t bytes_written) {
   std::int64_t vectors =
       vectors_on() ? plan_vectors(piece.space, kernel.vector_width, reads, writes) : 0;
-  // The struct the kernel declares: rank sizes, then max(1, reads) rows of rank strides.
+  // The struct the kernel declares: rank sizes, max(1, reads) rows of rank strides, then per dim
+  // a magic multiplier and a shift dividing by its size.
   std::vector<std::uint32_t> index(piece.space.sizes.begin(), piece.space.sizes.end());
   std::size_t rows = std::max<std::size_t>(1, reads.size());
   for (std::size_t r = 0; r < rows; ++r)
@@ -96,6 +97,18 @@ void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, con
       bool moves = r < reads.size() && piece.space.sizes[d] > 1;
       index.push_back(moves ? static_cast<std::uint32_t>(piece.space.strides[r][d]) : 0);
     }
+  // Each size's divisor (the struct's magic and shift): l = ceil(log2 size) and the multiplier
+  // ceil(2^(32 + l) / size), whose bit 32 the kernel adds back; exact for indices below 2^31.
+  std::vector<std::uint32_t> shifts;
+  for (std::int64_t size : piece.space.sizes) {
+    auto divisor = static_cast<std::uint64_t>(std::max<std::int64_t>(1, size));
+    unsigned l = 0;
+    while ((std::uint64_t{1} << l) < divisor) ++l;
+    std::uint64_t m = ((std::uint64_t{1} << (32 + l)) + divisor - 1) / divisor;
+    index.push_back(static_cast<std::uint32_t>(m - (std::uint64_t{1} << 32)));
+    shifts.push_back(l);
+  }
+  index.insert(index.end(), shifts.begin(), shifts.end());
   std::vector<cuda::DevicePtr> pointers;
   for (const auto& t : reads) pointers.push_back(t.address);
   for (const auto& t : writes) pointers.push_back(t.address);
@@ -115,6 +128,148 @@ void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, con
   unsigned block = 256;
   handle.launch({grid_stride_blocks(vector_count > 0 ? vector_count : n, block), 1, 1},
                 {block, 1, 1}, params.data(), bytes_read, bytes_written);
+}
+
+// f16 and bf16 round from f32 two values per instruction (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32)
+// where each value alone takes one: the vector path then computes elements two at a time.
+bool is_half_dtype(DType t) {
+  return t == DType::f16 || t == DType::bf16;
+}
+
+// The element function for two consecutive elements (lanes _0 and _1): its parameters, its
+// arguments on the vector path (j the first element of the pair) and its body, which rounds a
+// node's two f32 results to f16/bf16 together and stores them together.
+struct ElementPair {
+  std::vector<std::string> params, args, lines;
+};
+
+// The pair function of kernel `k` (reads, scalars and writes already placed) computing `steps`,
+// or nullopt when no value is rounded to f16/bf16 (one element at a time is as good).
+std::optional<ElementPair> element_pair(const graph::Graph& g, const PointwiseKernel& k,
+                                        const std::vector<int>& steps,
+                                        const std::set<int>& computed) {
+  // The packed pair type, its rounding from two floats, and its halves back as floats.
+  auto packed = [](DType t) { return t == DType::bf16 ? "__nv_bfloat162" : "__half2"; };
+  auto round2 = [](DType t) {
+    return t == DType::bf16 ? "__floats2bfloat162_rn" : "__floats2half2_rn";
+  };
+  auto from_halves = [](DType t) {
+    return t == DType::bf16 ? "__halves2bfloat162" : "__halves2half2";
+  };
+  std::map<int, std::string> pairs;  // value -> its rounded pair, which stores and ops reuse
+  bool any = false;
+  for (int v : k.writes) any = any || is_half_dtype(g.values[v].meta.dtype);
+  for (int n : steps) any = any || is_half_dtype(g.values[g.nodes[n].output()].meta.dtype);
+  if (!any) return std::nullopt;
+  auto lane = [&](int v, int l) {
+    if (computed.count(v)) return fmt::format("{}_{}", var(v), l);
+    return literal(g.values[v].meta.dtype, g.input_of(v)->tensor.item());
+  };
+  ElementPair p;
+  for (std::size_t i = 0; i < k.reads.size(); ++i) {
+    DType t = g.values[k.reads[i]].meta.dtype;
+    p.params.push_back(fmt::format("{0} r{1}_0, {0} r{1}_1", storage_type(t), i));
+    p.args.push_back(k.splat[i] ? fmt::format("r{0}, r{0}", i)
+                                : fmt::format("r{0}.v[j], r{0}.v[j + 1]", i));
+    for (int l = 0; l < 2; ++l)
+      p.lines.push_back(fmt::format("const {} {} = {};", register_type(t), lane(k.reads[i], l),
+                                    load_expr(t, fmt::format("r{}_{}", i, l))));
+  }
+  for (std::size_t i = 0; i < k.scalars.size(); ++i) {
+    DType t = g.values[k.scalars[i]].meta.dtype;
+    p.params.push_back(fmt::format("{} s{}", register_type(t), i));
+    p.args.push_back(fmt::format("s{}", i));
+    for (int l = 0; l < 2; ++l)
+      p.lines.push_back(
+          fmt::format("const {} {} = s{};", register_type(t), lane(k.scalars[i], l), i));
+  }
+  for (std::size_t i = 0; i < k.writes.size(); ++i) {
+    DType t = g.values[k.writes[i]].meta.dtype;
+    p.params.push_back(fmt::format("{0}& w{1}_0, {0}& w{1}_1", storage_type(t), i));
+    p.args.push_back(fmt::format("w{0}.v[j], w{0}.v[j + 1]", i));
+  }
+  if (k.checks_errors) {
+    p.params.push_back("long long* kiln_error");
+    p.args.push_back("kiln_error");
+  }
+  for (int n : steps) {
+    const graph::Node& node = g.nodes[n];
+    std::vector<DType> in_types;
+    for (int v : node.inputs) in_types.push_back(g.values[v].meta.dtype);
+    int out = node.output();
+    DType out_type = g.values[out].meta.dtype;
+    DType t = compute_dtype_of(node.op, in_types, out_type);
+    std::string what = fmt::format("'{}': {}", k.name, node_text(g, n));
+    // Rounded together: computed in f32 (not a comparison) and stored as f16/bf16.
+    bool together = is_half_dtype(out_type) && t == DType::f32;
+    std::array<std::string, 2> exprs;
+    for (int l = 0; l < 2; ++l) {
+      std::vector<std::string> args;
+      for (int v : node.inputs) args.push_back(lane(v, l));
+      exprs[l] =
+          node_expr(node.op, node.attrs, in_types, args, together ? DType::f32 : out_type, what);
+    }
+    // add, sub and mul of two out_type values (read, or rounded in pairs): one packed instruction
+    // (add.rn.bf16x2) for the pair, the result of f32 arithmetic and one rounding (f32 has more
+    // than twice the 16-bit formats' precision + 2 bits, so rounding twice gives the same value).
+    const char* packed_op = node.op == OpId::add   ? "__hadd2_rn"
+                            : node.op == OpId::sub ? "__hsub2_rn"
+                            : node.op == OpId::mul ? "__hmul2_rn"
+                                                   : nullptr;
+    std::vector<std::string> halves;  // each input as a packed pair: read so, or rounded so
+    for (int v : node.inputs) {
+      if (g.values[v].meta.dtype != out_type) break;
+      auto r = std::find(k.reads.begin(), k.reads.end(), v);
+      auto rounded = pairs.find(v);
+      if (r != k.reads.end()) {
+        auto i = r - k.reads.begin();
+        halves.push_back(fmt::format("{}(r{}_0, r{}_1)", from_halves(out_type), i, i));
+      } else if (rounded != pairs.end()) {
+        halves.push_back(rounded->second);
+      } else {
+        break;
+      }
+    }
+    if (together && packed_op && halves.size() == 2) {
+      std::string pair = var(out) + "_p";
+      p.lines.push_back(fmt::format("const {} {} = {}({}, {});", packed(out_type), pair, packed_op,
+                                    halves[0], halves[1]));
+      p.lines.push_back(fmt::format("const float {} = __low2float({});", lane(out, 0), pair));
+      p.lines.push_back(fmt::format("const float {} = __high2float({});", lane(out, 1), pair));
+      pairs[out] = pair;
+    } else if (together) {
+      std::string pair = var(out) + "_p";
+      p.lines.push_back(fmt::format("const {} {} = {}({}, {});", packed(out_type), pair,
+                                    round2(out_type), exprs[0], exprs[1]));
+      p.lines.push_back(fmt::format("const float {} = __low2float({});", lane(out, 0), pair));
+      p.lines.push_back(fmt::format("const float {} = __high2float({});", lane(out, 1), pair));
+      pairs[out] = pair;
+    } else {
+      for (int l = 0; l < 2; ++l)
+        p.lines.push_back(
+            fmt::format("const {} {} = {};", register_type(out_type), lane(out, l), exprs[l]));
+    }
+  }
+  for (std::size_t i = 0; i < k.writes.size(); ++i) {
+    int v = k.writes[i];
+    DType t = g.values[v].meta.dtype;
+    if (is_half_dtype(t)) {
+      std::string pair = fmt::format("w{}_p", i);
+      auto rounded = pairs.find(v);
+      if (rounded != pairs.end()) {
+        pair = rounded->second;  // already rounded to t: stored as it is
+      } else {
+        p.lines.push_back(fmt::format("const {} {} = {}({}, {});", packed(t), pair, round2(t),
+                                      lane(v, 0), lane(v, 1)));
+      }
+      p.lines.push_back(fmt::format("w{0}_0 = {1}.x;", i, pair));
+      p.lines.push_back(fmt::format("w{0}_1 = {1}.y;", i, pair));
+    } else {
+      for (int l = 0; l < 2; ++l)
+        p.lines.push_back(fmt::format("w{}_{} = {};", i, l, store_expr(t, lane(v, l))));
+    }
+  }
+  return p;
 }
 
 }  // namespace
@@ -194,9 +349,11 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     return var(v);
   };
 
+  std::vector<int> steps;  // the nodes computed, in order
   for (int n : group.nodes) {
     const graph::Node& node = g.nodes[n];
     if (op_class(node.op) == OpClass::view) continue;
+    steps.push_back(n);
     KILN_CHECK(op_class(node.op) == OpClass::elementwise, "codegen: '{}': {} is not elementwise",
                group.name, node_text(g, n));
     std::vector<DType> in_types;
@@ -279,6 +436,8 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     vector_args.push_back("kiln_error");
     scalar_call.push_back("kiln_error");
   }
+  std::optional<ElementPair> pair;
+  if (k.vector_width % 2 == 0 && !k.position) pair = element_pair(g, k, steps, computed);
 
   std::vector<std::string> domain;
   for (const auto& s : group.domain) domain.push_back(s.str());
@@ -302,6 +461,14 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   d.set("fp16", fp16);
   d.set("bf16", bf16);
   d.set("position", k.position);
+  d.set("pairs", pair.has_value());
+  if (pair) {
+    d.set("pair_params", comma_list("decl", pair->params));
+    d.set("pair_args", comma_list("arg", pair->args));
+    Data lines = list();
+    for (const auto& line : pair->lines) lines.push_back(Data("line", line));
+    d.set("pair_lines", lines);
+  }
   d.set("helpers", elementwise_helpers(python_mod, floor_div, k.checks_errors));
   k.source = render_template("pointwise.cu.mustache", d);
   return k;
