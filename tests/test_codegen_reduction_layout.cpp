@@ -85,7 +85,8 @@ const std::vector<std::pair<const char*, Fn>>& blocks() {
 BOOST_AUTO_TEST_SUITE(codegen_reduction_layout)
 
 BOOST_AUTO_TEST_CASE(aligned_rows_take_vectors_and_match_the_generic_path) {
-  for (DType t : {DType::f32, DType::bf16})
+  // f16 too: its intermediates and outputs are rounded in pairs as bf16's are.
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
     for (std::int64_t cols : {64, 512, 1024}) {
       Tensor x = randn({6, cols}).to(t).to(Device::cuda());
       Tensor w = randn({cols}).to(t).to(Device::cuda());

@@ -21,7 +21,8 @@ long long split_count(long long rows, long long cols, unsigned block, long long 
   if (rows >= sm_count) return 1;  // enough rows to fill the device
   // >= 16 columns per thread: a chunk's block tree and its index arithmetic are paid per thread.
   long long by_work = cols / (static_cast<long long>(block) * 16);
-  long long by_device = sm_count * 4 / std::max(1LL, rows);
+  // One wave, a block per SM: more blocks would pay those again for no more bandwidth.
+  long long by_device = (sm_count + rows - 1) / std::max(1LL, rows);
   return std::max(1LL, std::min(by_work, by_device));
 }
 

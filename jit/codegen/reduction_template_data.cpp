@@ -195,13 +195,14 @@ Data SelectColumn::to_data() const {
   return d;
 }
 
-Data FinalLine::to_data(bool warp_rows) const {
+Data FinalLine::to_data(bool warp_rows, bool first_only) const {
   const char* scope = warp_rows ? "kiln_warp" : "kiln_block";
   switch (kind) {
     case Kind::code:
       return Data("code", text);
     case Kind::reduce:
-      return Data("code", fmt::format("{0} = {1}_reduce({0}, {2});", acc, scope, text));
+      return Data("code", fmt::format("{0} = {1}_reduce{3}({0}, {2});", acc, scope, text,
+                                      first_only ? "_first" : ""));
     case Kind::arg_reduce:
       return Data("code", fmt::format("{}_arg_reduce({});", scope, text));
   }
@@ -269,7 +270,9 @@ Data ReductionTemplateData::to_data() const {
   Data passes_data = list();
   for (const auto& p : passes) {
     Data finals = list();
-    for (const auto& f : p.finals) finals.push_back(f.to_data(warp_rows));
+    // A split pass is the kernel's only one and has no full output: its reductions' results are
+    // read by the first thread alone (the partials, the row's stores).
+    for (const auto& f : p.finals) finals.push_back(f.to_data(warp_rows, p.split));
     Data pass;
     pass.set("comment", p.comment);
     pass.set("accumulators", list_of(p.accumulators));

@@ -57,7 +57,8 @@ struct FinalLine {
   }
   // `kiln_*_arg_reduce(args);`
   static FinalLine arg_reduce(std::string args) { return {Kind::arg_reduce, std::move(args), {}}; }
-  kainjow::mustache::data to_data(bool warp_rows) const;
+  // `first_only`: only the first thread reads the result (kiln_*_reduce_first).
+  kainjow::mustache::data to_data(bool warp_rows, bool first_only = false) const;
 };
 
 // A row select's column, computed once per row after the pass's loop: its loads through the
