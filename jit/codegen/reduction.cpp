@@ -542,6 +542,11 @@ class ReductionRenderer {
     };
     render_layouts(k_.source, k_.contiguous_sources);
     k_.traced_cols = traced_cols();
+    std::vector<std::int64_t> reduced = k_.reduce_dims;
+    std::sort(reduced.begin(), reduced.end());
+    k_.rows_innermost =
+        !reduced.empty() && reduced.back() == domain_rank_ - 1 &&
+        reduced.back() - reduced.front() + 1 == static_cast<std::int64_t>(reduced.size());
     // Reduced dims outside the innermost kept one: the outer schedule reads rows side by side.
     bool inner_kept = kept > 0 && std::find(k_.reduce_dims.begin(), k_.reduce_dims.end(),
                                             domain_rank_ - 1) == k_.reduce_dims.end();

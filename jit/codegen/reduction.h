@@ -57,6 +57,9 @@ struct ReductionKernel {
   std::array<std::string, 2> warp_contiguous_sources;  // [0] flat, [1] vector
   int warp_items = 0;
   std::int64_t traced_cols = 0;  // the row length the kernel was traced with
+  // The reduced dims are the domain's innermost ones: contiguous inputs store each row
+  // contiguously (the contiguous layouts apply); else a row steps over kept dims (generic).
+  bool rows_innermost = false;
   // Columns per access of the vector layout (templates/reduction.cu's `layout`): 16 bytes of the
   // widest type a column loop moves, at most 8.
   int vector = 1;

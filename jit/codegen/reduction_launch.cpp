@@ -195,9 +195,11 @@ const std::string& variant_source(const ReductionKernel& k, int variant) {
 int expected_variant(const ReductionKernel& k) {
   if (k.outer_vector_expected) return reduction_variant(ReductionSchedule::outer_vector, {});
   if (!k.outer_source.empty()) return reduction_variant(ReductionSchedule::outer, {});
-  // Contiguous inputs at the traced sizes: the vector layout where whole vectors fill the row.
-  auto layout = k.vector > 1 && k.traced_cols % k.vector == 0 ? ReductionLayout::vector
-                                                              : ReductionLayout::flat;
+  // Contiguous inputs at the traced sizes: the vector layout where whole vectors fill the row,
+  // the generic one where rows are not the innermost dims or pass the 32-bit limit.
+  auto layout = !k.rows_innermost || k.traced_cols > index_limit().load() ? ReductionLayout::generic
+                : k.vector > 1 && k.traced_cols % k.vector == 0           ? ReductionLayout::vector
+                                                                          : ReductionLayout::flat;
   return reduction_variant(row_schedule(k, k.traced_cols, 1), layout);
 }
 
