@@ -241,6 +241,37 @@ void identical_blocks(int n, double scale, std::int64_t rows, std::int64_t hidde
               first_ms);
 }
 
+// KILN_BENCH_BLOCKS=name,...: only the roofline table, for the blocks whose names contain one
+// of the comma-separated words (the interpreter takes minutes over all of them).
+bool selected(const char* block) {
+  const char* only = std::getenv("KILN_BENCH_BLOCKS");
+  if (!only) return true;
+  std::string list = only, name = block;
+  for (std::size_t at = 0; at <= list.size();) {
+    std::size_t end = std::min(list.find(',', at), list.size());
+    if (end > at && name.find(list.substr(at, end - at)) != std::string::npos) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
+void roofline_table() {
+  std::printf(
+      "\nThe H100 roofline of each block's generated kernels (one compiled call): thread-\n"
+      "instructions and issue slots (instructions weighted by their H100 cost) per element,\n"
+      "slots per DRAM byte (~10 is the break-even), DRAM-bound and issue-bound us, modeled us\n"
+      "(3 us per launch + the larger), issue/DRAM time, the bound, DRAM bytes / ideal\n\n");
+  std::printf("%-22s %-5s %13s %8s %8s %7s %8s %8s %8s %6s %-7s %6s\n", "block", "dtype", "size",
+              "inst/el", "slots/el", "slots/B", "DRAM us", "issue us", "model us", "i/D", "bound",
+              "D/ideal");
+  std::vector<std::int64_t> roofline_rows = {256};
+  if (env_or("KILN_BENCH_ROOFLINE", 1) != 0) roofline_rows.push_back(4096);
+  for (std::int64_t n : roofline_rows)
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (const auto& c : cases(n, 1024, dtype, true))
+        if (selected(c.name)) roofline_row(c.name, dtype, c.block, c.inputs);
+}
+
 }  // namespace
 
 int main() {
@@ -249,6 +280,10 @@ int main() {
   KILN_CHECK(cuda::backend().kind() == "virtual",
              "bench_codegen measures traffic with the virtual GPU's profiler: run with "
              "KILN_CUDA=virtual");
+  if (std::getenv("KILN_BENCH_BLOCKS")) {
+    roofline_table();
+    return 0;
+  }
   std::printf(
       "blocks at %lld x %lld. Kernels per block, eager (one per op) and kiln; MB are global\n"
       "traffic the virtual GPU's profiler measured (32-byte sectors moved); ideal reads each\n"
@@ -277,20 +312,7 @@ int main() {
                 [](auto& in) { return std::vector<Tensor>{in[0] * silu(in[1])}; }, {x, r});
   }
 
-  std::printf(
-      "\nThe H100 roofline of each block's generated kernels (one compiled call): thread-\n"
-      "instructions and issue slots (instructions weighted by their H100 cost) per element,\n"
-      "slots per DRAM byte (~10 is the break-even), DRAM-bound and issue-bound us, modeled us\n"
-      "(3 us per launch + the larger), issue/DRAM time, the bound, DRAM bytes / ideal\n\n");
-  std::printf("%-22s %-5s %13s %8s %8s %7s %8s %8s %8s %6s %-7s %6s\n", "block", "dtype", "size",
-              "inst/el", "slots/el", "slots/B", "DRAM us", "issue us", "model us", "i/D", "bound",
-              "D/ideal");
-  std::vector<std::int64_t> roofline_rows = {256};
-  if (env_or("KILN_BENCH_ROOFLINE", 1) != 0) roofline_rows.push_back(4096);
-  for (std::int64_t n : roofline_rows)
-    for (DType dtype : {DType::f32, DType::bf16})
-      for (const auto& c : cases(n, 1024, dtype, true))
-        roofline_row(c.name, dtype, c.block, c.inputs);
+  roofline_table();
 
   // Costs: a cold compile per kernel, a hit in the in-process cache, and a warm call.
   auto& s = jit::codegen::launch_stats();

@@ -7,12 +7,17 @@
 // (simulated by lowering the limit).
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 
 #include "autograd/ops.h"
 #include "jit/codegen/reduction.h"
+#include "jit/compile.h"
+#include "runtime/error.h"
 #include "support/device_compare.h"
+#include "support/reference.h"
 
 using namespace kiln;
 using test::relative_error;
@@ -80,7 +85,8 @@ const std::vector<std::pair<const char*, Fn>>& blocks() {
 BOOST_AUTO_TEST_SUITE(codegen_reduction_layout)
 
 BOOST_AUTO_TEST_CASE(aligned_rows_take_vectors_and_match_the_generic_path) {
-  for (DType t : {DType::f32, DType::bf16})
+  // f16 too: its intermediates and outputs are rounded in pairs as bf16's are.
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
     for (std::int64_t cols : {64, 512, 1024}) {
       Tensor x = randn({6, cols}).to(t).to(Device::cuda());
       Tensor w = randn({cols}).to(t).to(Device::cuda());
@@ -147,6 +153,111 @@ BOOST_AUTO_TEST_CASE(a_split_row_starts_its_chunks_at_whole_vectors) {
   check(
       "split row sum", [](const Tensor& a, const Tensor&) { return sum(a, {1}); }, x, x,
       Layout::vector);
+}
+
+BOOST_AUTO_TEST_CASE(column_sums_read_neighbouring_columns_as_vectors) {
+  // The outer schedule's vector form (4 f32 or 8 bf16 columns a lane, one 16-byte access per
+  // reduced index) against its scalar form on the same data: one and two reduced dims, an
+  // epilogue, a split (few columns over many rows), and the scalar form where the columns are no
+  // multiple of the width or the base breaks alignment.
+  auto over_rows = [](const Tensor& a, const Tensor&) { return sum(a, {0}); };
+  auto mean_rows = [](const Tensor& a, const Tensor&) { return mean(a, {0}) * 2.0; };
+  auto max_rows = [](const Tensor& a, const Tensor&) { return amax(a, {0}); };
+  auto over_batch = [](const Tensor& a, const Tensor&) { return sum(a, {0, 1}); };
+  for (DType t : {DType::f32, DType::bf16}) {
+    const std::int64_t width = t == DType::f32 ? 4 : 8;
+    Tensor x = randn({300, 64}).to(t).to(Device::cuda());
+    check("column sum", over_rows, x, x, Layout::vector);
+    check("column mean", mean_rows, x, x, Layout::vector);
+    check("column max", max_rows, x, x, Layout::vector);
+    Tensor tall = randn({4096, 16}).to(t).to(Device::cuda());  // split over blocks
+    check("split column sum", over_rows, tall, tall, Layout::vector);
+    Tensor batch = randn({6, 10, 48}).to(t).to(Device::cuda());
+    check("sum over batch", over_batch, batch, batch, Layout::vector);
+    Tensor ragged = randn({50, 36}).to(t).to(Device::cuda());  // 36: 9 vectors of 4, not of 8
+    check("ragged column sum", over_rows, ragged, ragged,
+          36 % width == 0 ? Layout::vector : Layout::generic);
+    Tensor odd = randn({50, 37}).to(t).to(Device::cuda());
+    check("odd column sum", over_rows, odd, odd, Layout::generic);
+    Tensor flat = randn({40 * 64 + 1}).to(t).to(Device::cuda());
+    Tensor shifted = flat.slice(0, 1, 40 * 64 + 1).view({40, 64});
+    check("misaligned column sum", over_rows, shifted, shifted, Layout::generic);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_nan_anywhere_in_a_row_gives_nan_as_pytorch) {
+  // max and min fold with max.NaN / min.NaN: a NaN at the first, a middle or the last column
+  // makes its row's max, min, softmax and log_softmax NaN (PyTorch's amax), on every layout; a
+  // -infinity is no NaN. Columns: 37 (flat), 1024 (vector), 3000 (a block per row).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (DType t : {DType::f32, DType::bf16})
+    for (std::int64_t cols : {37, 1024, 3000}) {
+      Tensor cpu = randn({6, cols});
+      std::vector<float> v(static_cast<std::size_t>(6 * cols));
+      std::copy_n(cpu.data<float>(), v.size(), v.begin());
+      auto at = [&](std::int64_t r, std::int64_t c) -> float& {
+        return v[static_cast<std::size_t>(r * cols + c)];
+      };
+      at(1, 0) = nan;
+      at(3, cols - 1) = nan;
+      at(4, cols / 2) = nan;
+      at(5, 3) = -std::numeric_limits<float>::infinity();
+      Tensor x = test::f32s(v, {6, cols}).to(t).to(Device::cuda());
+      const std::vector<std::pair<const char*, Fn>> fns = {
+          {"amax", [](const Tensor& a, const Tensor&) { return amax(a, {1}); }},
+          {"amin", [](const Tensor& a, const Tensor&) { return amin(a, {1}); }},
+          {"softmax", [](const Tensor& a, const Tensor&) { return softmax(a, 1); }},
+          {"log_softmax", [](const Tensor& a, const Tensor&) { return log_softmax(a, 1); }},
+      };
+      for (const auto& [name, fn] : fns)
+        for (Layout most : {Layout::vector, Layout::generic}) {
+          BOOST_TEST_CONTEXT(name << " " << dtype_name(t) << " " << cols << " columns, layout "
+                                  << static_cast<int>(most)) {
+            Tensor y = on_cuda(fn, x, x, most).first.to(DType::f64).contiguous();
+            const double* p = static_cast<const double*>(y.raw_data());
+            const std::int64_t per_row = y.numel() / 6;
+            for (std::int64_t r = 0; r < 6; ++r) {
+              bool has_nan = r == 1 || r == 3 || r == 4;
+              for (std::int64_t c = 0; c < per_row; ++c)
+                BOOST_TEST(std::isnan(p[r * per_row + c]) == has_nan, "row " << r << " col " << c);
+            }
+            Tensor want = fn(x.to(Device::cpu()).to(DType::f64), x).to(DType::f64);
+            BOOST_TEST(relative_error(y, want) <= tolerance(t));
+          }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_row_select_reads_its_one_column) {
+  // cross_entropy picks one column of log_softmax per row: the first, the last, one in the
+  // middle, and an ignored row, over the flat, vector and block-per-row layouts, each against the
+  // forced generic layout and the f64 CPU reference; a target outside the row is an IndexError.
+  for (DType t : {DType::f32, DType::bf16})
+    for (std::int64_t cols : {37, 1024, 3000}) {
+      Tensor x = randn({5, cols}).to(t);
+      Tensor target = test::i64s({0, cols - 1, cols / 2, -100, 7}, {5});
+      Tensor want = cross_entropy(x.to(DType::f64), target, -100, Reduction::none);
+      Tensor want_mean = cross_entropy(x.to(DType::f64), target);
+      for (Layout most : {Layout::vector, Layout::generic}) {
+        BOOST_TEST_CONTEXT(dtype_name(t)
+                           << " " << cols << " columns, layout " << static_cast<int>(most)) {
+          Layout was = codegen::set_reduction_layout_limit(most);
+          Tensor xd = x.to(Device::cuda()), td = target.to(Device::cuda());
+          auto per_row = jit::compile([](const Tensor& a, const Tensor& b) {
+            return cross_entropy(a, b, -100, Reduction::none);
+          });
+          auto loss =
+              jit::compile([](const Tensor& a, const Tensor& b) { return cross_entropy(a, b); });
+          // bf16 logits give a bf16 loss: one rounding of the f32 result.
+          const double tol = t == DType::f32 ? 1e-5 : tolerance(t);
+          BOOST_TEST(relative_error(per_row(xd, td), want) <= tol);
+          BOOST_TEST(relative_error(loss(xd, td), want_mean) <= tol);
+          Tensor bad = test::i64s({0, cols, 1, 2, 3}, {5}).to(Device::cuda());
+          BOOST_CHECK_THROW(loss(xd, bad).to(Device::cpu()), IndexError);
+          codegen::set_reduction_layout_limit(was);
+        }
+      }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -6,6 +6,6 @@
 
 namespace kiln::jit::codegen {
 
-inline constexpr int kCodegenVersion = 3;
+inline constexpr int kCodegenVersion = 4;
 
 }  // namespace kiln::jit::codegen

@@ -21,10 +21,9 @@ GroupKernel::GroupKernel(const graph::Graph& g, const graph::FusionGroup& group)
     return;
   }
   const auto& r = std::get<ReductionKernel>(kernel_);
-  for (auto schedule : {ReductionSchedule::block_per_row, ReductionSchedule::warp_per_row,
-                        ReductionSchedule::outer}) {
-    const std::string& source = schedule_source(r, schedule);
-    if (!source.empty()) handles_[static_cast<int>(schedule)] = KernelHandle(r.name, source);
+  for (int v = 0; v < kReductionVariants; ++v) {
+    const std::string& source = variant_source(r, v);
+    if (!source.empty()) handles_[v] = KernelHandle(r.name, source);
   }
 }
 
@@ -49,8 +48,7 @@ const std::string& GroupKernel::expected_source() const {
 }
 
 const KernelHandle& GroupKernel::expected_kernel() const {
-  if (const auto* r = std::get_if<ReductionKernel>(&kernel_))
-    return handles_[static_cast<int>(expected_schedule(*r))];
+  if (const auto* r = std::get_if<ReductionKernel>(&kernel_)) return handles_[expected_variant(*r)];
   return handles_[0];
 }
 

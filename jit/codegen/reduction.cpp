@@ -28,7 +28,8 @@ struct KernelNode {
   OpId op;
   OpAttrs attrs;
   std::vector<int> inputs, outputs;
-  bool select = false;  // a row select (graph::is_row_select): a reduction picking one column
+  bool select = false;       // a row select (graph::is_row_select): a reduction picking one column
+  bool shifted_exp = false;  // softmax's e^(x - max): the argument is never positive
   bool reduces() const { return select || op_class(op) == OpClass::reduction; }
 };
 
@@ -124,7 +125,7 @@ class ReductionRenderer {
     int m = fresh(t, false), d = fresh(t, true), e = fresh(t, true), s = fresh(t, false);
     nodes_.push_back({OpId::amax, over_row, {x}, {m}});
     nodes_.push_back({OpId::sub, {}, {x, m}, {d}});
-    nodes_.push_back({OpId::exp, {}, {d}, {e}});
+    nodes_.push_back({OpId::exp, {}, {d}, {e}, false, true});
     nodes_.push_back({OpId::sum, over_row, {e}, {s}});
     if (node.op == OpId::softmax) {
       // One reciprocal per row and a multiply per element: a correctly rounded division per
@@ -227,6 +228,8 @@ class ReductionRenderer {
       in_types.push_back(info_.at(v).dtype);
       args.push_back(read(v, full_frame, out_rank, loads, loaded));
     }
+    if (n.shifted_exp && info_.at(n.outputs[0]).dtype == DType::f32)
+      return fmt::format("kiln_exp_shifted({})", args[0]);
     python_mod_ = python_mod_ || n.op == OpId::remainder;
     floor_div_ = floor_div_ || n.op == OpId::floor_divide;
     DType out = info_.at(n.outputs[0]).dtype;
@@ -263,7 +266,7 @@ class ReductionRenderer {
 
   void add_reduction(const KernelNode& n, PassData& pass, std::set<int>& loaded) {
     if (n.select || is_arg_reduction(n.op)) splittable_ = false;
-    if (n.select) return add_select(n, pass, loaded);
+    if (n.select) return add_select(n, pass);
     int x = n.inputs[0];
     std::string in = read(x, true, domain_rank_, pass.loads, loaded);
     bool arg = is_arg_reduction(n.op);
@@ -350,31 +353,65 @@ class ReductionRenderer {
     return caches;
   }
 
-  // A row select keeps the column its row's index names; the block then agrees on the one
-  // thread that holds it (the smallest index wins, and only that column ever sets one). An
-  // index outside the row sets the kernel's error flag, raised as an IndexError on the host.
-  void add_select(const KernelNode& n, PassData& pass, std::set<int>& loaded) {
+  // A row select keeps the column its row's index names: after the pass's loop every lane
+  // computes the selected value from memory at that one column (through the generic offsets, which
+  // every layout's index struct carries), so the column loop pays nothing for it. An index
+  // outside the row sets the kernel's error flag, raised as an IndexError on the host.
+  void add_select(const KernelNode& n, PassData& pass) {
     int x = n.inputs[0], index = n.inputs[1];
-    std::string in = read(x, true, domain_rank_, pass.loads, loaded);
     std::string at = fmt::format("(long long)({})",
                                  read(index, false, info_.at(index).rank, row_loads_, row_loaded_));
     DType out = info_.at(n.outputs[0]).dtype, a = compute_dtype(out);
     std::string A = register_type(a), acc = acc_var(n.outputs[0]);
-    pass.accumulators.push_back({A, acc, "(" + A + ")(0)", true});
-    pass.updates.push_back(fmt::format("if (col == {}) {} = {}, {}_index = col;", at, acc,
-                                       convert_expr(info_.at(x).dtype, a, in), acc));
+    pass.accumulators.push_back({A, acc, "(" + A + ")(0)", false});
+    // One element per row: the reads it adds are no pass over the row (traffic estimates).
+    std::vector<int> passes_before;
+    for (const auto& r : k_.reads) passes_before.push_back(r.passes);
+    PassData column;
+    std::set<int> loaded;
+    column_pass(full_closure({x}), column, loaded);
+    std::string in = read(x, true, domain_rank_, column.loads, loaded);
+    for (std::size_t i = 0; i < passes_before.size(); ++i) k_.reads[i].passes = passes_before[i];
+    pass.selects.push_back({at, column.loads, column.statements,
+                            fmt::format("{} = {};", acc, convert_expr(info_.at(x).dtype, a, in))});
     pass.finals.push_back(FinalLine::code(
         fmt::format("if (lane == 0 && ({0} < 0 || {0} >= cols)) {{ "
                     "atomicExch((unsigned long long*)&error[1], (unsigned long long){0}); "
                     "atomicExch((unsigned long long*)&error[0], 1ull); }}",
                     at)));
-    pass.finals.push_back(FinalLine::arg_reduce(
-        fmt::format("{0}, {0}_index, ({1})(0), []({1} p, long long ip, {1} q, long long iq) {{ "
-                    "return ip < iq; }}",
-                    acc, A)));
     pass.finals.push_back(FinalLine::code(fmt::format(
         "const {} {} = {};", register_type(out), var(n.outputs[0]), convert_expr(a, out, acc))));
     k_.checks_index = true;
+  }
+
+  // The register a full output is stored from. A 16-bit float output's statement rounds its
+  // value (convert_expr) and the store rounds it again: the store takes the value before the
+  // first rounding (the same bits: rounding twice to one format is rounding once), so a value no
+  // other statement reads pays one conversion, in pairs where the layout stores vectors.
+  std::string stored_unrounded(PassData& pass, int v) const {
+    DType t = info_.at(v).dtype;
+    if (t != DType::bf16 && t != DType::f16) return var(v);
+    std::string round = convert_expr(DType::f32, t, "");  // "__bfloat162float(...())"
+    std::string prefix = round.substr(0, round.size() - 2), suffix = "))";
+    for (std::size_t i = 0; i < pass.statements.size(); ++i) {
+      Assignment& a = pass.statements[i];
+      if (a.var != var(v) || a.expr.size() <= round.size() || a.expr.rfind(prefix, 0) != 0 ||
+          a.expr.compare(a.expr.size() - 2, 2, suffix) != 0)
+        continue;
+      // The prefix's last parenthesis must close at the end: one conversion of the whole value.
+      int depth = 1;
+      std::size_t end = prefix.size();
+      for (; end < a.expr.size() && depth > 0; ++end)
+        depth += a.expr[end] == '(' ? 1 : a.expr[end] == ')' ? -1 : 0;
+      if (end != a.expr.size() - 1) return var(v);
+      std::string wide = var(v) + "_wide";
+      std::string inner = a.expr.substr(prefix.size(), a.expr.size() - prefix.size() - 2);
+      a.expr = convert_expr(DType::f32, t, wide);
+      pass.statements.insert(pass.statements.begin() + static_cast<std::ptrdiff_t>(i),
+                             Assignment{a.type, wide, inner});
+      return wide;
+    }
+    return var(v);
   }
 
   ReductionKernel finish() {
@@ -395,7 +432,8 @@ class ReductionRenderer {
       for (std::size_t i = 0; i < nodes_.size(); ++i)
         if (nodes_[i].reduces() && ready_.at(nodes_[i].outputs[0]) == p) {
           reductions.push_back(static_cast<int>(i));
-          inputs.push_back(nodes_[i].inputs[0]);
+          // A row select computes its input at one column, after the loop (add_select).
+          if (!nodes_[i].select) inputs.push_back(nodes_[i].inputs[0]);
         }
       PassData pass;
       std::set<int> loaded;
@@ -441,8 +479,9 @@ class ReductionRenderer {
         if (!k_.write_full[i]) continue;
         int v = k_.writes[i];
         DType t = info_.at(v).dtype;
-        pass.stores.push_back({fmt::format("out{}", i), store_expr(t, var(v)), static_cast<int>(i),
-                               var(v), register_type(t), storage_type(t)});
+        std::string value = stored_unrounded(pass, v);
+        pass.stores.push_back({fmt::format("out{}", i), store_expr(t, value), static_cast<int>(i),
+                               value, register_type(t), storage_type(t)});
         widest = std::max(widest, itemsize(t));
       }
       pass.comment = "last pass: the outputs over the whole row";
@@ -492,19 +531,41 @@ class ReductionRenderer {
     d.items = k_.items;
     d.reduced_stores = std::move(reduced_stores);
     d.split_partials = split_partials_;
-    k_.source = render_template("reduction.cu.mustache", d.to_data());
+    // One kernel per layout: a launch compiles and runs only the layout it takes.
+    auto render_layouts = [&](std::string& generic, std::array<std::string, 2>& contiguous) {
+      for (int layout : {kLayoutGeneric, kLayoutFlat, kLayoutVector}) {
+        d.layout = layout;
+        std::string source = render_template("reduction.cu.mustache", d.to_data());
+        (layout == kLayoutGeneric ? generic : contiguous.at(layout - 1)) = std::move(source);
+      }
+      d.layout = kLayoutGeneric;
+    };
+    render_layouts(k_.source, k_.contiguous_sources);
     k_.traced_cols = traced_cols();
+    std::vector<std::int64_t> reduced = k_.reduce_dims;
+    std::sort(reduced.begin(), reduced.end());
+    k_.rows_innermost =
+        !reduced.empty() && reduced.back() == domain_rank_ - 1 &&
+        reduced.back() - reduced.front() + 1 == static_cast<std::int64_t>(reduced.size());
     // Reduced dims outside the innermost kept one: the outer schedule reads rows side by side.
     bool inner_kept = kept > 0 && std::find(k_.reduce_dims.begin(), k_.reduce_dims.end(),
                                             domain_rank_ - 1) == k_.reduce_dims.end();
-    if (k_.splittable && inner_kept)
+    if (k_.splittable && inner_kept) {
       k_.outer_source = render_template("reduction_outer.cu.mustache", d.to_data());
+      // Rows read once per row would be `vector` values a lane: the vector form reads none.
+      if (row_loads_.empty() && d.vector > 1) {
+        d.outer_width = k_.outer_width = d.vector;
+        k_.outer_vector_source = render_template("reduction_outer.cu.mustache", d.to_data());
+        k_.outer_vector_expected = traced_size(group_.domain.back()) % d.vector == 0;
+        d.outer_width = 1;
+      }
+    }
     // Short rows: a warp per row, its register caches sized for 32 lanes.
     d.warp_rows = true;
     d.passes = std::move(warp_passes);
     d.caches = std::move(warp_caches);
     d.items = k_.warp_items;
-    k_.warp_source = render_template("reduction.cu.mustache", d.to_data());
+    render_layouts(k_.warp_source, k_.warp_contiguous_sources);
     return k_;
   }
   const graph::Graph& g_;

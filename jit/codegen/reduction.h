@@ -24,7 +24,10 @@ struct ReductionKernel {
     bool on_chip = false;         // loaded once into registers while the row fits (items)
   };
   std::string name;
+  // The block-per-row kernel in the generic layout; its flat and vector layouts follow (each
+  // layout a kernel of its own: a launch compiles and runs only the one it takes).
   std::string source;
+  std::array<std::string, 2> contiguous_sources;  // [0] flat, [1] vector
   std::vector<int> host_views;   // view nodes applied on the host to the kernel's inputs first
   std::vector<Read> reads;       // tensors read, in parameter order
   std::vector<int> scalars;      // numbers passed by value, after the reads
@@ -42,11 +45,21 @@ struct ReductionKernel {
   // domain dim is kept; empty when it does not apply. Launched when the reads are contiguous
   // along that dim, where the row schedule's lanes would each read a different sector.
   std::string outer_source;
+  // The outer schedule with `outer_width` neighbouring rows a lane, each reduced index one 16-byte
+  // access per read; empty where a row reads a value once per row. Launched when every read is
+  // contiguous along the innermost kept dim and aligned for it.
+  std::string outer_vector_source;
+  int outer_width = 1;
+  bool outer_vector_expected = false;  // the traced innermost kept size is a multiple of it
   // The same rows a warp each (no shared memory, no barrier), for rows of at most
   // kWarpRowMaxCols columns; `warp_items` sizes its register caches as `items` does the block's.
   std::string warp_source;
+  std::array<std::string, 2> warp_contiguous_sources;  // [0] flat, [1] vector
   int warp_items = 0;
   std::int64_t traced_cols = 0;  // the row length the kernel was traced with
+  // The reduced dims are the domain's innermost ones: contiguous inputs store each row
+  // contiguously (the contiguous layouts apply); else a row steps over kept dims (generic).
+  bool rows_innermost = false;
   // Columns per access of the vector layout (templates/reduction.cu's `layout`): 16 bytes of the
   // widest type a column loop moves, at most 8.
   int vector = 1;
@@ -59,27 +72,33 @@ struct ReductionKernel {
 inline constexpr std::int64_t kWarpRowMaxCols = 1024;
 
 // Which of a kernel's sources a launch runs.
-enum class ReductionSchedule { block_per_row, warp_per_row, outer };
-// A kernel's resolved functions (a plan's), indexed by ReductionSchedule; an empty one is looked
-// up by its code at each launch.
-using ReductionHandles = std::array<KernelHandle, 3>;
+enum class ReductionSchedule { block_per_row, warp_per_row, outer, outer_vector };
+// A kernel's sources, one per variant: the row schedules in each layout (ReductionLayout below),
+// then the outer schedule's two forms.
+inline constexpr int kReductionVariants = 8;
+enum class ReductionLayout;
+int reduction_variant(ReductionSchedule schedule, ReductionLayout layout);
+// A kernel's resolved functions (a plan's), indexed by variant; an empty one is looked up by its
+// code at each launch.
+using ReductionHandles = std::array<KernelHandle, kReductionVariants>;
 // The schedule for `cols` columns over `rows` rows, `splits` blocks a row (block per row only).
 ReductionSchedule row_schedule(const ReductionKernel& k, long long cols, long long splits);
-const std::string& schedule_source(const ReductionKernel& k, ReductionSchedule schedule);
-// The schedule, and its source, that a launch at the traced sizes with contiguous inputs runs
-// (what a plan compiles ahead of its first call).
-ReductionSchedule expected_schedule(const ReductionKernel& k);
+const std::string& variant_source(const ReductionKernel& k, int variant);
+// The variant, and its source, that a launch at the traced sizes with contiguous, aligned inputs
+// runs (what a plan compiles ahead of its first call).
+int expected_variant(const ReductionKernel& k);
 const std::string& expected_source(const ReductionKernel& k);
 
 // Columns per thread a persistent row keeps in registers at most: beyond items * 1024 columns
 // the rest of the row is re-read from memory in each pass.
 inline constexpr int kMaxRowItems = 8;
-// The same for a warp per row: 16 columns a lane, 512 of a row.
-inline constexpr int kMaxWarpRowItems = 16;
+// The same for a warp per row: 32 columns a lane, a whole row of the warp schedule (1024), so
+// no pass re-reads or recomputes a tail (softmax would compute exp twice for half the row).
+inline constexpr int kMaxWarpRowItems = 32;
 // Threads per block for rows of `cols` columns.
 unsigned reduction_block(long long cols);
 // Blocks each row is split over: 1 when there are rows enough for every SM, else enough that
-// each thread still folds 16 columns or more, up to 4 blocks per SM.
+// each thread still folds 16 columns or more, up to a block per SM.
 long long split_count(long long rows, long long cols, unsigned block, long long sm_count);
 
 // How a launch addresses a row's columns (the kernels' `layout` argument): through the reduced

@@ -105,6 +105,11 @@ ReductionCombine reduction_combine(OpId op, DType accumulator) {
             fmt::format("[]({0} p, long long ip, {0} q, long long iq) {{ return p != p ? (q == q "
                         "|| ip < iq) : (q == q && (p {1} q || (p == q && ip < iq))); }}",
                         A, wins)};
+  // f32: one max.NaN / min.NaN instruction (sm_80+) instead of a NaN test, a compare and a select.
+  if (accumulator == DType::f32)
+    return {infinity(accumulator, is_max),
+            fmt::format("[](float p, float q) {{ return kiln_{}_nan(p, q); }}",
+                        is_max ? "max" : "min")};
   return {infinity(accumulator, is_max),
           fmt::format("[]({0} p, {0} q) {{ return (p != p || p {1} q) ? p : q; }}", A, wins)};
 }

@@ -21,7 +21,8 @@ long long split_count(long long rows, long long cols, unsigned block, long long 
   if (rows >= sm_count) return 1;  // enough rows to fill the device
   // >= 16 columns per thread: a chunk's block tree and its index arithmetic are paid per thread.
   long long by_work = cols / (static_cast<long long>(block) * 16);
-  long long by_device = sm_count * 4 / std::max(1LL, rows);
+  // One wave, a block per SM: more blocks would pay those again for no more bandwidth.
+  long long by_device = (sm_count + rows - 1) / std::max(1LL, rows);
   return std::max(1LL, std::min(by_work, by_device));
 }
 
@@ -47,6 +48,27 @@ bool use_outer_schedule(const ReductionKernel& kernel, const Shape& domain,
     side_by_side = side_by_side || s[kept.back()] == 1;
   }
   return side_by_side;
+}
+
+// Whether the outer schedule may take `width` neighbouring rows a lane (its vector form): every
+// read steps 1 along the innermost kept dim, whose size the width divides, its other strides are
+// multiples of the width and its base is 16-byte aligned.
+bool outer_vectors_fit(const ReductionKernel& kernel, const Shape& domain,
+                       const std::vector<int>& kept, std::span<const long long> read_strides,
+                       const std::vector<Tensor>& values) {
+  const long long width = kernel.outer_width;
+  if (kernel.outer_vector_source.empty() || width < 2 || domain[kept.back()] % width != 0)
+    return false;
+  const std::size_t rank = domain.size();
+  for (std::size_t i = 0; i < kernel.reads.size(); ++i) {
+    const long long* s = read_strides.data() + i * rank;
+    if (s[kept.back()] != 1) return false;
+    for (std::size_t d = 0; d < rank; ++d)
+      if (static_cast<int>(d) != kept.back() && domain[d] != 1 && s[d] % width != 0) return false;
+    if (reinterpret_cast<std::uintptr_t>(values.at(kernel.reads[i].value).raw_data()) % 16 != 0)
+      return false;
+  }
+  return true;
 }
 
 // Threads of a warp-per-row block: 8 rows at a time.
@@ -136,25 +158,53 @@ ReductionSchedule row_schedule(const ReductionKernel& k, long long cols, long lo
              : ReductionSchedule::block_per_row;
 }
 
-const std::string& schedule_source(const ReductionKernel& k, ReductionSchedule schedule) {
+int reduction_variant(ReductionSchedule schedule, ReductionLayout layout) {
   switch (schedule) {
-    case ReductionSchedule::warp_per_row:
-      return k.warp_source;
-    case ReductionSchedule::outer:
-      return k.outer_source;
     case ReductionSchedule::block_per_row:
+      return static_cast<int>(layout);
+    case ReductionSchedule::warp_per_row:
+      return 3 + static_cast<int>(layout);
+    case ReductionSchedule::outer:
+      return 6;
+    case ReductionSchedule::outer_vector:
       break;
   }
-  return k.source;
+  return 7;
 }
 
-ReductionSchedule expected_schedule(const ReductionKernel& k) {
-  if (!k.outer_source.empty()) return ReductionSchedule::outer;
-  return row_schedule(k, k.traced_cols, 1);
+const std::string& variant_source(const ReductionKernel& k, int variant) {
+  switch (variant) {
+    case 0:
+      return k.source;
+    case 1:
+    case 2:
+      return k.contiguous_sources.at(variant - 1);
+    case 3:
+      return k.warp_source;
+    case 4:
+    case 5:
+      return k.warp_contiguous_sources.at(variant - 4);
+    case 6:
+      return k.outer_source;
+    default:
+      break;
+  }
+  return k.outer_vector_source;
+}
+
+int expected_variant(const ReductionKernel& k) {
+  if (k.outer_vector_expected) return reduction_variant(ReductionSchedule::outer_vector, {});
+  if (!k.outer_source.empty()) return reduction_variant(ReductionSchedule::outer, {});
+  // Contiguous inputs at the traced sizes: the vector layout where whole vectors fill the row,
+  // the generic one where rows are not the innermost dims or pass the 32-bit limit.
+  auto layout = !k.rows_innermost || k.traced_cols > index_limit().load() ? ReductionLayout::generic
+                : k.vector > 1 && k.traced_cols % k.vector == 0           ? ReductionLayout::vector
+                                                                          : ReductionLayout::flat;
+  return reduction_variant(row_schedule(k, k.traced_cols, 1), layout);
 }
 
 const std::string& expected_source(const ReductionKernel& k) {
-  return schedule_source(k, expected_schedule(k));
+  return variant_source(k, expected_variant(k));
 }
 
 unsigned reduction_block(long long cols) {
@@ -256,11 +306,15 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   // the last to arrive combines the chunks' partials in order.
   long long sms = cuda::backend().properties(0).sm_count;
   bool outer = use_outer_schedule(kernel, domain, kept, reduced, strides);
+  bool outer_vector = outer && layout_limit().load() == static_cast<int>(ReductionLayout::vector) &&
+                      outer_vectors_fit(kernel, domain, kept, strides, values);
+  long long lane_rows = outer_vector ? kernel.outer_width : 1;
   unsigned block = outer ? kOuterBlockY : reduction_block(cols);
-  long long row_blocks = outer ? (rows + 31) / 32 : rows;
+  long long row_blocks = outer ? (rows / lane_rows + 31) / 32 : rows;
   long long splits = kernel.splittable ? split_count(row_blocks, cols, block, sms) : 1;
-  ReductionSchedule schedule =
-      outer ? ReductionSchedule::outer : row_schedule(kernel, cols, splits);
+  ReductionSchedule schedule = outer_vector ? ReductionSchedule::outer_vector
+                               : outer      ? ReductionSchedule::outer
+                                            : row_schedule(kernel, cols, splits);
   bool warp = schedule == ReductionSchedule::warp_per_row;
   Tensor partials, arrivals;
   cuda::DevicePtr partials_ptr = 0, arrivals_ptr = 0;
@@ -279,14 +333,17 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   params.push_back(&rows);
   params.push_back(&cols);
   params.push_back(&splits);
-  // The outer schedule addresses its columns as before; the row schedules take a layout.
+  // The outer schedule addresses its columns as before; the row schedules take a layout, and
+  // a split row's chunk length: whole vectors of the vector layout, the last chunk shorter.
   int layout = outer ? 0
                      : static_cast<int>(choose_layout(kernel, domain, kept, reduced, cols, strides,
                                                       sc.out_strides, values, outs));
-  if (!outer) {
-    params.push_back(&layout);
-    last_layout = static_cast<ReductionLayout>(layout);
-  }
+  const long long grain =
+      !outer && layout == static_cast<int>(ReductionLayout::vector) ? kernel.vector : 1;
+  long long chunk_cols = (cols / grain + splits - 1) / splits * grain;
+  params.push_back(&chunk_cols);
+  last_layout = outer_vector ? ReductionLayout::vector : static_cast<ReductionLayout>(layout);
+  const int variant = reduction_variant(schedule, static_cast<ReductionLayout>(layout));
   if (rows == 0) return outs;
   bool on_chip = warp ? cols <= kernel.warp_items * 32LL
                       : cols <= static_cast<long long>(kernel.items) * block;
@@ -295,9 +352,9 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
     read += tensor_bytes(values.at(r.value)) * (r.on_chip && on_chip ? 1 : r.passes);
   for (const auto& o : outs) written += tensor_bytes(o);
   KernelHandle own;
-  const KernelHandle* handle = handles ? &(*handles)[static_cast<int>(schedule)] : nullptr;
+  const KernelHandle* handle = handles ? &(*handles)[variant] : nullptr;
   if (!handle || handle->empty())
-    handle = &(own = KernelHandle(kernel.name, schedule_source(kernel, schedule)));
+    handle = &(own = KernelHandle(kernel.name, variant_source(kernel, variant)));
   if (outer)
     handle->launch({static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), 1},
                    {32, block, 1}, params.data(), read, written);
@@ -305,7 +362,8 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
     handle->launch({static_cast<unsigned>(std::min<long long>((rows + 7) / 8, sms * 16)), 1, 1},
                    {kWarpRowBlock, 1, 1}, params.data(), read, written);
   else
-    handle->launch({static_cast<unsigned>(std::min<long long>(rows * splits, sms * 16)), 1, 1},
+    handle->launch({static_cast<unsigned>(std::min<long long>(rows, sms * 16)),
+                    static_cast<unsigned>(splits), 1},
                    {block, 1, 1}, params.data(), read, written);
   if (check) check->launched();
   return outs;

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
+#include "jit/codegen/cuda_expr.h"
 #include "jit/codegen/templates.h"
 
 namespace kiln::jit::codegen {
@@ -27,6 +29,123 @@ Data list_of(const std::vector<std::string>& items, const std::string& key) {
   Data l = list();
   for (const auto& item : items) l.push_back(Data(key, item));
   return l;
+}
+
+// A statement that rounds its value to a 16-bit float and widens it back (convert_expr's form,
+// `R(inner)`, or `(v_cache[it] = R(inner))` where the persistent schedule keeps it): the
+// conversion's name for a pair, the unrounded value and the cache's assignment around it.
+struct Rounding {
+  std::string pair, inner, cache;
+};
+
+std::optional<Rounding> rounding_of(const Assignment& a) {
+  std::string expr = a.expr, cache;
+  const std::string cache_prefix = "(" + a.var + "_cache[it] = ";
+  if (expr.rfind(cache_prefix, 0) == 0 && expr.back() == ')') {
+    cache = cache_prefix;
+    expr = expr.substr(cache_prefix.size(), expr.size() - cache_prefix.size() - 1);
+  }
+  for (DType t : {DType::bf16, DType::f16}) {
+    std::string round = convert_expr(DType::f32, t, "");
+    std::string prefix = round.substr(0, round.size() - 2);
+    if (expr.size() <= round.size() || expr.rfind(prefix, 0) != 0 ||
+        expr.compare(expr.size() - 2, 2, "))") != 0)
+      continue;
+    // The prefix's last parenthesis closes at the end: one conversion of the whole value.
+    int depth = 1;
+    std::size_t end = prefix.size();
+    for (; end < expr.size() && depth > 0; ++end)
+      depth += expr[end] == '(' ? 1 : expr[end] == ')' ? -1 : 0;
+    if (end != expr.size() - 1) return std::nullopt;
+    return Rounding{t == DType::bf16 ? "kiln_round_bf16x2" : "kiln_round_f16x2",
+                    expr.substr(prefix.size(), expr.size() - prefix.size() - 2), cache};
+  }
+  return std::nullopt;
+}
+
+Data typed_var(const std::string& type, const std::string& var, const std::string& expr = "") {
+  Data d;
+  d.set("type", type);
+  d.set("var", var);
+  d.set("expr", expr);
+  return d;
+}
+
+// One body of a contiguous layout's vector (templates/reduction_flat.cu.mustache): its loads and
+// statements cut into segments at each value rounded to a 16-bit float, where `width` is even;
+// the last segment carries the pass's updates and stores. A cut's value is left unrounded in
+// `<var>_w[width]`, rounded in pairs after its segment, and read back by the next one with every
+// value the earlier segments computed (the compiler keeps the ones that are used).
+Data flat_body_of(const std::vector<Assignment>& loads, const std::vector<Assignment>& statements,
+                  const PassData& p, int width, bool cached) {
+  Data body;
+  body.set("cached", cached);
+  Data arrays = list(), segments = list();
+  std::vector<std::pair<std::string, std::string>> earlier;  // (type, var) of closed segments
+  std::vector<std::pair<std::string, std::string>> current;  // defined in the open segment
+  Data seg_loads = list(), seg_statements = list();
+  for (const auto& a : loads) {
+    seg_loads.push_back(a.to_data());
+    current.emplace_back(a.type, a.var);
+  }
+  auto binds_of = [&](const std::string& skip) {
+    Data binds = list();
+    for (const auto& [type, var] : earlier)
+      if (var != skip) binds.push_back(typed_var(type, var));
+    return binds;
+  };
+  std::string reread;  // the rounded value the open segment starts with
+  for (const auto& a : statements) {
+    auto r = width % 2 == 0 ? rounding_of(a) : std::nullopt;
+    if (!r) {
+      seg_statements.push_back(a.to_data());
+      current.emplace_back(a.type, a.var);
+      continue;
+    }
+    // Close the segment: every value it computed is kept for the later ones.
+    Data seg;
+    seg.set("binds", binds_of(reread));
+    seg.set("loads", seg_loads);
+    seg.set("statements", seg_statements);
+    Data sets = list();
+    for (const auto& [type, var] : current) {
+      sets.push_back(typed_var(type, var, var));
+      arrays.push_back(typed_var(type, var));
+    }
+    sets.push_back(typed_var(a.type, a.var, r->inner));
+    arrays.push_back(typed_var(a.type, a.var));
+    seg.set("sets", sets);
+    Data rounds = list(), round;
+    round.set("var", a.var);
+    round.set("round", r->pair);
+    rounds.push_back(round);
+    seg.set("rounds", rounds);
+    seg.set("updates", list());
+    seg.set("stores", list());
+    segments.push_back(seg);
+    earlier.insert(earlier.end(), current.begin(), current.end());
+    earlier.emplace_back(a.type, a.var);
+    current.clear();
+    // The next segment reads the rounded value back (into the register cache where it is kept).
+    seg_loads = list();
+    seg_statements = list();
+    std::string back = a.var + "_w[j]";
+    seg_statements.push_back(
+        typed_var(a.type, a.var, r->cache.empty() ? back : r->cache + back + ")"));
+    reread = a.var;
+  }
+  Data last;
+  last.set("binds", binds_of(reread));
+  last.set("loads", seg_loads);
+  last.set("statements", seg_statements);
+  last.set("sets", list());
+  last.set("rounds", list());
+  last.set("updates", list_of(p.updates, "code"));
+  last.set("stores", list_of(p.stores));
+  segments.push_back(last);
+  body.set("arrays", arrays);
+  body.set("segments", segments);
+  return body;
 }
 
 }  // namespace
@@ -66,13 +185,24 @@ Data SplitPartial::to_data() const {
   return d;
 }
 
-Data FinalLine::to_data(bool warp_rows) const {
+Data SelectColumn::to_data() const {
+  Data d;
+  d.set("at", at);
+  d.set("loads", list_of(loads));
+  d.set("statements", list_of(statements));
+  d.set("updates", list_of(std::vector<std::string>{update}, "code"));
+  d.set("stores", list());
+  return d;
+}
+
+Data FinalLine::to_data(bool warp_rows, bool first_only) const {
   const char* scope = warp_rows ? "kiln_warp" : "kiln_block";
   switch (kind) {
     case Kind::code:
       return Data("code", text);
     case Kind::reduce:
-      return Data("code", fmt::format("{0} = {1}_reduce({0}, {2});", acc, scope, text));
+      return Data("code", fmt::format("{0} = {1}_reduce{3}({0}, {2});", acc, scope, text,
+                                      first_only ? "_first" : ""));
     case Kind::arg_reduce:
       return Data("code", fmt::format("{}_arg_reduce({});", scope, text));
   }
@@ -130,6 +260,9 @@ Data flat_layout(const ReductionTemplateData& d, const PassData& p, int layout, 
   }
   l.set("vector_reads", vector_reads);
   l.set("vector_writes", vector_writes);
+  if (p.persistent_loads)
+    l.set("head", flat_body_of(*p.persistent_loads, *p.persistent_statements, p, width, true));
+  l.set("tail", flat_body_of(p.loads, p.statements, p, width, false));
   return l;
 }
 
@@ -137,7 +270,9 @@ Data ReductionTemplateData::to_data() const {
   Data passes_data = list();
   for (const auto& p : passes) {
     Data finals = list();
-    for (const auto& f : p.finals) finals.push_back(f.to_data(warp_rows));
+    // A split pass is the kernel's only one and has no full output: its reductions' results are
+    // read by the first thread alone (the partials, the row's stores).
+    for (const auto& f : p.finals) finals.push_back(f.to_data(warp_rows, p.split));
     Data pass;
     pass.set("comment", p.comment);
     pass.set("accumulators", list_of(p.accumulators));
@@ -148,6 +283,7 @@ Data ReductionTemplateData::to_data() const {
     pass.set("results", list_of(p.results, "code"));
     pass.set("reduced_statements", list_of(p.reduced_statements));
     pass.set("stores", list_of(p.stores));
+    pass.set("selects", list_of(p.selects));
     if (p.persistent_loads) {
       Data persistent;
       persistent.set("loads", list_of(*p.persistent_loads));
@@ -156,8 +292,8 @@ Data ReductionTemplateData::to_data() const {
       pass.set("persistent", persistent);
     }
     Data layouts = list();
-    layouts.push_back(flat_layout(*this, p, kLayoutFlat, 1));
-    if (vector > 1) layouts.push_back(flat_layout(*this, p, kLayoutVector, vector));
+    if (layout == kLayoutFlat) layouts.push_back(flat_layout(*this, p, kLayoutFlat, 1));
+    if (layout == kLayoutVector) layouts.push_back(flat_layout(*this, p, kLayoutVector, vector));
     pass.set("flat_layouts", layouts);
     if (p.split) {
       Data split;
@@ -188,10 +324,33 @@ Data ReductionTemplateData::to_data() const {
   // The register caches hold whole vectors of every layout.
   d.set("cache_items", std::to_string((items + vector - 1) / vector * vector));
   d.set("vector", std::to_string(vector));
+  d.set("generic", layout == kLayoutGeneric);
+  d.set("layout_name", std::string(layout == kLayoutGeneric ? "generic"
+                                   : layout == kLayoutFlat  ? "flat"
+                                                            : "vector"));
   d.set("prelude", std::string(template_text("reduction_prelude.cu.mustache")));
   d.set("column_body", std::string(template_text("reduction_column.cu.mustache")));
   d.set("flat_body", std::string(template_text("reduction_flat.cu.mustache")));
   d.set("reduced_stores", list_of(reduced_stores));
+  d.set("outer_width", std::to_string(outer_width));
+  d.set("outer_vector", outer_width > 1);
+  d.set("outer_vector_body", std::string(template_text("reduction_outer_vector.cu.mustache")));
+  // The outer vector form's reads: every read a column loop loads (all of them over the domain).
+  std::vector<int> outer_reads;
+  for (const auto& p : passes)
+    for (const auto& a : p.loads)
+      if (a.read >= 0 &&
+          std::find(outer_reads.begin(), outer_reads.end(), a.read) == outer_reads.end())
+        outer_reads.push_back(a.read);
+  std::sort(outer_reads.begin(), outer_reads.end());
+  Data outer_reads_data = list();
+  for (int r : outer_reads) {
+    Data v;
+    v.set("index", std::to_string(r));
+    v.set("storage", read_storage.at(static_cast<std::size_t>(r)));
+    outer_reads_data.push_back(v);
+  }
+  d.set("outer_reads", outer_reads_data);
   d.set("warp_rows", warp_rows);
   return d;
 }

@@ -57,7 +57,17 @@ struct FinalLine {
   }
   // `kiln_*_arg_reduce(args);`
   static FinalLine arg_reduce(std::string args) { return {Kind::arg_reduce, std::move(args), {}}; }
-  kainjow::mustache::data to_data(bool warp_rows) const;
+  // `first_only`: only the first thread reads the result (kiln_*_reduce_first).
+  kainjow::mustache::data to_data(bool warp_rows, bool first_only = false) const;
+};
+
+// A row select's column, computed once per row after the pass's loop: its loads through the
+// generic offsets of column `at` and the statements that lead to the selected value.
+struct SelectColumn {
+  std::string at;  // the column, a CUDA expression of the row's index (range-checked on the host)
+  std::vector<Assignment> loads, statements;
+  std::string update;  // acc = the selected value;
+  kainjow::mustache::data to_data() const;
 };
 
 // One loop over each row: its accumulators, the column body, and what follows the loop.
@@ -72,6 +82,7 @@ struct PassData {
   std::optional<std::vector<Assignment>> persistent_loads;
   std::optional<std::vector<Assignment>> persistent_statements;  // and its statements
   bool split = false;  // a split row's chunks exchange partials after this pass
+  std::vector<SelectColumn> selects;
 };
 
 // The kernel's `layout` argument: how a launch addresses a row's columns (reduction.h).
@@ -93,6 +104,10 @@ struct ReductionTemplateData {
   bool warp_rows = false;                 // the warp-per-row schedule
   std::vector<std::string> read_storage;  // per read: its element type in memory
   int vector = 1;  // columns of the vector layout's accesses (16 bytes of the widest type)
+  int layout = kLayoutGeneric;  // the one layout a row kernel addresses its columns in
+  // The outer schedule's rows a lane (reduction_outer.cu): 1, or `vector` neighbouring rows
+  // read with one 16-byte access per reduced index.
+  int outer_width = 1;
 
   kainjow::mustache::data to_data() const;
 };
