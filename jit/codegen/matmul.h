@@ -28,7 +28,8 @@ struct MatmulVariant {
 };
 
 // The kernels of one dtype combination and batch rank: the FMA kernel, rendered now, and the
-// tensor-core kernels, each rendered on its first use. Copies share them.
+// tensor-core kernels, each rendered on its first use (std::call_once: a warm launch takes no
+// lock). Copies share them; a handle kernel() returns lives as long as one copy does.
 class MatmulKernel {
  public:
   MatmulKernel(DType a, DType b, DType out, int batch_rank);
