@@ -138,9 +138,22 @@ BOOST_AUTO_TEST_CASE(every_generated_kernel_builds_for_sm80_and_sm90_without_spi
             sources);
   }
   for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
-    auto k = codegen::render_matmul(t, t, t, 1).handle;
+    codegen::KernelHandle k = codegen::render_matmul(t, t, t, 1).kernel({});
     sources.emplace(k.source(), k.name());
   }
+  // The GEMM on tensor cores: every shared-tile layout with cp.async, plain loads, an f32 output
+  // of bf16 operands, and f32 on TF32.
+  auto add_gemm = [&](DType in, DType out, codegen::MatmulVariant v) {
+    codegen::KernelHandle k = codegen::render_matmul(in, in, out, 2).kernel(v);
+    sources.emplace(k.source(), k.name());
+  };
+  for (DType t : {DType::f16, DType::bf16})
+    for (bool ak : {true, false})
+      for (bool bk : {true, false}) add_gemm(t, t, {true, false, ak, bk, true});
+  add_gemm(DType::f16, DType::f16, {true, false, true, false, false});
+  add_gemm(DType::bf16, DType::f32, {true, false, false, true, false});
+  add_gemm(DType::f32, DType::f32, {false, true, true, false, true});
+  add_gemm(DType::f32, DType::f32, {false, true, false, true, false});
   // The attention kernels (forward, backward): every dtype at the smallest,
   // middle and largest head dims, the masked, plain-load variants, and f32 on TF32.
   auto add_attention = [&](DType t, int head, std::optional<DType> mask, bool vector_loads) {

@@ -138,6 +138,7 @@ std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::st
   d.set("mma_type", v.dtype == DType::f16 ? "f16" : "bf16");
   d.set("mma_f16", v.dtype == DType::f16);
   d.set("vector_loads", v.vector_loads);
+  d.set("mma_helpers", std::string(template_text("mma_helpers.cu.mustache")));  // a partial
   d.set("has_mask", v.mask.has_value());
   if (v.mask) {
     d.set("mask_type", storage_type(*v.mask));

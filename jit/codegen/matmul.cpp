@@ -3,17 +3,50 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
 #include "jit/codegen/cuda_expr.h"
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/launch_stats.h"
+#include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/templates.h"
+#include "runtime/error.h"
 
 namespace kiln::jit::codegen {
+namespace {
 
-MatmulKernel render_matmul(DType a, DType b, DType out, int batch_rank) {
+constexpr long long kFmaTile = 16;  // templates/matmul.cu: TILE x TILE threads, one output each
+constexpr long long kMmaTile = 64;  // templates/matmul_mma.cu: BM = BN, 4 warps
+constexpr unsigned kMmaThreads = 128;
+constexpr long long kGridLimitYZ = 65535;
+
+bool is_16bit_float(DType t) {
+  return t == DType::f16 || t == DType::bf16;
+}
+
+// Whether the operand dtypes and the output take each kind of tensor-core kernel.
+bool takes_tensor_cores(DType a, DType b, DType out) {
+  return a == b && is_16bit_float(a) && (is_16bit_float(out) || out == DType::f32);
+}
+bool takes_tf32(DType a, DType b, DType out) {
+  return a == DType::f32 && b == DType::f32 && out == DType::f32;
+}
+
+std::string kernel_name(DType a, DType b, DType out, const MatmulVariant& v) {
+  if (!v.mma())
+    return fmt::format("k_matmul_{}_{}_{}", dtype_name(a), dtype_name(b), dtype_name(out));
+  return fmt::format("k_matmul_{}_{}_{}_a{}_b{}{}", v.tf32 ? "tf32" : "mma", dtype_name(a),
+                     dtype_name(out), v.a_k_contiguous ? "mk" : "km",
+                     v.b_k_contiguous ? "nk" : "kn", v.vector_loads ? "_vec" : "");
+}
+
+std::string render_fma(DType a, DType b, DType out, int batch_rank, const std::string& name) {
   DType acc = out == DType::f64 ? DType::f64 : is_integral(out) ? DType::i64 : DType::f32;
-  std::string name =
-      fmt::format("k_matmul_{}_{}_{}", dtype_name(a), dtype_name(b), dtype_name(out));
   kainjow::mustache::data d;
   d.set("name", name);
   d.set("description", fmt::format("{} @ {} -> {}", dtype_name(a), dtype_name(b), dtype_name(out)));
@@ -27,46 +60,211 @@ MatmulKernel render_matmul(DType a, DType b, DType out, int batch_rank) {
   d.set("a_load", load_expr(a, "a[a_base + row * ix.a_row_stride + ak * ix.a_col_stride]"));
   d.set("b_load", load_expr(b, "b[b_base + bk * ix.b_row_stride + col * ix.b_col_stride]"));
   d.set("store", store_expr(out, convert_expr(acc, out, "sum")));
-  return MatmulKernel{KernelHandle(name, render_template("matmul.cu.mustache", d))};
+  return render_template("matmul.cu.mustache", d);
+}
+
+std::string render_mma(DType a, DType out, int batch_rank, const MatmulVariant& v,
+                       const std::string& name) {
+  kainjow::mustache::data d;
+  d.set("name", name);
+  d.set("description", fmt::format("{} @ {} -> {}", dtype_name(a), dtype_name(a), dtype_name(out)));
+  d.set("fp16", a == DType::f16 || out == DType::f16);
+  d.set("bf16", a == DType::bf16 || out == DType::bf16);
+  d.set("batch_rank", std::to_string(std::max(1, batch_rank)));
+  d.set("elem", storage_type(a));
+  d.set("out_type", storage_type(out));
+  d.set("store", store_expr(out, "acc[i][j][e]"));
+  d.set("tensor_cores", v.tensor_cores);
+  d.set("tf32", v.tf32);
+  d.set("mma_type", a == DType::f16 ? "f16" : "bf16");
+  d.set("mma_f16", a == DType::f16);
+  d.set("pad_k", v.tf32 ? "4" : "8");  // 16 bytes, and conflict-free fragment reads
+  d.set("a_k_contiguous", v.a_k_contiguous);
+  d.set("b_k_contiguous", v.b_k_contiguous);
+  d.set("vector_loads", v.vector_loads);
+  d.set("mma_helpers", std::string(template_text("mma_helpers.cu.mustache")));
+  return render_template("matmul_mma.cu.mustache", d);
+}
+
+// Index of a tensor-core variant among the eight layouts.
+int mma_slot(const MatmulVariant& v) {
+  return (v.a_k_contiguous ? 4 : 0) + (v.b_k_contiguous ? 2 : 0) + (v.vector_loads ? 1 : 0);
+}
+
+// The problem as the kernels read it (their `_index` struct): batch sizes, each operand's batch
+// strides (0 where it broadcasts, right-aligned), then the row and column strides of a and b, and
+// m, n, k.
+struct Problem {
+  std::vector<long long> batch_size, a_batch, b_batch;
+  long long a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0, m = 0, n = 0, k = 0;
+  long long batches = 1;
+
+  std::vector<long long> packed() const {
+    std::vector<long long> p = batch_size;
+    p.insert(p.end(), a_batch.begin(), a_batch.end());
+    p.insert(p.end(), b_batch.begin(), b_batch.end());
+    p.insert(p.end(), {a_rs, a_cs, b_rs, b_cs, m, n, k});
+    return p;
+  }
+};
+
+Problem problem_of(const Tensor& a, const Tensor& b) {
+  Problem p;
+  int rank = static_cast<int>(std::max(a.dim(), b.dim()));
+  int batch_rank = std::max(1, rank - 2);
+  for (int d = 0; d < batch_rank; ++d) {
+    long long size = 1;
+    for (const Tensor* t : {&a, &b}) {
+      int td = static_cast<int>(t->dim()) - 2 - (batch_rank - d);
+      if (rank > 2 && td >= 0 && t->shape()[td] != 1) size = t->shape()[td];
+    }
+    p.batch_size.push_back(size);
+    p.batches *= size;
+  }
+  for (const Tensor* t : {&a, &b}) {
+    auto& strides = t == &a ? p.a_batch : p.b_batch;
+    int trank = static_cast<int>(t->dim());
+    for (int d = 0; d < batch_rank; ++d) {
+      int td = trank - 2 - (batch_rank - d);
+      bool reaches = rank > 2 && td >= 0 && t->shape()[td] != 1;
+      strides.push_back(reaches ? t->strides()[td] : 0);
+    }
+  }
+  auto last = [](const Tensor& t, int back) -> long long { return t.strides()[t.dim() - back]; };
+  p.a_rs = last(a, 2), p.a_cs = last(a, 1), p.b_rs = last(b, 2), p.b_cs = last(b, 1);
+  p.m = a.shape()[a.dim() - 2], p.k = a.shape().back(), p.n = b.shape().back();
+  return p;
+}
+
+// A stride the kernel steps along contiguously: 1, or that of a dim with one element at most.
+bool unit(long long stride, long long size) {
+  return size <= 1 || stride == 1;
+}
+
+// Whether every 16-byte chunk of both operands' tiles is a 16-byte aligned, contiguous copy.
+bool vector_loads_fit(const Tensor& a, const Tensor& b, const Problem& p, const MatmulVariant& v) {
+  long long chunk = 16 / static_cast<long long>(itemsize(a.dtype()));
+  auto whole = [&](long long stride, long long size) { return size <= 1 || stride % chunk == 0; };
+  bool a_fits = v.a_k_contiguous ? unit(p.a_cs, p.k) && whole(p.a_rs, p.m)
+                                 : unit(p.a_rs, p.m) && whole(p.a_cs, p.k);
+  bool b_fits = v.b_k_contiguous ? unit(p.b_rs, p.k) && whole(p.b_cs, p.n)
+                                 : unit(p.b_cs, p.n) && whole(p.b_rs, p.k);
+  for (long long s : p.a_batch) a_fits = a_fits && s % chunk == 0;
+  for (long long s : p.b_batch) b_fits = b_fits && s % chunk == 0;
+  auto aligned = [](const Tensor& t) {
+    return reinterpret_cast<std::uintptr_t>(t.raw_data()) % 16 == 0;
+  };
+  return a_fits && b_fits && aligned(a) && aligned(b);
+}
+
+MatmulVariant variant_for(const Tensor& a, const Tensor& b, DType out, const Problem& p) {
+  MatmulVariant v;
+  v.tensor_cores = takes_tensor_cores(a.dtype(), b.dtype(), out);
+  v.tf32 = takes_tf32(a.dtype(), b.dtype(), out) && allow_tf32();
+  if (!v.mma()) return v;
+  // Stage each operand the way its smaller stride runs, so that neighbouring threads load
+  // neighbouring elements.
+  v.a_k_contiguous =
+      unit(p.a_cs, p.k) || (!unit(p.a_rs, p.m) && std::llabs(p.a_cs) <= std::llabs(p.a_rs));
+  v.b_k_contiguous =
+      !unit(p.b_cs, p.n) && (unit(p.b_rs, p.k) || std::llabs(p.b_rs) < std::llabs(p.b_cs));
+  v.vector_loads = vector_loads_fit(a, b, p, v);
+  return v;
+}
+
+std::string shapes_of(const Tensor& a, const Tensor& b) {
+  return fmt::format("{} {} @ {} {}", shape_str(a.shape()), dtype_name(a.dtype()),
+                     shape_str(b.shape()), dtype_name(b.dtype()));
+}
+
+}  // namespace
+
+struct MatmulKernel::Kernels {
+  DType a, b, out;
+  int batch_rank;
+  KernelHandle fma;
+  std::array<std::once_flag, 8> once;
+  std::array<KernelHandle, 8> mma;
+};
+
+MatmulKernel::MatmulKernel(DType a, DType b, DType out, int batch_rank)
+    : kernels_(std::make_shared<Kernels>()) {
+  kernels_->a = a, kernels_->b = b, kernels_->out = out, kernels_->batch_rank = batch_rank;
+  std::string name = kernel_name(a, b, out, {});
+  kernels_->fma = KernelHandle(name, render_fma(a, b, out, batch_rank, name));
+}
+
+DType MatmulKernel::a_dtype() const {
+  return kernels_->a;
+}
+DType MatmulKernel::b_dtype() const {
+  return kernels_->b;
+}
+DType MatmulKernel::out_dtype() const {
+  return kernels_->out;
+}
+
+const KernelHandle& MatmulKernel::kernel(const MatmulVariant& v) const {
+  Kernels& k = *kernels_;
+  if (!v.mma()) return k.fma;
+  KILN_CHECK(!(v.tensor_cores && v.tf32) && (v.tensor_cores ? takes_tensor_cores(k.a, k.b, k.out)
+                                                            : takes_tf32(k.a, k.b, k.out)),
+             "matmul: no {} kernel for {} @ {} -> {}", v.tf32 ? "TF32" : "tensor-core",
+             dtype_name(k.a), dtype_name(k.b), dtype_name(k.out));
+  int slot = mma_slot(v);
+  std::call_once(k.once[slot], [&] {
+    std::string name = kernel_name(k.a, k.b, k.out, v);
+    k.mma[slot] = KernelHandle(name, render_mma(k.a, k.out, k.batch_rank, v, name));
+  });
+  return k.mma[slot];
+}
+
+MatmulKernel render_matmul(DType a, DType b, DType out, int batch_rank) {
+  return MatmulKernel(a, b, out, batch_rank);
+}
+
+MatmulVariant matmul_variant(const Tensor& a, const Tensor& b, DType out) {
+  return variant_for(a, b, out, problem_of(a, b));
 }
 
 Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
                   const TensorMeta& out_meta) {
+  return run_matmul(kernel, a, b, out_meta, matmul_variant(a, b, out_meta.dtype));
+}
+
+Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
+                  const TensorMeta& out_meta, const MatmulVariant& variant) {
+  Problem p = problem_of(a, b);
+  KILN_CHECK(a.dtype() == kernel.a_dtype() && b.dtype() == kernel.b_dtype() &&
+                 out_meta.dtype == kernel.out_dtype(),
+             "matmul: operands {} -> {} given to the kernels of {} @ {} -> {}", shapes_of(a, b),
+             dtype_name(out_meta.dtype), dtype_name(kernel.a_dtype()), dtype_name(kernel.b_dtype()),
+             dtype_name(kernel.out_dtype()));
+  KILN_CHECK(!variant.vector_loads || (variant.mma() && vector_loads_fit(a, b, p, variant)),
+             "matmul: operands {} (strides {} / {}) do not take 16-byte vector loads",
+             shapes_of(a, b), fmt::join(a.strides(), ","), fmt::join(b.strides(), ","));
+  const KernelHandle& handle = kernel.kernel(variant);
   // An empty sum (k == 0) is zeros; otherwise the kernel writes every element.
-  Tensor out = a.shape().back() == 0 ? zeros(out_meta.shape, out_meta.dtype, Device::cuda())
-                                     : empty(out_meta.shape, out_meta.dtype, Device::cuda());
-  auto rank = static_cast<int>(out_meta.shape.size());
-  int batch_rank = std::max(1, rank - 2);
-  // Batch sizes and each operand's batch strides (0 where it broadcasts), right-aligned.
-  std::vector<long long> packed;
-  long long batches = 1;
-  for (int d = 0; d < batch_rank; ++d) {
-    long long size = rank > 2 ? out_meta.shape[d] : 1;
-    packed.push_back(size);
-    batches *= size;
-  }
-  for (const Tensor* t : {&a, &b}) {
-    auto trank = static_cast<int>(t->dim());
-    for (int d = 0; d < batch_rank; ++d) {
-      int td = trank - 2 - (batch_rank - d);
-      bool reaches = rank > 2 && td >= 0 && t->shape()[td] != 1;
-      packed.push_back(reaches ? t->strides()[td] : 0);
-    }
-  }
-  auto last = [](const Tensor& t, int back) -> long long { return t.strides()[t.dim() - back]; };
-  long long m = a.shape()[a.dim() - 2], k = a.shape().back(), n = b.shape().back();
-  for (long long s : {last(a, 2), last(a, 1), last(b, 2), last(b, 1), m, n, k}) packed.push_back(s);
-  if (out.numel() == 0) return out;
-  if (k == 0) return out;
+  Tensor out = p.k == 0 ? zeros(out_meta.shape, out_meta.dtype, Device::cuda())
+                        : empty(out_meta.shape, out_meta.dtype, Device::cuda());
+  if (out.numel() == 0 || p.k == 0) return out;
+  long long tile = variant.mma() ? kMmaTile : kFmaTile;
+  long long grid_x = (p.n + tile - 1) / tile, grid_y = (p.m + tile - 1) / tile;
+  KILN_CHECK(grid_y <= kGridLimitYZ && p.batches <= kGridLimitYZ && grid_x < (1ll << 31),
+             "matmul: {} needs a grid of {} x {} x {} blocks of {} x {} outputs; CUDA allows "
+             "65535 in y and z",
+             shapes_of(a, b), grid_x, grid_y, p.batches, tile, tile);
+  std::vector<long long> packed = p.packed();
   auto pa = reinterpret_cast<cuda::DevicePtr>(a.raw_data());
   auto pb = reinterpret_cast<cuda::DevicePtr>(b.raw_data());
   auto po = reinterpret_cast<cuda::DevicePtr>(out.raw_data());
   void* params[] = {&pa, &pb, &po, packed.data()};
-  constexpr unsigned tile = 16;
-  kernel.handle.launch(
-      {static_cast<unsigned>((n + tile - 1) / tile), static_cast<unsigned>((m + tile - 1) / tile),
-       static_cast<unsigned>(batches)},
-      {tile, tile, 1}, params, tensor_bytes(a) + tensor_bytes(b), tensor_bytes(out));
+  cuda::Dim3 grid{static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
+                  static_cast<unsigned>(p.batches)};
+  cuda::Dim3 block = variant.mma() ? cuda::Dim3{kMmaThreads, 1, 1}
+                                   : cuda::Dim3{static_cast<unsigned>(kFmaTile),
+                                                static_cast<unsigned>(kFmaTile), 1};
+  handle.launch(grid, block, params, tensor_bytes(a) + tensor_bytes(b), tensor_bytes(out));
   return out;
 }
 
