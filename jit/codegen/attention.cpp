@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 #include "jit/codegen/cuda_expr.h"
 #include "jit/codegen/lt_matmul.h"
@@ -274,16 +275,21 @@ Tensor reduce_to(const Tensor& full, const Shape& target) {
   return full.sum(dims, true).reshape(target);
 }
 
-// An output the caller placed: any strides, but the shape and dtype the kernel writes.
+// A tensor handed to a launch (the backward's out, dout and lse, a placed output): a CUDA
+// tensor of exactly this shape and dtype, any strides.
+void require_tensor(const Tensor& x, std::string_view what, const Shape& shape, DType dtype,
+                    const AttentionCall& c) {
+  KILN_CHECK(x.defined() && x.device().is_cuda() && x.shape() == shape && x.dtype() == dtype,
+             "{} must be {} {} on CUDA, got {} {} ({})", what, dtype_name(dtype), shape_str(shape),
+             x.defined() ? dtype_name(x.dtype()) : "undefined",
+             x.defined() ? shape_str(x.shape()) : "", shapes_of(c));
+}
+
+// An output the caller placed, or a new one.
 Tensor placed_output(const std::optional<Tensor>& into, const char* what, const Shape& shape,
-                     DType dtype) {
+                     DType dtype, const AttentionCall& c) {
   if (!into) return empty(shape, dtype, Device::cuda());
-  KILN_CHECK(into->defined() && into->device().is_cuda() && into->shape() == shape &&
-                 into->dtype() == dtype,
-             "attention: the tensor given for {} must be {} {} on CUDA, got {} {}", what,
-             dtype_name(dtype), shape_str(shape),
-             into->defined() ? dtype_name(into->dtype()) : "undefined",
-             into->defined() ? shape_str(into->shape()) : "");
+  require_tensor(*into, fmt::format("attention: the tensor given for {}", what), shape, dtype, c);
   return *into;
 }
 
@@ -388,7 +394,7 @@ AttentionForward attention_forward(const AttentionCall& c, const std::optional<T
   check(c);
   Geometry g = geometry_of(c);
   const std::int64_t t = g.t;
-  AttentionForward r{placed_output(out_into, "out", g.out_shape, c.q.dtype()),
+  AttentionForward r{placed_output(out_into, "out", g.out_shape, c.q.dtype(), c),
                      empty(g.lse_shape, DType::f32, Device::cuda())};
   if (r.out.numel() == 0) return r;
   std::optional<Tensor> mask;
@@ -416,18 +422,9 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
   const Shape &batch = g.batch, &out_shape = g.out_shape, &lse_shape = g.lse_shape;
   const std::int64_t t = g.t, s = g.s;
   const int d = g.d, dv = g.dv;
-  for (const Tensor* x : {&out, &dout})
-    KILN_CHECK(x->defined() && x->device().is_cuda() && x->shape() == out_shape &&
-                   x->dtype() == c.q.dtype(),
-               "attention_backward: out and dout must be {} {} on CUDA, got {} {} ({})",
-               dtype_name(c.q.dtype()), shape_str(out_shape),
-               x->defined() ? dtype_name(x->dtype()) : "undefined",
-               x->defined() ? shape_str(x->shape()) : "", shapes_of(c));
-  KILN_CHECK(lse.defined() && lse.device().is_cuda() && lse.shape() == lse_shape &&
-                 lse.dtype() == DType::f32,
-             "attention_backward: lse must be f32 {} on CUDA, got {} {} ({})", shape_str(lse_shape),
-             lse.defined() ? dtype_name(lse.dtype()) : "undefined",
-             lse.defined() ? shape_str(lse.shape()) : "", shapes_of(c));
+  require_tensor(out, "attention_backward: out", out_shape, c.q.dtype(), c);
+  require_tensor(dout, "attention_backward: dout", out_shape, c.q.dtype(), c);
+  require_tensor(lse, "attention_backward: lse", lse_shape, DType::f32, c);
   Shape dq_shape = batch, dk_shape = batch, dv_shape = batch;
   dq_shape.insert(dq_shape.end(), {t, d});
   dk_shape.insert(dk_shape.end(), {s, d});
@@ -439,9 +436,9 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
              shape_str(c.q.shape()), shape_str(dq_shape), shapes_of(c));
   KILN_CHECK((!into.dk || dk_shape == c.k.shape()) && (!into.dv || dv_shape == c.v.shape()),
              "attention_backward: dk or dv placed for k or v that broadcast ({})", shapes_of(c));
-  Tensor dq = placed_output(into.dq, "dq", dq_shape, c.q.dtype());
-  Tensor dk = placed_output(into.dk, "dk", dk_shape, c.q.dtype());
-  Tensor dvt = placed_output(into.dv, "dv", dv_shape, c.q.dtype());
+  Tensor dq = placed_output(into.dq, "dq", dq_shape, c.q.dtype(), c);
+  Tensor dk = placed_output(into.dk, "dk", dk_shape, c.q.dtype(), c);
+  Tensor dvt = placed_output(into.dv, "dv", dv_shape, c.q.dtype(), c);
   if (s == 0 && dq.numel() > 0) dq.zero_();  // no keys: nothing flows to q
   if (t == 0 && dk.numel() > 0) {
     dk.zero_();
