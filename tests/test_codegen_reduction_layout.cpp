@@ -260,4 +260,34 @@ BOOST_AUTO_TEST_CASE(a_row_select_reads_its_one_column) {
     }
 }
 
+BOOST_AUTO_TEST_CASE(sixteen_bit_ops_on_pairs_give_the_bits_of_f32_math) {
+  // In a vector layout, an add, sub or mul of two bf16 (f16) values that are pairs there (a read,
+  // or a value rounded to the type) is one packed instruction per two columns. Each op's result
+  // must be the CPU's bits: the f32 result rounded once. Max is the only reduction, so no
+  // summation order separates the layouts: vector, forced generic and CPU agree exactly.
+  auto fn = [](const Tensor& x, const Tensor& w) {
+    Tensor centred = x - amax(x, {1}, true);  // a row's constant: computed in f32, not packed
+    Tensor y = centred * w + x;               // packed: a rounded value and two reads
+    return std::vector<Tensor>{y - w * w, amax(y, {1})};
+  };
+  auto compiled = jit::compile(fn);
+  for (DType t : {DType::bf16, DType::f16})
+    for (std::int64_t cols : {64, 1024}) {
+      BOOST_TEST_CONTEXT(dtype_name(t) << " " << cols << " columns") {
+        // Wide values: the products and sums need more than the 16-bit formats' precision.
+        Tensor x = (randn({6, cols}) * 37.0).to(t), w = (randn({cols}) * 3.0).to(t);
+        std::vector<Tensor> want = fn(x, w);
+        for (Layout most : {Layout::vector, Layout::generic}) {
+          Layout was = codegen::set_reduction_layout_limit(most);
+          std::vector<Tensor> got = compiled(x.to(Device::cuda()), w.to(Device::cuda()));
+          BOOST_TEST((codegen::last_reduction_layout() == most));
+          codegen::set_reduction_layout_limit(was);
+          for (std::size_t i = 0; i < want.size(); ++i)
+            test::check_values(got[i].to(Device::cpu()), want[i].shape(), want[i].dtype(),
+                               want[i].to_vector<double>());
+        }
+      }
+    }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

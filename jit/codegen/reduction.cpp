@@ -253,13 +253,28 @@ class ReductionRenderer {
     return {need.begin(), need.end()};
   }
 
+  // An add, sub or mul whose output and inputs are one 16-bit float type, by the names its inputs
+  // have in a column loop: the vector layouts compute it two columns an instruction where both
+  // are pairs there (a 16-bit read, or a value rounded to the type; not a row's constant).
+  std::optional<PairOp> pair_op(const KernelNode& n) const {
+    const char* fn = n.op == OpId::add   ? "__hadd2_rn"
+                     : n.op == OpId::sub ? "__hsub2_rn"
+                     : n.op == OpId::mul ? "__hmul2_rn"
+                                         : nullptr;
+    DType t = info_.at(n.outputs[0]).dtype;
+    if (!fn || (t != DType::bf16 && t != DType::f16) || n.inputs.size() != 2) return std::nullopt;
+    for (int v : n.inputs)
+      if (info_.at(v).dtype != t || info_.at(v).broadcast || is_inlined(g_, v)) return std::nullopt;
+    return PairOp{fn, var(n.inputs[0]), var(n.inputs[1])};
+  }
+
   void column_pass(const std::vector<int>& full_nodes, PassData& pass, std::set<int>& loaded) {
     for (int i : full_nodes) {
       const KernelNode& n = nodes_[i];
       if (n.reduces()) continue;
       std::string expr = statement_expr(n, true, pass.loads, loaded);
       pass.statements.push_back(
-          {register_type(info_.at(n.outputs[0]).dtype), var(n.outputs[0]), expr});
+          {register_type(info_.at(n.outputs[0]).dtype), var(n.outputs[0]), expr, -1, pair_op(n)});
       loaded.insert(n.outputs[0]);
     }
   }
@@ -338,7 +353,7 @@ class ReductionRenderer {
         if (cached.count(a.var))
           expr = first_seen.insert(a.var).second ? fmt::format("({}_cache[it] = {})", a.var, expr)
                                                  : a.var + "_cache[it]";
-        out.push_back({a.type, a.var, expr, a.read});
+        out.push_back({a.type, a.var, expr, a.read, a.pair});
       }
       return out;
     };

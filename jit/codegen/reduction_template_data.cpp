@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <optional>
 
 #include "jit/codegen/cuda_expr.h"
@@ -31,11 +33,16 @@ Data list_of(const std::vector<std::string>& items, const std::string& key) {
   return l;
 }
 
+// The packed pair type of a 16-bit float's storage type; empty for the others.
+std::string pair_type(const std::string& storage) {
+  return storage == "__nv_bfloat16" ? "__nv_bfloat162" : storage == "__half" ? "__half2" : "";
+}
+
 // A statement that rounds its value to a 16-bit float and widens it back (convert_expr's form,
-// `R(inner)`, or `(v_cache[it] = R(inner))` where the persistent schedule keeps it): the
-// conversion's name for a pair, the unrounded value and the cache's assignment around it.
+// `R(inner)`, or `(v_cache[it] = R(inner))` where the persistent schedule keeps it): the pair type
+// and the conversion of two floats to it, the unrounded value and the cache's assignment around it.
 struct Rounding {
-  std::string pair, inner, cache;
+  std::string pair, round2, inner, cache;
 };
 
 std::optional<Rounding> rounding_of(const Assignment& a) {
@@ -57,7 +64,9 @@ std::optional<Rounding> rounding_of(const Assignment& a) {
     for (; end < expr.size() && depth > 0; ++end)
       depth += expr[end] == '(' ? 1 : expr[end] == ')' ? -1 : 0;
     if (end != expr.size() - 1) return std::nullopt;
-    return Rounding{t == DType::bf16 ? "kiln_round_bf16x2" : "kiln_round_f16x2",
+    bool bf = t == DType::bf16;
+    return Rounding{bf ? "__nv_bfloat162" : "__half2",
+                    bf ? "__floats2bfloat162_rn" : "__floats2half2_rn",
                     expr.substr(prefix.size(), expr.size() - prefix.size() - 2), cache};
   }
   return std::nullopt;
@@ -71,28 +80,50 @@ Data typed_var(const std::string& type, const std::string& var, const std::strin
   return d;
 }
 
+// Per value of a vector body, its two-column pair where it has one (a 16-bit read's, or a value
+// rounded to a 16-bit float): the element type and the expression of pair `p`.
+struct Pair {
+  std::string type, expr;
+};
+using Pairs = std::map<std::string, Pair>;
+
 // One body of a contiguous layout's vector (templates/reduction_flat.cu.mustache): its loads and
 // statements cut into segments at each value rounded to a 16-bit float, where `width` is even;
 // the last segment carries the pass's updates and stores. A cut's value is left unrounded in
-// `<var>_w[width]`, rounded in pairs after its segment, and read back by the next one with every
-// value the earlier segments computed (the compiler keeps the ones that are used).
+// `<var>_w[width]` and rounded in pairs into `<var>_p[width / 2]` after its segment, or, an add,
+// sub or mul of two pairs of its type, computed there by one packed instruction a pair (the same
+// bits: f32 holds the exact result of two 16-bit operands' product, and sum up to one rounding
+// that cannot make a tie); later segments read it back from its pair. `pairs` returns the pairs.
 Data flat_body_of(const std::vector<Assignment>& loads, const std::vector<Assignment>& statements,
-                  const PassData& p, int width, bool cached) {
+                  const PassData& p, int width, bool cached,
+                  const std::vector<std::string>& read_storage, Pairs& pairs) {
   Data body;
   body.set("cached", cached);
-  Data arrays = list(), segments = list();
-  std::vector<std::pair<std::string, std::string>> earlier;  // (type, var) of closed segments
+  body.set("half", std::to_string(width / 2));
+  Data arrays = list(), pair_arrays = list(), segments = list();
+  pairs.clear();
+  // (type, var, expression in a later segment) of the values closed segments computed.
+  std::vector<std::array<std::string, 3>> earlier;
   std::vector<std::pair<std::string, std::string>> current;  // defined in the open segment
   Data seg_loads = list(), seg_statements = list();
   for (const auto& a : loads) {
     seg_loads.push_back(a.to_data());
     current.emplace_back(a.type, a.var);
+    std::string t = a.read >= 0 && width % 2 == 0
+                        ? pair_type(read_storage.at(static_cast<std::size_t>(a.read)))
+                        : "";
+    if (!t.empty())
+      pairs[a.var] = {t, fmt::format("reinterpret_cast<const {}*>(in{}_v.v)[p]", t, a.read)};
   }
   auto binds_of = [&](const std::string& skip) {
     Data binds = list();
-    for (const auto& [type, var] : earlier)
-      if (var != skip) binds.push_back(typed_var(type, var));
+    for (const auto& [type, var, expr] : earlier)
+      if (var != skip) binds.push_back(typed_var(type, var, expr));
     return binds;
+  };
+  auto is_pair = [&](const std::string& var, const std::string& type) {
+    auto it = pairs.find(var);
+    return it != pairs.end() && it->second.type == type;
   };
   std::string reread;  // the rounded value the open segment starts with
   for (const auto& a : statements) {
@@ -102,6 +133,7 @@ Data flat_body_of(const std::vector<Assignment>& loads, const std::vector<Assign
       current.emplace_back(a.type, a.var);
       continue;
     }
+    bool packed = a.pair && is_pair(a.pair->a, r->pair) && is_pair(a.pair->b, r->pair);
     // Close the segment: every value it computed is kept for the later ones.
     Data seg;
     seg.set("binds", binds_of(reread));
@@ -111,25 +143,30 @@ Data flat_body_of(const std::vector<Assignment>& loads, const std::vector<Assign
     for (const auto& [type, var] : current) {
       sets.push_back(typed_var(type, var, var));
       arrays.push_back(typed_var(type, var));
+      earlier.push_back({type, var, var + "_w[j]"});
     }
-    sets.push_back(typed_var(a.type, a.var, r->inner));
-    arrays.push_back(typed_var(a.type, a.var));
+    std::string step;
+    if (packed) {
+      step = fmt::format("{}_p[p] = {}({}, {});", a.var, a.pair->fn, pairs.at(a.pair->a).expr,
+                         pairs.at(a.pair->b).expr);
+    } else {
+      sets.push_back(typed_var(a.type, a.var, r->inner));
+      arrays.push_back(typed_var(a.type, a.var));
+      step = fmt::format("{0}_p[p] = {1}({0}_w[2 * p], {0}_w[2 * p + 1]);", a.var, r->round2);
+    }
     seg.set("sets", sets);
-    Data rounds = list(), round;
-    round.set("var", a.var);
-    round.set("round", r->pair);
-    rounds.push_back(round);
-    seg.set("rounds", rounds);
+    seg.set("rounds", list_of(std::vector<std::string>{step}, "code"));
     seg.set("updates", list());
     seg.set("stores", list());
     segments.push_back(seg);
-    earlier.insert(earlier.end(), current.begin(), current.end());
-    earlier.emplace_back(a.type, a.var);
+    pair_arrays.push_back(typed_var(r->pair, a.var));
+    pairs[a.var] = {r->pair, a.var + "_p[p]"};
+    std::string back = fmt::format("kiln_pair_half({}_p[j >> 1], j)", a.var);
+    earlier.push_back({a.type, a.var, back});
     current.clear();
     // The next segment reads the rounded value back (into the register cache where it is kept).
     seg_loads = list();
     seg_statements = list();
-    std::string back = a.var + "_w[j]";
     seg_statements.push_back(
         typed_var(a.type, a.var, r->cache.empty() ? back : r->cache + back + ")"));
     reread = a.var;
@@ -144,6 +181,7 @@ Data flat_body_of(const std::vector<Assignment>& loads, const std::vector<Assign
   last.set("stores", list_of(p.stores));
   segments.push_back(last);
   body.set("arrays", arrays);
+  body.set("pair_arrays", pair_arrays);
   body.set("segments", segments);
   return body;
 }
@@ -210,8 +248,8 @@ Data FinalLine::to_data(bool warp_rows, bool first_only) const {
 }
 
 // A contiguous layout's loops for `pass`, `width` columns an access: the reads it loads as
-// vectors, the full outputs it stores as vectors (16-bit floats converted in pairs), and the
-// register cache's vector iterations.
+// vectors, the full outputs it stores as vectors (16-bit floats converted in pairs, or stored
+// from the pair the body holds), and the register cache's vector iterations.
 Data flat_layout(const ReductionTemplateData& d, const PassData& p, int layout, int width) {
   Data l;
   l.set("layout", std::to_string(layout));
@@ -233,6 +271,12 @@ Data flat_layout(const ReductionTemplateData& d, const PassData& p, int layout, 
     v.set("storage", d.read_storage.at(static_cast<std::size_t>(r)));
     vector_reads.push_back(v);
   }
+  // Both bodies compute the same values; the pairs are those of either.
+  Pairs pairs, head_pairs;
+  if (p.persistent_loads)
+    l.set("head", flat_body_of(*p.persistent_loads, *p.persistent_statements, p, width, true,
+                               d.read_storage, head_pairs));
+  l.set("tail", flat_body_of(p.loads, p.statements, p, width, false, d.read_storage, pairs));
   Data vector_writes = list();
   for (const auto& s : p.stores) {
     Data v;
@@ -240,14 +284,22 @@ Data flat_layout(const ReductionTemplateData& d, const PassData& p, int layout, 
     v.set("storage", s.storage);
     v.set("value_type", s.value_type);
     std::string f = fmt::format("out{}_f", s.write);
-    std::string pack;
-    if (width % 2 == 0 && (s.storage == "__nv_bfloat16" || s.storage == "__half")) {
+    std::string pack, pair = pair_type(s.storage);
+    // A value stored from before its rounding (reduction.cpp's stored_unrounded) has the pair of
+    // the rounded statement.
+    std::string rounded = s.value;
+    if (rounded.size() > 5 && rounded.ends_with("_wide") && !pairs.count(rounded))
+      rounded.resize(rounded.size() - 5);
+    auto held = pairs.find(rounded);
+    if (width % 2 == 0 && !pair.empty() && held != pairs.end() && held->second.type == pair) {
+      pack = fmt::format("for (int p = 0; p < {}; ++p) reinterpret_cast<{}*>(w.v)[p] = {};",
+                         width / 2, pair, held->second.expr);
+    } else if (width % 2 == 0 && !pair.empty()) {
       bool bf = s.storage == "__nv_bfloat16";
       pack = fmt::format(
           "for (int p = 0; p < {0} / 2; ++p) reinterpret_cast<{1}*>(w.v)[p] = {2}({3}[2 * p], "
           "{3}[2 * p + 1]);",
-          width, bf ? "__nv_bfloat162" : "__half2",
-          bf ? "__floats2bfloat162_rn" : "__floats2half2_rn", f);
+          width, pair, bf ? "__floats2bfloat162_rn" : "__floats2half2_rn", f);
     } else {
       // The scalar store's conversion, element by element.
       std::string one = s.expr;
@@ -260,9 +312,6 @@ Data flat_layout(const ReductionTemplateData& d, const PassData& p, int layout, 
   }
   l.set("vector_reads", vector_reads);
   l.set("vector_writes", vector_writes);
-  if (p.persistent_loads)
-    l.set("head", flat_body_of(*p.persistent_loads, *p.persistent_statements, p, width, true));
-  l.set("tail", flat_body_of(p.loads, p.statements, p, width, false));
   return l;
 }
 

@@ -13,10 +13,18 @@
 
 namespace kiln::jit::codegen {
 
+// A 16-bit float statement that two columns can compute with one packed instruction: `fn(a, b)`
+// on __nv_bfloat162 / __half2 pairs, where a and b are values of the same type.
+struct PairOp {
+  std::string fn, a, b;
+};
+
 // `const type var = expr;`: a load, a statement, a value kept in registers (no expr).
 struct Assignment {
   std::string type, var, expr;
   int read = -1;  // a load's: the read (parameter in<read>) it indexes
+  std::optional<PairOp> pair =
+      std::nullopt;  // a statement's packed form, taken where both operands are pairs
   kainjow::mustache::data to_data() const;
 };
 

@@ -20,7 +20,11 @@ std::string_view template_text(std::string_view name) {
 std::string render_template(std::string_view name, const kainjow::mustache::data& data) {
   kainjow::mustache::mustache tmpl{std::string(template_text(name))};
   KILN_CHECK(tmpl.is_valid(), "codegen: templates/{}: {}", name, tmpl.error_message());
-  return tmpl.render(data);
+  std::string text = tmpl.render(data);
+  // A partial (a template text passed as data) is parsed while rendering: its errors show here.
+  KILN_CHECK(tmpl.is_valid(), "codegen: templates/{} (or a partial of it): {}", name,
+             tmpl.error_message());
+  return text;
 }
 
 std::string elementwise_helpers(bool python_mod, bool floor_div, bool int_checks) {
