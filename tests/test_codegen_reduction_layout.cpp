@@ -132,7 +132,8 @@ BOOST_AUTO_TEST_CASE(rows_that_are_not_contiguous_take_the_generic_path) {
 }
 
 BOOST_AUTO_TEST_CASE(rows_past_the_32_bit_limit_take_the_generic_path) {
-  // The limit lowered to 100 columns stands for 2^31: longer rows keep 64-bit column arithmetic.
+  // The limit lowered to 100 stands for 2^31: longer rows keep 64-bit column arithmetic, and so
+  // do more rows or rows further apart (their bases).
   std::int64_t was = codegen::set_reduction_index_limit(100);
   for (DType t : {DType::f32, DType::bf16}) {
     Tensor x = randn({3, 256}).to(t).to(Device::cuda());
@@ -143,6 +144,16 @@ BOOST_AUTO_TEST_CASE(rows_past_the_32_bit_limit_take_the_generic_path) {
     // The full sum's row is all 288 elements: past the limit too.
     for (const auto& [name, fn] : blocks())
       check(name, fn, s, v, std::string(name) == "full sum" ? Layout::generic : Layout::vector);
+    // More rows than the limit: a row base needs 64-bit arithmetic.
+    Tensor many = randn({120, 16}).to(t).to(Device::cuda());
+    Tensor u = randn({16}).to(t).to(Device::cuda());
+    for (const auto& [name, fn] : blocks()) check(name, fn, many, u, Layout::generic);
+    // Rows a stride past the limit apart (a column slice of wider rows): the same.
+    Tensor wide = randn({3, 120}).to(t).to(Device::cuda()).slice(1, 0, 16);
+    for (const auto& [name, fn] : blocks())
+      check(name, fn, wide, u,
+            copies_its_input(name) || std::string(name) == "full sum" ? std::optional<Layout>()
+                                                                      : Layout::generic);
   }
   codegen::set_reduction_index_limit(was);
 }

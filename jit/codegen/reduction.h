@@ -103,15 +103,16 @@ long long split_count(long long rows, long long cols, unsigned block, long long 
 
 // How a launch addresses a row's columns (the kernels' `layout` argument): through the reduced
 // dims' strides (generic); as row base + column in 32-bit arithmetic where every tensor a column
-// loop touches stores the row contiguously and the row fits 32-bit indices (flat); and, where
+// loop touches stores the row contiguously, the row fits 32-bit indices and so do the row count
+// and the row strides (the row base is one widening multiply) (flat); and, where
 // also every row is aligned for it, `vector` columns a 16-byte access (vector).
 enum class ReductionLayout { generic = 0, flat = 1, vector = 2 };
 // The most a launch may take (vector by default), for tests and benchmarks comparing the fast
 // layouts with the generic one on the same data; returns the previous setting.
 ReductionLayout set_reduction_layout_limit(ReductionLayout most);
-// The row length beyond which a launch takes the generic layout (2^31 less a block's stride).
-// Tests lower it to
-// take that path on rows the virtual GPU can hold; returns the previous limit.
+// The row length (and row count, and row stride) beyond which a launch takes the generic layout
+// (2^31 less a block's stride). Tests lower it to take that path on tensors the virtual GPU can
+// hold; returns the previous limit.
 std::int64_t set_reduction_index_limit(std::int64_t limit);
 // The layout this thread's last row-schedule launch took (tests check which path ran).
 ReductionLayout last_reduction_layout();

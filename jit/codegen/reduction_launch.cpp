@@ -107,9 +107,22 @@ ReductionLayout choose_layout(const ReductionKernel& kernel, const Shape& domain
                               std::span<const long long> out_strides,
                               const std::vector<Tensor>& values, const std::vector<Tensor>& outs) {
   auto most = static_cast<ReductionLayout>(layout_limit().load());
-  if (most == ReductionLayout::generic || reduced.empty() || cols > index_limit().load())
+  const long long limit = index_limit().load();
+  if (most == ReductionLayout::generic || reduced.empty() || cols > limit)
     return ReductionLayout::generic;
   const std::size_t rank = domain.size();
+  // Their row bases are one 32 x 32 -> 64-bit multiply (mul.wide.s32): row and kept strides fit.
+  long long rows = 1;
+  for (int d : kept) rows *= domain[d];
+  auto wide_stride = [&](const long long* s) {
+    for (int d : kept)
+      if (s[d] > limit || s[d] < -limit) return true;
+    return false;
+  };
+  if (rows > limit || wide_stride(out_strides.data())) return ReductionLayout::generic;
+  for (std::size_t i = 0; i < kernel.reads.size(); ++i)
+    if (kernel.reads[i].frame_dims.size() == rank && wide_stride(read_strides.data() + i * rank))
+      return ReductionLayout::generic;
   IterSpace rows_by_cols;  // plan_vectors' view: the kept dims, then the row as one dim
   for (int d : kept) rows_by_cols.sizes.push_back(domain[d]);
   rows_by_cols.sizes.push_back(cols);
