@@ -160,7 +160,7 @@ BOOST_AUTO_TEST_CASE(rows_past_the_32_bit_limit_take_the_generic_path) {
 
 BOOST_AUTO_TEST_CASE(a_split_row_starts_its_chunks_at_whole_vectors) {
   // One long row is split over blocks: each chunk's vectors stay inside it.
-  Tensor x = randn({1, 4 * 8192 + 12}).to(Device::cuda());
+  Tensor x = randn({1, 4 * 16384 + 12}).to(Device::cuda());
   check(
       "split row sum", [](const Tensor& a, const Tensor&) { return sum(a, {1}); }, x, x,
       Layout::vector);

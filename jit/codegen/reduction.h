@@ -98,7 +98,7 @@ inline constexpr int kMaxWarpRowItems = 32;
 // Threads per block for rows of `cols` columns.
 unsigned reduction_block(long long cols);
 // Blocks each row is split over: 1 when there are rows enough for every SM, else enough that
-// each thread still folds 16 columns or more, up to a block per SM.
+// each thread still folds 32 columns or more, up to a block per SM.
 long long split_count(long long rows, long long cols, unsigned block, long long sm_count);
 
 // How a launch addresses a row's columns (the kernels' `layout` argument): through the reduced

@@ -19,8 +19,9 @@ namespace kiln::jit::codegen {
 
 long long split_count(long long rows, long long cols, unsigned block, long long sm_count) {
   if (rows >= sm_count) return 1;  // enough rows to fill the device
-  // >= 16 columns per thread: a chunk's block tree and its index arithmetic are paid per thread.
-  long long by_work = cols / (static_cast<long long>(block) * 16);
+  // >= 32 columns per thread: a chunk's block tree, second stage and index arithmetic are paid
+  // per thread (~150 issue slots: at 16 bf16 columns, more than the columns' own work).
+  long long by_work = cols / (static_cast<long long>(block) * 32);
   // One wave, a block per SM: more blocks would pay those again for no more bandwidth.
   long long by_device = (sm_count + rows - 1) / std::max(1LL, rows);
   return std::max(1LL, std::min(by_work, by_device));
