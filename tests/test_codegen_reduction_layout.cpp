@@ -299,6 +299,30 @@ BOOST_AUTO_TEST_CASE(sixteen_bit_ops_on_pairs_give_the_bits_of_f32_math) {
         }
       }
     }
+  // A rounded value several passes read is kept in the register cache: the cached columns store
+  // it from the cache, the columns past the cache from their pairs. Residual + LayerNorm (two
+  // full outputs, three passes), 1100 columns: 1024 cached for a row of the traced 1024 and 76
+  // more when the same plan meets a longer row.
+  auto residual_norm = jit::compile([](const Tensor& x, const Tensor& r) {
+    Tensor h = x + r;
+    return std::vector<Tensor>{h, layer_norm(h, {h.size(1)}, Tensor(), Tensor(), 1e-5)};
+  });
+  for (DType t : {DType::bf16, DType::f16})
+    for (std::int64_t cols : {1024, 1104}) {
+      BOOST_TEST_CONTEXT("residual + layer_norm " << dtype_name(t) << " " << cols << " columns") {
+        Tensor x = randn({5, cols}).to(t), r = randn({5, cols}).to(t);
+        Tensor h = x + r;
+        Tensor want = layer_norm(h.to(DType::f64), {cols}, Tensor(), Tensor(), 1e-5);
+        for (Layout most : {Layout::vector, Layout::generic}) {
+          Layout was = codegen::set_reduction_layout_limit(most);
+          std::vector<Tensor> got = residual_norm(x.to(Device::cuda()), r.to(Device::cuda()));
+          BOOST_TEST((codegen::last_reduction_layout() == most));
+          codegen::set_reduction_layout_limit(was);
+          test::check_values(got[0].to(Device::cpu()), h.shape(), t, h.to_vector<double>());
+          BOOST_TEST(relative_error(got[1].to(Device::cpu()).to(DType::f64), want) <= tolerance(t));
+        }
+      }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -504,7 +504,9 @@ class ReductionRenderer {
     }
     std::vector<PassData> warp_passes = passes;
     auto caches = keep_rows_on_chip(passes, reduction_block(traced_cols()), kMaxRowItems, k_.items);
-    auto warp_caches = keep_rows_on_chip(warp_passes, 32, kMaxWarpRowItems, k_.warp_items);
+    k_.warp_lanes = warp_row_lanes(traced_cols(), widest);
+    auto warp_caches =
+        keep_rows_on_chip(warp_passes, k_.warp_lanes, kMaxWarpRowItems, k_.warp_items);
     // Two stages (split_reduction below) for one pass of plain reductions and no full output.
     k_.splittable = splittable_ && passes_ == 1 && full_outputs.empty();
     if (k_.splittable) {
@@ -575,8 +577,9 @@ class ReductionRenderer {
         d.outer_width = 1;
       }
     }
-    // Short rows: a warp per row, its register caches sized for 32 lanes.
+    // Short rows: a warp per row (or two), its register caches sized for its lanes.
     d.warp_rows = true;
+    d.warp_lanes = k_.warp_lanes;
     d.passes = std::move(warp_passes);
     d.caches = std::move(warp_caches);
     d.items = k_.warp_items;

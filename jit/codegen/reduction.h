@@ -53,9 +53,12 @@ struct ReductionKernel {
   bool outer_vector_expected = false;  // the traced innermost kept size is a multiple of it
   // The same rows a warp each (no shared memory, no barrier), for rows of at most
   // kWarpRowMaxCols columns; `warp_items` sizes its register caches as `items` does the block's.
+  // `warp_lanes` lanes fold a row: 32, or 16 (two rows a warp) where 16-bit columns are traced
+  // wider than 512, so that each lane's share of a row's fixed cost is spread over 64 columns.
   std::string warp_source;
   std::array<std::string, 2> warp_contiguous_sources;  // [0] flat, [1] vector
   int warp_items = 0;
+  int warp_lanes = 32;
   std::int64_t traced_cols = 0;  // the row length the kernel was traced with
   // The reduced dims are the domain's innermost ones: contiguous inputs store each row
   // contiguously (the contiguous layouts apply); else a row steps over kept dims (generic).
@@ -92,9 +95,13 @@ const std::string& expected_source(const ReductionKernel& k);
 // Columns per thread a persistent row keeps in registers at most: beyond items * 1024 columns
 // the rest of the row is re-read from memory in each pass.
 inline constexpr int kMaxRowItems = 8;
-// The same for a warp per row: 32 columns a lane, a whole row of the warp schedule (1024), so
-// no pass re-reads or recomputes a tail (softmax would compute exp twice for half the row).
-inline constexpr int kMaxWarpRowItems = 32;
+// The same for a warp per row: 32 columns a lane (64 for 16 lanes a row), a whole row of the
+// warp schedule (1024), so no pass re-reads or recomputes a tail (softmax would compute exp twice
+// for half the row).
+inline constexpr int kMaxWarpRowItems = 64;
+// Lanes a row of the warp schedule takes for `cols` traced columns whose widest element has
+// `widest` bytes (see ReductionKernel::warp_lanes).
+int warp_row_lanes(std::int64_t cols, std::size_t widest);
 // Threads per block for rows of `cols` columns.
 unsigned reduction_block(long long cols);
 // Blocks each row is split over: 1 when there are rows enough for every SM, else enough that

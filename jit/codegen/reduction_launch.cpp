@@ -166,6 +166,10 @@ ReductionLayout last_reduction_layout() {
   return last_layout;
 }
 
+int warp_row_lanes(std::int64_t cols, std::size_t widest) {
+  return widest <= 2 && cols > 512 ? 16 : 32;
+}
+
 ReductionSchedule row_schedule(const ReductionKernel& k, long long cols, long long splits) {
   return splits == 1 && cols <= kWarpRowMaxCols && !k.warp_source.empty()
              ? ReductionSchedule::warp_per_row
@@ -359,7 +363,7 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   last_layout = outer_vector ? ReductionLayout::vector : static_cast<ReductionLayout>(layout);
   const int variant = reduction_variant(schedule, static_cast<ReductionLayout>(layout));
   if (rows == 0) return outs;
-  bool on_chip = warp ? cols <= kernel.warp_items * 32LL
+  bool on_chip = warp ? cols <= static_cast<long long>(kernel.warp_items) * kernel.warp_lanes
                       : cols <= static_cast<long long>(kernel.items) * block;
   std::int64_t read = 0, written = 0;
   for (const auto& r : kernel.reads)
@@ -372,10 +376,13 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   if (outer)
     handle->launch({static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), 1},
                    {32, block, 1}, params.data(), read, written);
-  else if (warp)
-    handle->launch({static_cast<unsigned>(std::min<long long>((rows + 7) / 8, sms * 16)), 1, 1},
-                   {kWarpRowBlock, 1, 1}, params.data(), read, written);
-  else
+  else if (warp) {
+    const long long block_rows = kWarpRowBlock / kernel.warp_lanes;
+    handle->launch(
+        {static_cast<unsigned>(std::min<long long>((rows + block_rows - 1) / block_rows, sms * 16)),
+         1, 1},
+        {kWarpRowBlock, 1, 1}, params.data(), read, written);
+  } else
     handle->launch({static_cast<unsigned>(std::min<long long>(rows, sms * 16)),
                     static_cast<unsigned>(splits), 1},
                    {block, 1, 1}, params.data(), read, written);

@@ -271,47 +271,62 @@ Data flat_layout(const ReductionTemplateData& d, const PassData& p, int layout, 
     v.set("storage", d.read_storage.at(static_cast<std::size_t>(r)));
     vector_reads.push_back(v);
   }
-  // Both bodies compute the same values; the pairs are those of either.
-  Pairs pairs, head_pairs;
-  if (p.persistent_loads)
-    l.set("head", flat_body_of(*p.persistent_loads, *p.persistent_statements, p, width, true,
-                               d.read_storage, head_pairs));
-  l.set("tail", flat_body_of(p.loads, p.statements, p, width, false, d.read_storage, pairs));
-  Data vector_writes = list();
+  // Each body's full outputs, stored from the pairs that body holds.
+  auto vector_writes = [&](const Pairs& pairs) {
+    Data writes = list();
+    for (const auto& s : p.stores) {
+      Data v;
+      v.set("index", std::to_string(s.write));
+      v.set("storage", s.storage);
+      v.set("value_type", s.value_type);
+      std::string f = fmt::format("out{}_f", s.write);
+      std::string pack, pair = pair_type(s.storage);
+      // A value stored from before its rounding (reduction.cpp's stored_unrounded) has the pair
+      // of the rounded statement.
+      std::string rounded = s.value;
+      if (rounded.size() > 5 && rounded.ends_with("_wide") && !pairs.count(rounded))
+        rounded.resize(rounded.size() - 5);
+      auto held = pairs.find(rounded);
+      if (width % 2 == 0 && !pair.empty() && held != pairs.end() && held->second.type == pair) {
+        pack = fmt::format("for (int p = 0; p < {}; ++p) reinterpret_cast<{}*>(w.v)[p] = {};",
+                           width / 2, pair, held->second.expr);
+      } else if (width % 2 == 0 && !pair.empty()) {
+        bool bf = s.storage == "__nv_bfloat16";
+        pack = fmt::format(
+            "for (int p = 0; p < {0} / 2; ++p) reinterpret_cast<{1}*>(w.v)[p] = {2}({3}[2 * p], "
+            "{3}[2 * p + 1]);",
+            width, pair, bf ? "__floats2bfloat162_rn" : "__floats2half2_rn", f);
+      } else {
+        // The scalar store's conversion, element by element.
+        std::string one = s.expr;
+        auto at = one.rfind(s.value);
+        if (at != std::string::npos) one.replace(at, s.value.size(), f + "[j]");
+        pack = fmt::format("for (int j = 0; j < {}; ++j) w.v[j] = {};", width, one);
+      }
+      v.set("pack", pack);
+      writes.push_back(v);
+    }
+    return writes;
+  };
+  Pairs pairs;
+  if (p.persistent_loads) {
+    Data head = flat_body_of(*p.persistent_loads, *p.persistent_statements, p, width, true,
+                             d.read_storage, pairs);
+    head.set("vector_writes", vector_writes(pairs));
+    l.set("head", head);
+  }
+  Data tail = flat_body_of(p.loads, p.statements, p, width, false, d.read_storage, pairs);
+  tail.set("vector_writes", vector_writes(pairs));
+  l.set("tail", tail);
+  l.set("vector_reads", vector_reads);
+  Data vector_outs = list();
   for (const auto& s : p.stores) {
     Data v;
     v.set("index", std::to_string(s.write));
     v.set("storage", s.storage);
-    v.set("value_type", s.value_type);
-    std::string f = fmt::format("out{}_f", s.write);
-    std::string pack, pair = pair_type(s.storage);
-    // A value stored from before its rounding (reduction.cpp's stored_unrounded) has the pair of
-    // the rounded statement.
-    std::string rounded = s.value;
-    if (rounded.size() > 5 && rounded.ends_with("_wide") && !pairs.count(rounded))
-      rounded.resize(rounded.size() - 5);
-    auto held = pairs.find(rounded);
-    if (width % 2 == 0 && !pair.empty() && held != pairs.end() && held->second.type == pair) {
-      pack = fmt::format("for (int p = 0; p < {}; ++p) reinterpret_cast<{}*>(w.v)[p] = {};",
-                         width / 2, pair, held->second.expr);
-    } else if (width % 2 == 0 && !pair.empty()) {
-      bool bf = s.storage == "__nv_bfloat16";
-      pack = fmt::format(
-          "for (int p = 0; p < {0} / 2; ++p) reinterpret_cast<{1}*>(w.v)[p] = {2}({3}[2 * p], "
-          "{3}[2 * p + 1]);",
-          width, pair, bf ? "__floats2bfloat162_rn" : "__floats2half2_rn", f);
-    } else {
-      // The scalar store's conversion, element by element.
-      std::string one = s.expr;
-      auto at = one.rfind(s.value);
-      if (at != std::string::npos) one.replace(at, s.value.size(), f + "[j]");
-      pack = fmt::format("for (int j = 0; j < {}; ++j) w.v[j] = {};", width, one);
-    }
-    v.set("pack", pack);
-    vector_writes.push_back(v);
+    vector_outs.push_back(v);
   }
-  l.set("vector_reads", vector_reads);
-  l.set("vector_writes", vector_writes);
+  l.set("vector_outs", vector_outs);
   return l;
 }
 
@@ -401,6 +416,7 @@ Data ReductionTemplateData::to_data() const {
   }
   d.set("outer_reads", outer_reads_data);
   d.set("warp_rows", warp_rows);
+  d.set("row_lanes", std::to_string(warp_lanes));
   return d;
 }
 

@@ -110,6 +110,7 @@ struct ReductionTemplateData {
   std::vector<Store> reduced_stores;
   std::vector<SplitPartial> split_partials;
   bool warp_rows = false;                 // the warp-per-row schedule
+  int warp_lanes = 32;                    // its lanes a row: 32 or 16
   std::vector<std::string> read_storage;  // per read: its element type in memory
   int vector = 1;  // columns of the vector layout's accesses (16 bytes of the widest type)
   int layout = kLayoutGeneric;  // the one layout a row kernel addresses its columns in
