@@ -45,6 +45,11 @@ std::atomic<bool>& vectors_on() {
   return on;
 }
 
+std::atomic<bool>& advance_on() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
 Data list() {
   return Data(Data::type::list);
 }
@@ -79,6 +84,13 @@ int vector_width(const graph::Graph& g, const PointwiseKernel& k) {
   return static_cast<int>(16 / widest);
 }
 
+// Vectors per thread on the advancing path: 4, or 2 where a vector holds 16 elements (bool), so
+// that a thread's unrolled group is at most 32 elements (its registers and NVRTC's time bounded)
+// while per-thread setup and loop control are paid once per 4 vectors.
+int vectors_per_thread(int width) {
+  return std::clamp(32 / width, 1, 4);
+}
+
 // One launch of `kernel` over `piece`, its tensors at `reads` and `writes` (the piece's own
 // first elements); `bytes_read` and `bytes_written` are counted for it.
 void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, const IterPiece& piece,
@@ -88,6 +100,12 @@ void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, con
                   std::int64_t bytes_written) {
   std::int64_t vectors =
       vectors_on() ? plan_vectors(piece.space, kernel.vector_width, reads, writes) : 0;
+  unsigned block = 256;
+  std::int64_t threads = (vectors + kernel.vectors_per_thread - 1) / kernel.vectors_per_thread;
+  AdvancePlan advance = advance_on() ? plan_advance(piece.space, vectors, kernel.vector_width,
+                                                    block, grid_stride_blocks(threads, block),
+                                                    grid_stride_blocks(kIndexLimit, block))
+                                     : AdvancePlan{};
   // The struct the kernel declares: rank sizes, max(1, reads) rows of rank strides, then per dim
   // a magic multiplier and a shift dividing by its size.
   std::vector<std::uint32_t> index(piece.space.sizes.begin(), piece.space.sizes.end());
@@ -109,6 +127,9 @@ void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, con
     shifts.push_back(l);
   }
   index.insert(index.end(), shifts.begin(), shifts.end());
+  for (std::size_t r = 0; r < rows; ++r)
+    index.push_back(r < advance.delta.size() ? static_cast<std::uint32_t>(advance.delta[r]) : 0);
+  index.push_back(advance.on ? 1 : 0);
   std::vector<cuda::DevicePtr> pointers;
   for (const auto& t : reads) pointers.push_back(t.address);
   for (const auto& t : writes) pointers.push_back(t.address);
@@ -125,9 +146,9 @@ void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, con
   params.push_back(index.data());
   params.push_back(&n);
   params.push_back(&vector_count);
-  unsigned block = 256;
-  handle.launch({grid_stride_blocks(vector_count > 0 ? vector_count : n, block), 1, 1},
-                {block, 1, 1}, params.data(), bytes_read, bytes_written);
+  unsigned blocks =
+      advance.on ? advance.blocks : grid_stride_blocks(vector_count > 0 ? vector_count : n, block);
+  handle.launch({blocks, 1, 1}, {block, 1, 1}, params.data(), bytes_read, bytes_written);
 }
 
 // f16 and bf16 round from f32 two values per instruction (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32)
@@ -436,6 +457,34 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     vector_args.push_back("kiln_error");
     scalar_call.push_back("kiln_error");
   }
+  // The vector function's parameters, and its arguments from the advancing path's group of
+  // vectors (a{i}[u]) and from one vector (r{i}).
+  std::vector<std::string> vector_params, group_args, single_args;
+  for (std::size_t i = 0; i < k.reads.size(); ++i) {
+    DType t = g.values[k.reads[i]].meta.dtype;
+    vector_params.push_back(k.splat[i]
+                                ? fmt::format("{} r{}", storage_type(t), i)
+                                : fmt::format("const {}_vec<{}>& r{}", k.name, storage_type(t), i));
+    group_args.push_back(fmt::format("a{}[u]", i));
+    single_args.push_back(fmt::format("r{}", i));
+  }
+  for (std::size_t i = 0; i < k.scalars.size(); ++i) {
+    vector_params.push_back(scalar_args[i]);
+    group_args.push_back(fmt::format("s{}", i));
+    single_args.push_back(fmt::format("s{}", i));
+  }
+  for (std::size_t i = 0; i < k.writes.size(); ++i) {
+    DType t = g.values[k.writes[i]].meta.dtype;
+    vector_params.push_back(fmt::format("{}_vec<{}>& w{}", k.name, storage_type(t), i));
+    group_args.push_back(fmt::format("w{}", i));
+    single_args.push_back(fmt::format("w{}", i));
+  }
+  if (k.checks_errors) {
+    vector_params.push_back("long long* kiln_error");
+    group_args.push_back("kiln_error");
+    single_args.push_back("kiln_error");
+  }
+  k.vectors_per_thread = vectors_per_thread(k.vector_width);
   std::optional<ElementPair> pair;
   if (k.vector_width % 2 == 0 && !k.position) pair = element_pair(g, k, steps, computed);
 
@@ -458,6 +507,10 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   d.set("element_params", comma_list("decl", element_params));
   d.set("vector_args", comma_list("arg", vector_args));
   d.set("scalar_args", comma_list("arg", scalar_call));
+  d.set("vector_params", comma_list("decl", vector_params));
+  d.set("group_args", comma_list("arg", group_args));
+  d.set("single_args", comma_list("arg", single_args));
+  d.set("unroll", std::to_string(k.vectors_per_thread));
   d.set("fp16", fp16);
   d.set("bf16", bf16);
   d.set("position", k.position);
@@ -480,6 +533,10 @@ std::int64_t set_pointwise_index_limit(std::int64_t limit) {
 
 bool set_pointwise_vectors(bool on) {
   return vectors_on().exchange(on);
+}
+
+bool set_pointwise_advance(bool on) {
+  return advance_on().exchange(on);
 }
 
 std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& kernel,
