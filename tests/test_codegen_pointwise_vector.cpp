@@ -327,6 +327,8 @@ BOOST_AUTO_TEST_CASE(advancing_offsets_give_the_per_vector_offsets_results) {
       {"column f32", bias_gelu, {randn({512, 64}), randn({512, 1})}, DType::f32, true},
       // Rows 32 apart in a buffer of rows of 40: the read's delta is rows * 40, the output's 32.
       {"strided rows", bias_gelu, {wide.slice(1, 0, 32), randn({32})}, DType::f32, true},
+      // One row merges into one dim, where the bias, loaded once per thread elsewhere, moves.
+      {"one row", bias_gelu, {randn({1, 4096}), randn({4096})}, DType::f32, false},
       // No vectors: rows of 13, and a read one element off alignment.
       {"odd rows", bias_gelu, {randn({64, 13}), randn({13})}, DType::f32, false},
       {"misaligned", bias_gelu, {misaligned.slice(1, 1, 41), randn({40})}, DType::f32, false},
@@ -343,7 +345,9 @@ BOOST_AUTO_TEST_CASE(advancing_offsets_give_the_per_vector_offsets_results) {
         generic = check(c.fn, c.inputs, c.dtype);
       }
       BOOST_TEST(relative_error(advanced.out, generic.out) == 0.0);
-      BOOST_TEST(advanced.profile.load_bytes == generic.profile.load_bytes);
+      // The same DRAM traffic; fewer loads where a thread reads the bias once.
+      BOOST_TEST(advanced.profile.dram_bytes() == generic.profile.dram_bytes());
+      BOOST_TEST(advanced.profile.load_bytes <= generic.profile.load_bytes);
       BOOST_TEST_MESSAGE(c.name << ": " << advanced.profile.issue_slots() << " slots advancing, "
                                 << generic.profile.issue_slots() << " per vector");
       if (c.advances)

@@ -21,6 +21,9 @@ struct PointwiseKernel {
   // Per read: it broadcasts along the domain's last dim, so the vector path reads one element
   // of it per vector (a 0-dim tensor, a column); the others are read a vector at a time.
   std::vector<bool> splat;
+  // Per read: the same in every row (a bias), so where offsets advance a thread loads its vector
+  // once (the host takes that path only where its delta is 0).
+  std::vector<bool> stationary;
   std::vector<int> scalars;  // 0-dim CPU values passed by value, after the reads
   std::vector<int> writes;   // values written, in parameter order
   int rank = 1;              // of the index arithmetic
