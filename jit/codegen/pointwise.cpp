@@ -206,8 +206,8 @@ std::optional<ElementPair> element_pair(const graph::Graph& g, const PointwiseKe
   // word, no unpacking mov), an f16 converts.
   auto lane_of = [](DType t, const std::string& word, const std::string& pair, int l) {
     if (t == DType::bf16)
-      return l == 0 ? fmt::format("__uint_as_float({} << 16)", word)
-                    : fmt::format("__uint_as_float({} & 0xffff0000u)", word);
+      return l == 0 ? fmt::format("kiln_bf16_low({})", word)
+                    : fmt::format("kiln_bf16_high({})", word);
     return l == 0 ? fmt::format("__low2float({})", pair) : fmt::format("__high2float({})", pair);
   };
   ElementPair p;
