@@ -12,6 +12,7 @@
 #include "graph/fusion.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/pointwise.h"
+#include "jit/codegen/pointwise_layout.h"
 #include "jit/compile.h"
 #include "runtime/cuda/virtual/launch.h"
 #include "runtime/cuda/virtual/profiler.h"
@@ -284,6 +285,143 @@ BOOST_AUTO_TEST_CASE(launches_past_the_index_limit_run_in_pieces) {
   Run scalar = check(mixed, {m, b, c}, DType::f32);
   BOOST_TEST(stats.launches - launches == 5);
   BOOST_TEST(scalar.profile.load_requests == 4 * requests(480, 3, 1) + requests(80, 3, 1));
+}
+
+// The vector path advances each read's offset by a constant per grid step where the host's
+// grid makes that hold (pointwise_layout.h: plan_advance), else computes it per vector. Both
+// against the CPU, and against each other: the same elements get the same math, so the same
+// bits. Where the plan advances, the launch issues fewer slots (no per-vector division).
+BOOST_AUTO_TEST_CASE(advancing_offsets_give_the_per_vector_offsets_results) {
+  struct Case {
+    const char* name;
+    Fn fn;
+    std::vector<Tensor> inputs;
+    DType dtype;
+    bool advances;  // the plan can advance (and vectors are taken)
+  };
+  auto bias_gelu = [](const std::vector<Tensor>& in) { return gelu(in[0] + in[1]); };
+  Tensor wide = randn({64, 40}).to(Device::cuda());
+  Tensor misaligned = randn({64, 41}).to(Device::cuda());
+  std::vector<Case> cases = {
+      {"contiguous f32, a tail", silu_gate, {randn({12347}), randn({12347})}, DType::f32, true},
+      {"contiguous bf16 rows of 1000",
+       silu_gate,
+       {randn({37, 1000}).to(DType::bf16), randn({37, 1000}).to(DType::bf16)},
+       DType::bf16,
+       true},
+      {"bias bf16, rows of 1024",
+       bias_gelu,
+       {randn({64, 1024}).to(DType::bf16), randn({1024}).to(DType::bf16)},
+       DType::bf16,
+       true},
+      // 1000 columns: the step is a multiple of a row at 125 blocks (79 for 4 vectors a thread).
+      {"bias f32, rows of 1000", bias_gelu, {randn({320, 1000}), randn({1000})}, DType::f32, true},
+      // ... not from 24 blocks: 125 would leave most threads idle.
+      {"bias f32, few rows of 1000",
+       bias_gelu,
+       {randn({96, 1000}), randn({1000})},
+       DType::f32,
+       false},
+      // Rows of 12: the grid rounded from 8 blocks to 9 (a step of 9216 elements, 768 rows).
+      {"bias f32, rows of 12", bias_gelu, {randn({2600, 12}), randn({12})}, DType::f32, true},
+      {"column f32", bias_gelu, {randn({512, 64}), randn({512, 1})}, DType::f32, true},
+      // Rows 32 apart in a buffer of rows of 40: the read's delta is rows * 40, the output's 32.
+      {"strided rows", bias_gelu, {wide.slice(1, 0, 32), randn({32})}, DType::f32, true},
+      // One row merges into one dim, where the bias, loaded once per thread elsewhere, moves.
+      {"one row", bias_gelu, {randn({1, 4096}), randn({4096})}, DType::f32, false},
+      // No vectors: rows of 13, and a read one element off alignment.
+      {"odd rows", bias_gelu, {randn({64, 13}), randn({13})}, DType::f32, false},
+      {"misaligned", bias_gelu, {misaligned.slice(1, 1, 41), randn({40})}, DType::f32, false},
+  };
+  for (const auto& c : cases) {
+    BOOST_TEST_CONTEXT(c.name) {
+      Run advanced = check(c.fn, c.inputs, c.dtype);
+      Run generic;
+      {
+        struct Off {
+          bool old = jit::codegen::set_pointwise_advance(false);
+          ~Off() { jit::codegen::set_pointwise_advance(old); }
+        } off;
+        generic = check(c.fn, c.inputs, c.dtype);
+      }
+      BOOST_TEST(relative_error(advanced.out, generic.out) == 0.0);
+      // The same DRAM traffic; fewer loads where a thread reads the bias once.
+      BOOST_TEST(advanced.profile.dram_bytes() == generic.profile.dram_bytes());
+      BOOST_TEST(advanced.profile.load_bytes <= generic.profile.load_bytes);
+      BOOST_TEST_MESSAGE(c.name << ": " << advanced.profile.issue_slots() << " slots advancing, "
+                                << generic.profile.issue_slots() << " per vector");
+      if (c.advances)
+        BOOST_TEST(advanced.profile.issue_slots() < generic.profile.issue_slots());
+      else
+        BOOST_TEST(advanced.profile.issue_slots() == generic.profile.issue_slots());
+    }
+  }
+}
+
+// Pieces of a launch past the index limit (here lowered) each plan their own advance: the
+// pieces' results against the unsplit launch's, on both vector paths.
+BOOST_AUTO_TEST_CASE(pieces_past_the_index_limit_advance_each) {
+  auto mixed = [](const std::vector<Tensor>& in) { return gelu(in[0] + in[1]) * in[2]; };
+  Tensor a = randn({200, 48}).to(Device::cuda()).slice(1, 0, 40);
+  Tensor b = randn({40}), c = randn({200, 40});
+  Run whole = check(mixed, {a, b, c}, DType::f32);
+  struct Limit {
+    std::int64_t old = jit::codegen::set_pointwise_index_limit(2000);
+    ~Limit() { jit::codegen::set_pointwise_index_limit(old); }
+  } limit;
+  auto& stats = jit::codegen::launch_stats();
+  for (bool advance : {true, false}) {
+    BOOST_TEST_CONTEXT("advance " << advance) {
+      bool old = jit::codegen::set_pointwise_advance(advance);
+      std::int64_t launches = stats.launches;
+      Run split = check(mixed, {a, b, c}, DType::f32);
+      jit::codegen::set_pointwise_advance(old);
+      // Runs of 41 rows reach offsets below 2000 (40 * 48 + 39): 5 pieces.
+      BOOST_TEST(stats.launches - launches == 5);
+      BOOST_TEST(relative_error(split.out, whole.out) == 0.0);
+    }
+  }
+}
+
+// The advance plan on the host: when the grid's step is a multiple of the inner dims, each
+// read's delta, and the grid rounded up to make it so.
+BOOST_AUTO_TEST_CASE(the_advance_plan) {
+  using jit::codegen::IterSpace;
+  using jit::codegen::plan_advance;
+  // One dim: every grid advances; a contiguous read by the step, a 0-dim one by 0.
+  IterSpace flat{{1, 100000}, {{0, 1}, {0, 0}}};
+  auto p = plan_advance(flat, 12500, 8, 256, 13, 1056);
+  BOOST_TEST(p.on);
+  BOOST_TEST(p.blocks == 13u);
+  BOOST_TEST(p.delta == (std::vector<std::int64_t>{13 * 256 * 8, 0}),
+             boost::test_tools::per_element());
+  BOOST_TEST(!plan_advance(flat, 0, 8, 256, 13, 1056).on);  // no vectors
+  // A bias over rows of 1024 (x, then the bias): a step of 8 blocks * 2048 is 16 rows.
+  IterSpace bias{{256, 1024}, {{1024, 1}, {0, 1}}};
+  p = plan_advance(bias, 32768, 8, 256, 8, 1056);
+  BOOST_TEST(p.on);
+  BOOST_TEST(p.blocks == 8u);
+  BOOST_TEST(p.delta == (std::vector<std::int64_t>{16 * 1024, 0}),
+             boost::test_tools::per_element());
+  // Rows of 1000 strided 1024 apart: blocks a multiple of 125 (1000 / gcd(1000, 2048)).
+  IterSpace strided{{300, 1000}, {{1024, 1}, {0, 1}}};
+  p = plan_advance(strided, 37500, 8, 256, 100, 1056);
+  BOOST_TEST(p.on);
+  BOOST_TEST(p.blocks == 125u);
+  BOOST_TEST(p.delta == (std::vector<std::int64_t>{256 * 1024, 0}),
+             boost::test_tools::per_element());
+  // ... not past the cap, nor past twice the blocks asked for.
+  BOOST_TEST(!plan_advance(strided, 37500, 8, 256, 100, 100).on);
+  BOOST_TEST(!plan_advance(strided, 37500, 8, 256, 60, 1056).on);
+  // Not when a delta needs 33 bits: a step of 256 rows 2^25 elements apart.
+  IterSpace far{{4096, 1}, {{std::int64_t{1} << 22, 0}}};
+  BOOST_TEST(!plan_advance(far, 0, 8, 256, 1, 1056).on);
+  IterSpace far_rows{{4096, 8}, {{std::int64_t{1} << 25, 1}}};
+  BOOST_TEST(!plan_advance(far_rows, 4096, 8, 256, 1, 1056).on);
+  IterSpace near_rows{{4096, 8}, {{std::int64_t{1} << 10, 1}}};
+  p = plan_advance(near_rows, 4096, 8, 256, 1, 1056);
+  BOOST_TEST(p.on);
+  BOOST_TEST(p.delta == (std::vector<std::int64_t>{256 << 10}), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(the_source_has_one_entry_point) {

@@ -45,6 +45,11 @@ std::atomic<bool>& vectors_on() {
   return on;
 }
 
+std::atomic<bool>& advance_on() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
 Data list() {
   return Data(Data::type::list);
 }
@@ -67,6 +72,19 @@ bool splat_along_last_dim(const std::vector<SymExpr>& sizes, const std::vector<S
   return sizes.empty() || is_one(sizes.back());
 }
 
+// Whether a value of `sizes` is the same in every row of `domain` (rank 2 or more): 1 or absent
+// along every dim but the last, which it does not broadcast (a bias row). Where the vector path
+// advances, such a read's delta is 0 unless the domain merged into one dim, which the host
+// refuses: a thread then loads it once.
+bool row_stationary(const std::vector<SymExpr>& sizes, const std::vector<SymExpr>& domain) {
+  auto is_one = [](const SymExpr& s) { return s.is_constant() && s.constant_value() == 1; };
+  if (domain.size() < 2 || sizes.empty() || sizes.size() > domain.size() || is_one(sizes.back()))
+    return false;
+  for (std::size_t d = 0; d + 1 < sizes.size(); ++d)
+    if (!is_one(sizes[d])) return false;
+  return true;
+}
+
 // Elements per thread on the vector path: as many as fill one 16-byte access of the widest
 // dtype the kernel reads or writes (4 for f32, 8 for f16/bf16, 2 for f64 and i64). Narrower
 // tensors then move less per access (an f16 input next to an f32 output: 8 bytes), but every
@@ -79,6 +97,13 @@ int vector_width(const graph::Graph& g, const PointwiseKernel& k) {
   return static_cast<int>(16 / widest);
 }
 
+// Vectors per thread on the advancing path: 4, or 2 where a vector holds 16 elements (bool), so
+// that a thread's unrolled group is at most 32 elements (its registers and NVRTC's time bounded)
+// while per-thread setup and loop control are paid once per 4 vectors.
+int vectors_per_thread(int width) {
+  return std::clamp(32 / width, 1, 4);
+}
+
 // One launch of `kernel` over `piece`, its tensors at `reads` and `writes` (the piece's own
 // first elements); `bytes_read` and `bytes_written` are counted for it.
 void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, const IterPiece& piece,
@@ -88,6 +113,15 @@ void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, con
                   std::int64_t bytes_written) {
   std::int64_t vectors =
       vectors_on() ? plan_vectors(piece.space, kernel.vector_width, reads, writes) : 0;
+  unsigned block = 256;
+  std::int64_t threads = (vectors + kernel.vectors_per_thread - 1) / kernel.vectors_per_thread;
+  AdvancePlan advance = advance_on() ? plan_advance(piece.space, vectors, kernel.vector_width,
+                                                    block, grid_stride_blocks(threads, block),
+                                                    grid_stride_blocks(kIndexLimit, block))
+                                     : AdvancePlan{};
+  // A read the kernel loads once per thread must not move.
+  for (std::size_t k = 0; k < reads.size() && advance.on; ++k)
+    if (kernel.stationary[k] && advance.delta[k] != 0) advance = AdvancePlan{};
   // The struct the kernel declares: rank sizes, max(1, reads) rows of rank strides, then per dim
   // a magic multiplier and a shift dividing by its size.
   std::vector<std::uint32_t> index(piece.space.sizes.begin(), piece.space.sizes.end());
@@ -109,6 +143,9 @@ void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, con
     shifts.push_back(l);
   }
   index.insert(index.end(), shifts.begin(), shifts.end());
+  for (std::size_t r = 0; r < rows; ++r)
+    index.push_back(r < advance.delta.size() ? static_cast<std::uint32_t>(advance.delta[r]) : 0);
+  index.push_back(advance.on ? 1 : 0);
   std::vector<cuda::DevicePtr> pointers;
   for (const auto& t : reads) pointers.push_back(t.address);
   for (const auto& t : writes) pointers.push_back(t.address);
@@ -125,9 +162,9 @@ void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, con
   params.push_back(index.data());
   params.push_back(&n);
   params.push_back(&vector_count);
-  unsigned block = 256;
-  handle.launch({grid_stride_blocks(vector_count > 0 ? vector_count : n, block), 1, 1},
-                {block, 1, 1}, params.data(), bytes_read, bytes_written);
+  unsigned blocks =
+      advance.on ? advance.blocks : grid_stride_blocks(vector_count > 0 ? vector_count : n, block);
+  handle.launch({blocks, 1, 1}, {block, 1, 1}, params.data(), bytes_read, bytes_written);
 }
 
 // f16 and bf16 round from f32 two values per instruction (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32)
@@ -165,9 +202,32 @@ std::optional<ElementPair> element_pair(const graph::Graph& g, const PointwiseKe
     if (computed.count(v)) return fmt::format("{}_{}", var(v), l);
     return literal(g.values[v].meta.dtype, g.input_of(v)->tensor.item());
   };
+  // A pair's lane l as f32: a bf16 is the top half of an f32 (a shift or a mask of the 32-bit
+  // word, no unpacking mov), an f16 converts.
+  auto lane_of = [](DType t, const std::string& word, const std::string& pair, int l) {
+    if (t == DType::bf16)
+      return l == 0 ? fmt::format("kiln_bf16_low({})", word)
+                    : fmt::format("kiln_bf16_high({})", word);
+    return l == 0 ? fmt::format("__low2float({})", pair) : fmt::format("__high2float({})", pair);
+  };
   ElementPair p;
+  // An f16/bf16 read a vector at a time comes as the 32-bit word of its two lanes (w).
+  std::vector<bool> word_read(k.reads.size());
   for (std::size_t i = 0; i < k.reads.size(); ++i) {
     DType t = g.values[k.reads[i]].meta.dtype;
+    word_read[i] = is_half_dtype(t) && !k.splat[i];
+    if (word_read[i]) {
+      p.params.push_back(fmt::format("unsigned r{}_w", i));
+      p.args.push_back(fmt::format("reinterpret_cast<const unsigned*>(r{}.v)[j / 2]", i));
+      std::string word = fmt::format("r{}_w", i), pair = fmt::format("r{}_p", i);
+      if (t != DType::bf16)
+        p.lines.push_back(
+            fmt::format("const {} {} = kiln_pair_of<{}>({});", packed(t), pair, packed(t), word));
+      for (int l = 0; l < 2; ++l)
+        p.lines.push_back(fmt::format("const {} {} = {};", register_type(t), lane(k.reads[i], l),
+                                      lane_of(t, word, pair, l)));
+      continue;
+    }
     p.params.push_back(fmt::format("{0} r{1}_0, {0} r{1}_1", storage_type(t), i));
     p.args.push_back(k.splat[i] ? fmt::format("r{0}, r{0}", i)
                                 : fmt::format("r{0}.v[j], r{0}.v[j + 1]", i));
@@ -185,6 +245,11 @@ std::optional<ElementPair> element_pair(const graph::Graph& g, const PointwiseKe
   }
   for (std::size_t i = 0; i < k.writes.size(); ++i) {
     DType t = g.values[k.writes[i]].meta.dtype;
+    if (is_half_dtype(t)) {  // stored as the 32-bit word of the rounded pair
+      p.params.push_back(fmt::format("unsigned& w{}_w", i));
+      p.args.push_back(fmt::format("reinterpret_cast<unsigned*>(w{}.v)[j / 2]", i));
+      continue;
+    }
     p.params.push_back(fmt::format("{0}& w{1}_0, {0}& w{1}_1", storage_type(t), i));
     p.args.push_back(fmt::format("w{0}.v[j], w{0}.v[j + 1]", i));
   }
@@ -223,26 +288,26 @@ std::optional<ElementPair> element_pair(const graph::Graph& g, const PointwiseKe
       auto rounded = pairs.find(v);
       if (r != k.reads.end()) {
         auto i = r - k.reads.begin();
-        halves.push_back(fmt::format("{}(r{}_0, r{}_1)", from_halves(out_type), i, i));
+        if (word_read[i])
+          halves.push_back(fmt::format("kiln_pair_of<{}>(r{}_w)", packed(out_type), i));
+        else
+          halves.push_back(fmt::format("{}(r{}_0, r{}_1)", from_halves(out_type), i, i));
       } else if (rounded != pairs.end()) {
         halves.push_back(rounded->second);
       } else {
         break;
       }
     }
-    if (together && packed_op && halves.size() == 2) {
-      std::string pair = var(out) + "_p";
-      p.lines.push_back(fmt::format("const {} {} = {}({}, {});", packed(out_type), pair, packed_op,
-                                    halves[0], halves[1]));
-      p.lines.push_back(fmt::format("const float {} = __low2float({});", lane(out, 0), pair));
-      p.lines.push_back(fmt::format("const float {} = __high2float({});", lane(out, 1), pair));
-      pairs[out] = pair;
-    } else if (together) {
-      std::string pair = var(out) + "_p";
+    if (together) {
+      std::string pair = var(out) + "_p", word = var(out) + "_w";
       p.lines.push_back(fmt::format("const {} {} = {}({}, {});", packed(out_type), pair,
-                                    round2(out_type), exprs[0], exprs[1]));
-      p.lines.push_back(fmt::format("const float {} = __low2float({});", lane(out, 0), pair));
-      p.lines.push_back(fmt::format("const float {} = __high2float({});", lane(out, 1), pair));
+                                    packed_op && halves.size() == 2 ? packed_op : round2(out_type),
+                                    packed_op && halves.size() == 2 ? halves[0] : exprs[0],
+                                    packed_op && halves.size() == 2 ? halves[1] : exprs[1]));
+      p.lines.push_back(fmt::format("const unsigned {} = kiln_bits_of({});", word, pair));
+      for (int l = 0; l < 2; ++l)
+        p.lines.push_back(
+            fmt::format("const float {} = {};", lane(out, l), lane_of(out_type, word, pair, l)));
       pairs[out] = pair;
     } else {
       for (int l = 0; l < 2; ++l)
@@ -262,8 +327,7 @@ std::optional<ElementPair> element_pair(const graph::Graph& g, const PointwiseKe
         p.lines.push_back(fmt::format("const {} {} = {}({}, {});", packed(t), pair, round2(t),
                                       lane(v, 0), lane(v, 1)));
       }
-      p.lines.push_back(fmt::format("w{0}_0 = {1}.x;", i, pair));
-      p.lines.push_back(fmt::format("w{0}_1 = {1}.y;", i, pair));
+      p.lines.push_back(fmt::format("w{}_w = kiln_bits_of({});", i, pair));
     } else {
       for (int l = 0; l < 2; ++l)
         p.lines.push_back(fmt::format("w{}_{} = {};", i, l, store_expr(t, lane(v, l))));
@@ -337,10 +401,12 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
           Data("decl", fmt::format("const {}* __restrict__ in{}", storage_type(t), index)));
       read_args.push_back(fmt::format("{} r{}", storage_type(t), index));
       k.splat.push_back(splat_along_last_dim(g.values[v].sizes, group.domain));
+      k.stationary.push_back(!k.splat.back() && row_stationary(g.values[v].sizes, group.domain));
       Data r;
       r.set("index", std::to_string(index));
       r.set("type", storage_type(t));
       r.set("splat", bool(k.splat.back()));
+      r.set("stationary", bool(k.stationary.back()));
       reads.push_back(r);
       load.set("expr", load_expr(t, fmt::format("r{}", index)));
       loads.push_back(load);
@@ -436,6 +502,34 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     vector_args.push_back("kiln_error");
     scalar_call.push_back("kiln_error");
   }
+  // The vector function's parameters, and its arguments from the advancing path's group of
+  // vectors (a{i}[u]) and from one vector (r{i}).
+  std::vector<std::string> vector_params, group_args, single_args;
+  for (std::size_t i = 0; i < k.reads.size(); ++i) {
+    DType t = g.values[k.reads[i]].meta.dtype;
+    vector_params.push_back(k.splat[i]
+                                ? fmt::format("{} r{}", storage_type(t), i)
+                                : fmt::format("const {}_vec<{}>& r{}", k.name, storage_type(t), i));
+    group_args.push_back(k.stationary[i] ? fmt::format("b{}", i) : fmt::format("a{}[u]", i));
+    single_args.push_back(fmt::format("r{}", i));
+  }
+  for (std::size_t i = 0; i < k.scalars.size(); ++i) {
+    vector_params.push_back(scalar_args[i]);
+    group_args.push_back(fmt::format("s{}", i));
+    single_args.push_back(fmt::format("s{}", i));
+  }
+  for (std::size_t i = 0; i < k.writes.size(); ++i) {
+    DType t = g.values[k.writes[i]].meta.dtype;
+    vector_params.push_back(fmt::format("{}_vec<{}>& w{}", k.name, storage_type(t), i));
+    group_args.push_back(fmt::format("w{}", i));
+    single_args.push_back(fmt::format("w{}", i));
+  }
+  if (k.checks_errors) {
+    vector_params.push_back("long long* kiln_error");
+    group_args.push_back("kiln_error");
+    single_args.push_back("kiln_error");
+  }
+  k.vectors_per_thread = vectors_per_thread(k.vector_width);
   std::optional<ElementPair> pair;
   if (k.vector_width % 2 == 0 && !k.position) pair = element_pair(g, k, steps, computed);
 
@@ -458,6 +552,10 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   d.set("element_params", comma_list("decl", element_params));
   d.set("vector_args", comma_list("arg", vector_args));
   d.set("scalar_args", comma_list("arg", scalar_call));
+  d.set("vector_params", comma_list("decl", vector_params));
+  d.set("group_args", comma_list("arg", group_args));
+  d.set("single_args", comma_list("arg", single_args));
+  d.set("unroll", std::to_string(k.vectors_per_thread));
   d.set("fp16", fp16);
   d.set("bf16", bf16);
   d.set("position", k.position);
@@ -480,6 +578,10 @@ std::int64_t set_pointwise_index_limit(std::int64_t limit) {
 
 bool set_pointwise_vectors(bool on) {
   return vectors_on().exchange(on);
+}
+
+bool set_pointwise_advance(bool on) {
+  return advance_on().exchange(on);
 }
 
 std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& kernel,

@@ -21,10 +21,15 @@ struct PointwiseKernel {
   // Per read: it broadcasts along the domain's last dim, so the vector path reads one element
   // of it per vector (a 0-dim tensor, a column); the others are read a vector at a time.
   std::vector<bool> splat;
+  // Per read: the same in every row (a bias), so where offsets advance a thread loads its vector
+  // once (the host takes that path only where its delta is 0).
+  std::vector<bool> stationary;
   std::vector<int> scalars;  // 0-dim CPU values passed by value, after the reads
   std::vector<int> writes;   // values written, in parameter order
   int rank = 1;              // of the index arithmetic
   int vector_width = 1;      // elements per thread on the vector path
+  // Vectors per thread per iteration where offsets advance (several loads in flight per thread).
+  int vectors_per_thread = 1;
   // Whether an op reads its element's row and column (tril, triu): the launch then passes the
   // piece's first element and the domain's last two sizes.
   bool position = false;
@@ -56,5 +61,8 @@ std::int64_t set_pointwise_index_limit(std::int64_t limit);
 // Whether run_pointwise may take the vector path (on by default). Benchmarks turn it off to
 // measure the scalar path on the same tensors; returns the previous setting.
 bool set_pointwise_vectors(bool on);
+// Whether the vector path may advance offsets (pointwise_layout.h: plan_advance; on by default).
+// Tests turn it off to run the per-vector offsets on the same tensors; returns the previous one.
+bool set_pointwise_advance(bool on);
 
 }  // namespace kiln::jit::codegen

@@ -2,6 +2,7 @@
 #include "jit/codegen/pointwise_layout.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace kiln::jit::codegen {
 namespace {
@@ -122,6 +123,31 @@ std::int64_t plan_vectors(const IterSpace& piece, int width, std::span<const Ten
   for (const auto& t : writes)
     if (!aligned(t)) return 0;
   return piece.numel() / w;
+}
+
+AdvancePlan plan_advance(const IterSpace& piece, std::int64_t vectors, int width, unsigned block,
+                         unsigned blocks, unsigned max_blocks) {
+  AdvancePlan plan;
+  if (vectors <= 0 || width < 1 || block == 0 || blocks == 0) return plan;
+  std::size_t outer = 0, rank = piece.sizes.size();
+  while (outer + 1 < rank && piece.sizes[outer] == 1) ++outer;
+  std::int64_t inner = numel_from(piece, outer + 1);
+  std::int64_t per_block = std::int64_t{block} * width;
+  // The fewest blocks whose step is a multiple of `inner`, and the grid rounded up to them: at
+  // most twice the blocks, past which threads would have too few vectors to repay their setup.
+  std::int64_t multiple = inner / std::gcd(inner, per_block);
+  std::int64_t grid = (std::int64_t{blocks} + multiple - 1) / multiple * multiple;
+  if (grid > std::min<std::int64_t>(2 * std::int64_t{blocks}, std::max(blocks, max_blocks)))
+    return plan;
+  std::int64_t rows_per_step = grid * per_block / inner;
+  for (const auto& stride : piece.strides) {
+    std::int64_t delta = rows_per_step * stride[outer];
+    if (delta > std::int64_t{0xffffffff}) return plan;
+    plan.delta.push_back(delta);
+  }
+  plan.on = true;
+  plan.blocks = static_cast<unsigned>(grid);
+  return plan;
 }
 
 }  // namespace kiln::jit::codegen

@@ -61,4 +61,19 @@ struct TensorAccess {
 std::int64_t plan_vectors(const IterSpace& piece, int width, std::span<const TensorAccess> reads,
                           std::span<const TensorAccess> writes);
 
+// Whether a launch's vector path advances offsets instead of computing them per vector, with its
+// grid. It does where the grid's step in elements (blocks * block * width) is a multiple of the
+// elements inside the piece's outermost dim of size > 1 (always with one dim left; for a bias
+// broadcast over rows, where the step is a multiple of the row): then from one vector of a thread
+// to its next every read's offset moves by a constant, its `delta`, below 2^32. `blocks` is
+// the grid for the vectors at several per thread; it may be rounded up to a multiple that makes
+// the step fit, up to twice `blocks` and within `max_blocks`. Off where `vectors` is 0.
+struct AdvancePlan {
+  bool on = false;
+  unsigned blocks = 0;
+  std::vector<std::int64_t> delta;  // per read, in elements
+};
+AdvancePlan plan_advance(const IterSpace& piece, std::int64_t vectors, int width, unsigned block,
+                         unsigned blocks, unsigned max_blocks);
+
 }  // namespace kiln::jit::codegen
