@@ -264,7 +264,9 @@ class ReductionRenderer {
     DType t = info_.at(n.outputs[0]).dtype;
     if (!fn || (t != DType::bf16 && t != DType::f16) || n.inputs.size() != 2) return std::nullopt;
     for (int v : n.inputs)
-      if (info_.at(v).dtype != t || info_.at(v).broadcast || is_inlined(g_, v)) return std::nullopt;
+      if (info_.at(v).dtype != t || info_.at(v).broadcast ||
+          (!produced_inside(v) && is_inlined(g_, v)))  // as read() tells a literal
+        return std::nullopt;
     return PairOp{fn, var(n.inputs[0]), var(n.inputs[1])};
   }
 
