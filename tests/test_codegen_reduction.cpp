@@ -229,6 +229,14 @@ BOOST_AUTO_TEST_CASE(short_rows_are_a_warp_each) {
   Generated gen =
       generate([](auto& in) { return std::vector<Tensor>{softmax(in[0], 1)}; }, {randn({100, 40})});
   BOOST_TEST(gen.kernel.warp_items == 2);
+  BOOST_TEST(gen.kernel.warp_lanes == 32);
+  // 16-bit rows traced wider than 512 columns: half a warp a row, 64 columns a lane.
+  Generated wide = generate([](auto& in) { return std::vector<Tensor>{softmax(in[0], 1)}; },
+                            {randn({4, 1024}).to(DType::bf16)});
+  BOOST_TEST(wide.kernel.warp_lanes == 16);
+  BOOST_TEST(wide.kernel.warp_items == 64);
+  BOOST_TEST(codegen::warp_row_lanes(1024, 4) == 32);  // f32 keeps a warp a row
+  BOOST_TEST(codegen::warp_row_lanes(512, 2) == 32);
   using codegen::ReductionSchedule;
   BOOST_TEST((codegen::row_schedule(gen.kernel, 40, 1) == ReductionSchedule::warp_per_row));
   BOOST_TEST((codegen::row_schedule(gen.kernel, codegen::kWarpRowMaxCols, 1) ==
@@ -248,6 +256,23 @@ BOOST_AUTO_TEST_CASE(short_rows_are_a_warp_each) {
           jit::compile([](const Tensor& a, const Tensor& t) { return cross_entropy(a, t); });
       BOOST_TEST(relative_error(loss(xd, target.to(Device::cuda())), cross_entropy(x64, target)) <=
                  1e-5);
+      Tensor ties = floor(x);
+      BOOST_TEST(relative_error(argmax(ties.to(Device::cuda()), {1}), argmax(ties, {1})) == 0.0);
+    }
+  }
+  // Half a warp a row (16-bit rows past 512 columns), 37 rows: the last warp's second half has
+  // no row and leaves while the first still shuffles within its own member mask.
+  for (std::int64_t cols : {600, 1024}) {
+    BOOST_TEST_CONTEXT("bf16, cols " << cols) {
+      Tensor x = (randn({37, cols}) * 3.0).to(DType::bf16), x64 = x.to(DType::f64);
+      Tensor xd = x.to(Device::cuda());
+      BOOST_TEST(relative_error(layer_norm(xd, {cols}), layer_norm(x64, {cols})) <= 1.6e-2);
+      BOOST_TEST(relative_error(log_softmax(xd, 1), log_softmax(x64, 1)) <= 1.6e-2);
+      Tensor target = randint(0, cols, {37}, DType::i64);
+      auto loss =
+          jit::compile([](const Tensor& a, const Tensor& t) { return cross_entropy(a, t); });
+      BOOST_TEST(relative_error(loss(xd, target.to(Device::cuda())), cross_entropy(x64, target)) <=
+                 1.6e-2);
       Tensor ties = floor(x);
       BOOST_TEST(relative_error(argmax(ties.to(Device::cuda()), {1}), argmax(ties, {1})) == 0.0);
     }
