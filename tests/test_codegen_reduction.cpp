@@ -244,35 +244,25 @@ BOOST_AUTO_TEST_CASE(short_rows_are_a_warp_each) {
   BOOST_TEST((codegen::row_schedule(gen.kernel, codegen::kWarpRowMaxCols + 1, 1) ==
               ReductionSchedule::block_per_row));
   // Against the CPU in f64, on both sides of the switch, with a fused row select
-  // (cross-entropy) and arg reductions whose ties keep the first index.
-  for (std::int64_t cols : {1, 7, 33, 256, 257, 1024, 1025}) {
-    BOOST_TEST_CONTEXT("cols " << cols) {
-      Tensor x = randn({37, cols}) * 3.0, x64 = x.to(DType::f64);
+  // (cross-entropy) and arg reductions whose ties keep the first index. bf16 rows past 512
+  // columns take half a warp a row; with 37 rows the last warp's second half has no row and
+  // leaves while the first still shuffles within its own member mask.
+  const std::vector<std::pair<DType, std::int64_t>> rows = {
+      {DType::f32, 1},    {DType::f32, 7},    {DType::f32, 33},
+      {DType::f32, 256},  {DType::f32, 257},  {DType::f32, 1024},
+      {DType::f32, 1025}, {DType::bf16, 600}, {DType::bf16, 1024}};
+  for (const auto& [dtype, cols] : rows) {
+    BOOST_TEST_CONTEXT(dtype_name(dtype) << ", cols " << cols) {
+      const double tol = dtype == DType::f32 ? 1e-5 : 1.6e-2;
+      Tensor x = (randn({37, cols}) * 3.0).to(dtype), x64 = x.to(DType::f64);
       Tensor xd = x.to(Device::cuda());
-      BOOST_TEST(relative_error(layer_norm(xd, {cols}), layer_norm(x64, {cols})) <= 1e-5);
-      BOOST_TEST(relative_error(log_softmax(xd, 1), log_softmax(x64, 1)) <= 1e-5);
+      BOOST_TEST(relative_error(layer_norm(xd, {cols}), layer_norm(x64, {cols})) <= tol);
+      BOOST_TEST(relative_error(log_softmax(xd, 1), log_softmax(x64, 1)) <= tol);
       Tensor target = randint(0, cols, {37}, DType::i64);
       auto loss =
           jit::compile([](const Tensor& a, const Tensor& t) { return cross_entropy(a, t); });
       BOOST_TEST(relative_error(loss(xd, target.to(Device::cuda())), cross_entropy(x64, target)) <=
-                 1e-5);
-      Tensor ties = floor(x);
-      BOOST_TEST(relative_error(argmax(ties.to(Device::cuda()), {1}), argmax(ties, {1})) == 0.0);
-    }
-  }
-  // Half a warp a row (16-bit rows past 512 columns), 37 rows: the last warp's second half has
-  // no row and leaves while the first still shuffles within its own member mask.
-  for (std::int64_t cols : {600, 1024}) {
-    BOOST_TEST_CONTEXT("bf16, cols " << cols) {
-      Tensor x = (randn({37, cols}) * 3.0).to(DType::bf16), x64 = x.to(DType::f64);
-      Tensor xd = x.to(Device::cuda());
-      BOOST_TEST(relative_error(layer_norm(xd, {cols}), layer_norm(x64, {cols})) <= 1.6e-2);
-      BOOST_TEST(relative_error(log_softmax(xd, 1), log_softmax(x64, 1)) <= 1.6e-2);
-      Tensor target = randint(0, cols, {37}, DType::i64);
-      auto loss =
-          jit::compile([](const Tensor& a, const Tensor& t) { return cross_entropy(a, t); });
-      BOOST_TEST(relative_error(loss(xd, target.to(Device::cuda())), cross_entropy(x64, target)) <=
-                 1.6e-2);
+                 tol);
       Tensor ties = floor(x);
       BOOST_TEST(relative_error(argmax(ties.to(Device::cuda()), {1}), argmax(ties, {1})) == 0.0);
     }
