@@ -312,33 +312,16 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   if (k.checks_errors) params.push_back(Data("decl", "long long* __restrict__ kiln_error"));
   k.vector_width = vector_width(g, k);
 
-  // The element function's parameters, and its arguments on the vector and the scalar paths.
+  // The element function's parameters and its arguments on the vector and the scalar paths; the
+  // vector function's parameters and its arguments from the advancing path's group of vectors
+  // (a{i}[u], or b{i} loaded once) and from one vector (r{i}).
   std::vector<std::string> element_params, vector_args, scalar_call;
-  for (std::size_t i = 0; i < k.reads.size(); ++i) {
-    element_params.push_back(read_args[i]);
-    vector_args.push_back(k.splat[i] ? fmt::format("r{}", i) : fmt::format("r{}.v[j]", i));
-    scalar_call.push_back(fmt::format("in{0}[offset[{0}]]", i));
-  }
-  for (std::size_t i = 0; i < k.scalars.size(); ++i) {
-    element_params.push_back(scalar_args[i]);
-    vector_args.push_back(fmt::format("s{}", i));
-    scalar_call.push_back(fmt::format("s{}", i));
-  }
-  for (std::size_t i = 0; i < k.writes.size(); ++i) {
-    element_params.push_back(write_args[i]);
-    vector_args.push_back(fmt::format("w{}.v[j]", i));
-    scalar_call.push_back(fmt::format("out{}[i]", i));
-  }
-  if (k.checks_errors) {
-    element_params.push_back("long long* kiln_error");
-    vector_args.push_back("kiln_error");
-    scalar_call.push_back("kiln_error");
-  }
-  // The vector function's parameters, and its arguments from the advancing path's group of
-  // vectors (a{i}[u]) and from one vector (r{i}).
   std::vector<std::string> vector_params, group_args, single_args;
   for (std::size_t i = 0; i < k.reads.size(); ++i) {
     DType t = g.values[k.reads[i]].meta.dtype;
+    element_params.push_back(read_args[i]);
+    vector_args.push_back(k.splat[i] ? fmt::format("r{}", i) : fmt::format("r{}.v[j]", i));
+    scalar_call.push_back(fmt::format("in{0}[offset[{0}]]", i));
     vector_params.push_back(k.splat[i]
                                 ? fmt::format("{} r{}", storage_type(t), i)
                                 : fmt::format("const {}_vec<{}>& r{}", k.name, storage_type(t), i));
@@ -346,20 +329,25 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
     single_args.push_back(fmt::format("r{}", i));
   }
   for (std::size_t i = 0; i < k.scalars.size(); ++i) {
+    std::string s = fmt::format("s{}", i);
+    element_params.push_back(scalar_args[i]);
     vector_params.push_back(scalar_args[i]);
-    group_args.push_back(fmt::format("s{}", i));
-    single_args.push_back(fmt::format("s{}", i));
+    for (auto* args : {&vector_args, &scalar_call, &group_args, &single_args}) args->push_back(s);
   }
   for (std::size_t i = 0; i < k.writes.size(); ++i) {
     DType t = g.values[k.writes[i]].meta.dtype;
+    element_params.push_back(write_args[i]);
+    vector_args.push_back(fmt::format("w{}.v[j]", i));
+    scalar_call.push_back(fmt::format("out{}[i]", i));
     vector_params.push_back(fmt::format("{}_vec<{}>& w{}", k.name, storage_type(t), i));
     group_args.push_back(fmt::format("w{}", i));
     single_args.push_back(fmt::format("w{}", i));
   }
   if (k.checks_errors) {
-    vector_params.push_back("long long* kiln_error");
-    group_args.push_back("kiln_error");
-    single_args.push_back("kiln_error");
+    for (auto* params : {&element_params, &vector_params})
+      params->push_back("long long* kiln_error");
+    for (auto* args : {&vector_args, &scalar_call, &group_args, &single_args})
+      args->push_back("kiln_error");
   }
   k.vectors_per_thread = vectors_per_thread(k.vector_width);
   std::optional<ElementPair> pair;

@@ -107,13 +107,24 @@ Data flat_body_of(const std::vector<Assignment>& loads, const std::vector<Assign
   std::vector<std::pair<std::string, std::string>> current;  // defined in the open segment
   Data seg_loads = list(), seg_statements = list();
   for (const auto& a : loads) {
-    seg_loads.push_back(a.to_data());
-    current.emplace_back(a.type, a.var);
     std::string t = a.read >= 0 && width % 2 == 0
                         ? pair_type(read_storage.at(static_cast<std::size_t>(a.read)))
                         : "";
     if (!t.empty())
       pairs[a.var] = {t, fmt::format("reinterpret_cast<const {}*>(in{}_v.v)[p]", t, a.read)};
+    Assignment load = a;
+    if (t == "__nv_bfloat162") {
+      // A bf16 column from its pair's word (kiln_pair_half: one integer op, no cvt of a half).
+      std::string one = load_expr(DType::bf16, fmt::format("in{0}[offset[{0}]]", a.read));
+      auto at = load.expr.find(one);
+      if (at != std::string::npos)
+        load.expr.replace(at, one.size(),
+                          fmt::format("kiln_pair_half(reinterpret_cast<const {}*>(in{}_v.v)[j >> "
+                                      "1], j)",
+                                      t, a.read));
+    }
+    seg_loads.push_back(load.to_data());
+    current.emplace_back(a.type, a.var);
   }
   auto binds_of = [&](const std::string& skip) {
     Data binds = list();
