@@ -125,7 +125,8 @@ cublasLtEpilogue_t backward_epilogue(Activation act, bool bias_grad) {
   }
 }
 
-std::string map_problem(const Problem& p, Mapping& m) {
+// Rules on the operands alone: the library, ranks, dtypes and devices.
+std::string operand_rule_failure(const Problem& p) {
   try {
     (void)lt::lt_api();  // descriptors need the library, not a GPU
   } catch (const Error& e) {
@@ -152,10 +153,11 @@ std::string map_problem(const Problem& p, Mapping& m) {
   if (!a.device().is_cuda() || !b.device().is_cuda() ||
       (p.bias.defined() && !p.bias.device().is_cuda()))
     return "an operand is not a CUDA tensor";
-  const std::int64_t M = a.shape()[a.dim() - 2], K = a.shape().back(), N = b.shape().back();
-  if (b.shape()[b.dim() - 2] != K)
-    return fmt::format("inner dims {} and {} differ", K, b.shape()[b.dim() - 2]);
-  // Batch shape: the operands' leading dims, broadcast.
+  return "";
+}
+
+// The operands' leading dims, broadcast.
+Shape broadcast_batch(const Tensor& a, const Tensor& b) {
   std::size_t r = std::max(a.dim(), b.dim()) - 2;
   Shape batch(r, 1);
   for (std::size_t d = 0; d < r; ++d)
@@ -163,11 +165,11 @@ std::string map_problem(const Problem& p, Mapping& m) {
       std::int64_t td = static_cast<std::int64_t>(t->dim()) - 2 - static_cast<std::int64_t>(r - d);
       if (td >= 0 && t->shape()[td] != 1) batch[d] = t->shape()[td];
     }
-  m.out_shape = batch;
-  m.out_shape.push_back(M);
-  m.out_shape.push_back(N);
-  m.n = N;
-  if (K == 0) return "k = 0 (an empty sum): the generated GEMM writes its zeros";
+  return batch;
+}
+
+// The bias of the N output features, and the operands' pointers.
+std::string bias_and_alignment_failure(const Problem& p, std::int64_t N) {
   if (p.bias.defined()) {
     if (p.bias.dim() != 1 || p.bias.shape()[0] != N)
       return fmt::format(
@@ -177,9 +179,22 @@ std::string map_problem(const Problem& p, Mapping& m) {
     if (N > 1 && p.bias.strides()[0] != 1) return "bias is not packed (stride between elements 1)";
     if (!aligned(p.bias.raw_data(), 16)) return "bias pointer is not 16-byte aligned";
   }
-  for (const Tensor* t : {&a, &b})
-    if (!aligned(t->raw_data(), itemsize(dt)))
-      return fmt::format("an operand pointer is not aligned to its {}-byte elements", itemsize(dt));
+  std::size_t item = itemsize(p.a.dtype());
+  for (const Tensor* t : {&p.a, &p.b})
+    if (!aligned(t->raw_data(), item))
+      return fmt::format("an operand pointer is not aligned to its {}-byte elements", item);
+  return "";
+}
+
+// b and a as cuBLASLt's A and B (swapped), with the rows of the product and its batches.
+struct Operands {
+  Operand A, B;
+  std::int64_t rows = 0, batches = 1;
+};
+
+std::string map_operands(const Problem& p, const Shape& batch, Operands& o) {
+  const Tensor &a = p.a, &b = p.b;
+  const std::int64_t M = a.shape()[a.dim() - 2], K = a.shape().back(), N = b.shape().back();
   // Rows of the product: a's batch dims fold into M when b is one matrix and a's dims allow.
   std::int64_t batches = 1;
   for (auto s : batch) batches *= s;
@@ -198,36 +213,44 @@ std::string map_problem(const Problem& p, Mapping& m) {
     B->batch_stride = *sa;
     A->batch_stride = *sb;
   }
-  m.rows = rows;
-  m.batches = batches;
-  lt::MatmulSpec& s = m.spec;
+  o = Operands{*A, *B, rows, batches};
+  return "";
+}
+
+// The spec asked of cuBLASLt: types, transposes, epilogue, layouts and the forward aux's.
+void fill_spec(const Problem& p, const Operands& o, std::int64_t M, std::int64_t N,
+               lt::MatmulSpec& s) {
+  DType dt = p.a.dtype();
   cudaDataType_t type = lt_type(dt);
   s.compute = dt == DType::f64                   ? CUBLAS_COMPUTE_64F
               : dt == DType::f32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                  : CUBLAS_COMPUTE_32F;
   s.scale = dt == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
-  s.trans_a = A->op;
-  s.trans_b = B->op;
+  s.trans_a = o.A.op;
+  s.trans_b = o.B.op;
   s.epilogue = p.backward ? backward_epilogue(p.act, p.bias_grad)
                           : forward_epilogue(p.bias.defined(), p.act, p.save_aux);
-  auto bc = static_cast<std::int32_t>(batches);
-  s.a = {type, A->rows, A->cols, A->ld, CUBLASLT_ORDER_COL, bc, A->batch_stride};
-  s.b = {type, B->rows, B->cols, B->ld, CUBLASLT_ORDER_COL, bc, B->batch_stride};
+  auto bc = static_cast<std::int32_t>(o.batches);
+  s.a = {type, o.A.rows, o.A.cols, o.A.ld, CUBLASLT_ORDER_COL, bc, o.A.batch_stride};
+  s.b = {type, o.B.rows, o.B.cols, o.B.ld, CUBLASLT_ORDER_COL, bc, o.B.batch_stride};
   s.c = s.d = {type,
                std::uint64_t(N),
-               std::uint64_t(rows),
+               std::uint64_t(o.rows),
                std::max<std::int64_t>(N, 1),
                CUBLASLT_ORDER_COL,
                bc,
-               batches > 1 ? M * N : 0};
+               o.batches > 1 ? M * N : 0};
   if (p.save_aux && p.act == Activation::gelu_tanh) {
     s.aux_ld = N;  // the aux is the pre-activation as a plain [..., M, N] tensor
-    s.aux_batch_stride = batches > 1 ? M * N : 0;
+    s.aux_batch_stride = o.batches > 1 ? M * N : 0;
   } else if (p.save_aux && p.act == Activation::relu) {
     s.aux_ld = (N + 127) / 128 * 128;  // bits; kiln owns this buffer, so it pads
-    s.aux_batch_stride = batches > 1 ? s.aux_ld * M : 0;
+    s.aux_batch_stride = o.batches > 1 ? s.aux_ld * M : 0;
   }
-  // The documented rules, on what will be asked (cublasLt.h: EPILOGUE_AUX_LD, ORDER).
+}
+
+// The documented rules, on what will be asked (cublasLt.h: EPILOGUE_AUX_LD, ORDER).
+std::string epilogue_rule_failure(const Problem& p, const lt::MatmulSpec& s, std::int64_t N) {
   if (s.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     for (const auto* x : {&s.a, &s.b, &s.c, &s.d})
       if (x->order != CUBLASLT_ORDER_COL) return "row-major order with an epilogue";
@@ -239,24 +262,52 @@ std::string map_problem(const Problem& p, Mapping& m) {
   if (p.save_aux && p.act == Activation::relu && s.aux_ld % 128 != 0)
     return fmt::format("ReLU bitmask leading dimension {} is not a multiple of 128", s.aux_ld);
   if (p.save_aux && p.act == Activation::none) return "an aux output needs an activation";
-  if (p.backward && p.act != Activation::none) {
-    // The forward's aux, for this product's shape: GELU's pre-activation, ReLU's bitmask.
-    const Tensor& aux = p.aux_in;
-    s.aux_ld = p.aux_in_ld;
-    bool relu = p.act == Activation::relu;
-    std::int64_t per_row = relu ? s.aux_ld / 8 : s.aux_ld;
-    if (!aux.defined() || !aux.device().is_cuda() || !aux.is_contiguous() ||
-        aux.numel() != m.batches * rows * per_row || aux.dtype() != (relu ? DType::bool_ : dt))
-      return fmt::format("the {} aux does not match the product [{} rows, {} features]",
-                         activation_name(p.act), m.batches * rows, N);
-    if (s.aux_ld % (relu ? 128 : 8) != 0 || s.aux_ld < N)
-      return fmt::format(
-          "aux leading dimension {} breaks the {} rule (a multiple of {}, at least "
-          "{})",
-          s.aux_ld, activation_name(p.act), relu ? 128 : 8, N);
-    if (!aligned(aux.raw_data(), 16)) return "aux pointer is not 16-byte aligned";
-    s.aux_batch_stride = batches > 1 ? s.aux_ld * M : 0;
-  }
+  return "";
+}
+
+// A backward form's aux: the forward's, for this product's shape (GELU's pre-activation,
+// ReLU's bitmask).
+std::string backward_aux_failure(const Problem& p, Mapping& m, std::int64_t M, std::int64_t N) {
+  lt::MatmulSpec& s = m.spec;
+  const Tensor& aux = p.aux_in;
+  s.aux_ld = p.aux_in_ld;
+  bool relu = p.act == Activation::relu;
+  std::int64_t per_row = relu ? s.aux_ld / 8 : s.aux_ld;
+  if (!aux.defined() || !aux.device().is_cuda() || !aux.is_contiguous() ||
+      aux.numel() != m.batches * m.rows * per_row ||
+      aux.dtype() != (relu ? DType::bool_ : p.a.dtype()))
+    return fmt::format("the {} aux does not match the product [{} rows, {} features]",
+                       activation_name(p.act), m.batches * m.rows, N);
+  if (s.aux_ld % (relu ? 128 : 8) != 0 || s.aux_ld < N)
+    return fmt::format(
+        "aux leading dimension {} breaks the {} rule (a multiple of {}, at least "
+        "{})",
+        s.aux_ld, activation_name(p.act), relu ? 128 : 8, N);
+  if (!aligned(aux.raw_data(), 16)) return "aux pointer is not 16-byte aligned";
+  s.aux_batch_stride = m.batches > 1 ? s.aux_ld * M : 0;
+  return "";
+}
+
+std::string map_problem(const Problem& p, Mapping& m) {
+  if (std::string failed = operand_rule_failure(p); !failed.empty()) return failed;
+  const Tensor &a = p.a, &b = p.b;
+  const std::int64_t M = a.shape()[a.dim() - 2], K = a.shape().back(), N = b.shape().back();
+  if (b.shape()[b.dim() - 2] != K)
+    return fmt::format("inner dims {} and {} differ", K, b.shape()[b.dim() - 2]);
+  Shape batch = broadcast_batch(a, b);
+  m.out_shape = batch;
+  m.out_shape.push_back(M);
+  m.out_shape.push_back(N);
+  m.n = N;
+  if (K == 0) return "k = 0 (an empty sum): the generated GEMM writes its zeros";
+  if (std::string failed = bias_and_alignment_failure(p, N); !failed.empty()) return failed;
+  Operands o;
+  if (std::string failed = map_operands(p, batch, o); !failed.empty()) return failed;
+  m.rows = o.rows;
+  m.batches = o.batches;
+  fill_spec(p, o, M, N, m.spec);
+  if (std::string failed = epilogue_rule_failure(p, m.spec, N); !failed.empty()) return failed;
+  if (p.backward && p.act != Activation::none) return backward_aux_failure(p, m, M, N);
   return "";
 }
 

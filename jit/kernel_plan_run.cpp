@@ -1,0 +1,140 @@
+// Running a plan's steps in order, each by its type (see kernel_plan.h and plan_step.h).
+#include <fmt/format.h>
+
+#include "graph/node_values.h"
+#include "jit/accuracy_check.h"
+#include "jit/codegen/epilogue_lowering.h"
+#include "jit/kernel_plan.h"
+#include "runtime/dispatch.h"
+
+namespace kiln::jit {
+
+namespace {
+
+// One call's values (indexed by graph value) and what its steps share.
+struct RunState {
+  RunState(const graph::Graph& graph, std::span<const std::int64_t> symbols, std::size_t steps)
+      : g(graph), symbol_values(symbols), values(graph.values.size()), skip(steps, false) {}
+
+  const graph::Graph& g;
+  std::span<const std::int64_t> symbol_values;
+  std::vector<Tensor> values;
+  bool check = checking_accuracy();
+  std::vector<bool> skip;  // per step: a library call already computed it
+
+  Shape concrete(const std::vector<SymExpr>& sizes) const {
+    Shape shape;
+    shape.reserve(sizes.size());
+    for (const auto& s : sizes) {
+      auto v = s.evaluate(symbol_values);
+      KILN_CHECK(v.has_value(), "compile: size {} of '{}' has no value in this call", s.str(),
+                 g.name);
+      shape.push_back(*v);
+    }
+    return shape;
+  }
+  void check_eager(const PlanStep& step) {
+    if (check)
+      check_step_accuracy(g, step.nodes, values, symbol_values,
+                          fmt::format("eager group {} ({})", step.group, step.note), "");
+  }
+};
+
+// The step's nodes one by one through dispatch.
+void dispatch_nodes(const PlanStep& step, RunState& s) {
+  std::vector<Tensor> operands;
+  for (int n : step.nodes) {
+    const graph::Node& node = s.g.nodes[n];
+    operands.clear();
+    for (int v : node.inputs) operands.push_back(s.values.at(v));
+    auto results = dispatch(node.op, operands, attrs_at(s.g, node, s.symbol_values));
+    for (std::size_t k = 0; k < results.size(); ++k) s.values[node.outputs[k]] = results[k];
+  }
+}
+
+void run_kernel(const KernelStep& k, const PlanStep& step, RunState& s) {
+  auto outs = k.static_domain ? k.kernel.run(s.g, *k.static_domain, s.values, s.symbol_values)
+                              : k.kernel.run(s.g, s.concrete(k.domain), s.values, s.symbol_values);
+  const auto& writes = k.kernel.writes();
+  for (std::size_t i = 0; i < writes.size(); ++i) s.values[writes[i]] = std::move(outs[i]);
+  if (s.check)
+    check_step_accuracy(s.g, step.nodes, s.values, s.symbol_values,
+                        fmt::format("kernel {} (group {})", k.kernel.name(), step.group),
+                        k.kernel.expected_source());
+}
+
+void run_library(const LibraryStep& l, const PlanStep& step, RunState& s) {
+  if (codegen::run_epilogue(s.g, *l.lowering, s.values)) {
+    if (l.absorbs >= 0) s.skip[l.absorbs] = true;
+    return;
+  }
+  dispatch_nodes(step, s);  // a per-call rule refused it: the matmul alone, eagerly
+  s.check_eager(step);
+}
+
+// The node on the fused kernels with its outputs placed, or (when they refuse the call) eagerly.
+void run_attention(const AttentionStep& a, const PlanStep& step, RunState& s) {
+  if (a.placement) {
+    const graph::Node& node = s.g.nodes[a.placement->node];
+    std::vector<Tensor> operands;
+    for (int v : node.inputs) operands.push_back(s.values.at(v));
+    std::vector<Shape> shapes;
+    for (int v : node.outputs) shapes.push_back(s.concrete(s.g.values[v].sizes));
+    if (auto placed =
+            run_placed(s.g, *a.placement, operands, attrs_at(s.g, node, s.symbol_values), shapes)) {
+      for (std::size_t k = 0; k < node.outputs.size(); ++k)
+        s.values[node.outputs[k]] = placed->outputs[k];
+      if (placed->joined.defined())
+        s.values[s.g.nodes[a.placement->cat_node].output()] = placed->joined;
+      s.check_eager(step);
+      return;
+    }
+  }
+  dispatch_nodes(step, s);
+  s.check_eager(step);
+}
+
+void run_eager(const EagerStep& e, const PlanStep& step, RunState& s) {
+  if (e.placed_value >= 0 && s.values[e.placed_value].defined()) return;
+  dispatch_nodes(step, s);
+  s.check_eager(step);
+}
+
+void run_step(const PlanStep& step, RunState& s) {
+  struct Visitor {
+    const PlanStep& step;
+    RunState& s;
+    void operator()(const KernelStep& k) const { run_kernel(k, step, s); }
+    void operator()(const LibraryStep& l) const { run_library(l, step, s); }
+    void operator()(const AttentionStep& a) const { run_attention(a, step, s); }
+    void operator()(const HostViewStep&) const { dispatch_nodes(step, s); }
+    void operator()(const EagerStep& e) const { run_eager(e, step, s); }
+    void operator()(const FallbackStep&) const {
+      dispatch_nodes(step, s);
+      s.check_eager(step);
+    }
+  };
+  std::visit(Visitor{step, s}, step.action);
+}
+
+}  // namespace
+
+std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallArg> args,
+                                    std::span<const std::int64_t> symbol_values) const {
+  RunState s(g, symbol_values, steps_.size());
+  for (const auto& in : g.inputs) {
+    Tensor t = input_value(in, args);
+    // Tensors the trace made or captured on the host are read by kernels on the device.
+    if (t.defined() && t.device().is_cpu() && t.dim() > 0) t = t.to(Device::cuda());
+    s.values[in.value] = std::move(t);
+  }
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    if (!s.skip[i]) run_step(steps_[i], s);
+    for (int v : steps_[i].releases) s.values[v] = Tensor();
+  }
+  std::vector<Tensor> outputs;
+  for (int v : g.outputs) outputs.push_back(s.values.at(v));
+  return outputs;
+}
+
+}  // namespace kiln::jit

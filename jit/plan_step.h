@@ -1,0 +1,73 @@
+// The typed steps of a KernelPlan: what running one fusion group takes, each kind with the data
+// only it needs, all decided when the plan is built (plan_build.h) and never changed after.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "jit/codegen/group_kernel.h"
+#include "jit/output_placement.h"
+
+namespace kiln::jit {
+namespace codegen {
+struct EpilogueLowering;  // epilogue_lowering.h: kept out of the public headers (cublasLt.h)
+}
+
+// A generated kernel (pointwise, row reduction or normalization).
+struct KernelStep {
+  codegen::GroupKernel kernel;
+  std::vector<SymExpr> domain;
+  std::optional<Shape> static_domain;  // `domain` when no size in it is symbolic
+};
+
+// A matmul and the epilogue group after it as ONE cuBLASLt call. When a per-call rule refuses
+// it, the matmul runs eagerly and the absorbed step runs as it would have.
+struct LibraryStep {
+  std::shared_ptr<const codegen::EpilogueLowering> lowering;
+  int absorbs = -1;  // the position in the plan of the step the call computes (skipped then)
+};
+
+// An attention or attention-backward node, with its outputs written where their readers want
+// them when that saves a copy (jit/output_placement.h).
+struct AttentionStep {
+  std::optional<OutputPlacement> placement;
+};
+
+// Views of a value made elsewhere: a stride change on the host, no launch.
+struct HostViewStep {};
+
+// Nodes run one by one as eager CUDA ops (a matmul without an epilogue, indexing, a scan,
+// movement, a transfer): each is a library call or a generated kernel of its own.
+struct EagerStep {
+  // A cat whose result a placed attention backward makes (its output value, or -1): skipped
+  // when that value is already there.
+  int placed_value = -1;
+};
+
+// A node no template renders, run by dispatch.
+struct FallbackStep {
+  std::string reason;  // the fuser's
+};
+
+using StepAction =
+    std::variant<KernelStep, LibraryStep, AttentionStep, HostViewStep, EagerStep, FallbackStep>;
+
+struct PlanStep {
+  int group = -1;  // the partition's fusion group it runs
+  std::vector<int> nodes;
+  std::string note;  // what it is, or why code generation does not cover it (KernelPlan::str)
+  // Values no later step reads: dropped after this one, so that the caching allocator hands
+  // their blocks to later kernels.
+  std::vector<int> releases;
+  StepAction action;
+
+  template <class T>
+  const T* as() const {
+    return std::get_if<T>(&action);
+  }
+};
+
+}  // namespace kiln::jit

@@ -1,0 +1,158 @@
+// A KernelPlan's typed steps (jit/plan_step.h), as its build phases decide them: a matmul with
+// bias and GELU is one library step absorbing the epilogue kernel's step; a weight gradient's
+// library call absorbs the bias gradient's column sum, which runs right after it; attention
+// steps carry their output placement, and the cat a placed backward makes is a step that
+// knows it. Results against the CPU in f64.
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+
+#include "autograd/ops.h"
+#include "jit/aot/aot_program.h"
+#include "jit/codegen/epilogue_lowering.h"
+#include "jit/compile.h"
+#include "jit/kernel_plan.h"
+#include "support/autograd_leaves.h"
+#include "support/device_compare.h"
+
+using namespace kiln;
+using test::leaf;
+using test::relative_error;
+
+namespace {
+
+template <class T>
+int count(const jit::KernelPlan& plan) {
+  int n = 0;
+  for (const auto& s : plan.steps()) n += s.as<T>() != nullptr;
+  return n;
+}
+
+// The position of the first step of type T, or -1.
+template <class T>
+int first(const jit::KernelPlan& plan) {
+  for (std::size_t i = 0; i < plan.steps().size(); ++i)
+    if (plan.steps()[i].as<T>()) return static_cast<int>(i);
+  return -1;
+}
+
+constexpr std::int64_t kBatch = 2, kLength = 6, kHeads = 2, kHeadDim = 16;
+constexpr std::int64_t kWidth = kHeads * kHeadDim;
+
+Tensor heads(const Tensor& qkv, std::int64_t part) {
+  return qkv.slice(2, part * kWidth, (part + 1) * kWidth)
+      .reshape({kBatch, kLength, kHeads, kHeadDim})
+      .transpose(1, 2);
+}
+
+// Causal self-attention with one projection to q, k, v and the heads merged back.
+Tensor attention_block(const Tensor& x, const Tensor& w) {
+  Tensor qkv = matmul(x, w);
+  Tensor o = scaled_dot_product_attention(heads(qkv, 0), heads(qkv, 1), heads(qkv, 2), {}, true);
+  return o.transpose(1, 2).reshape({kBatch, kLength, kWidth});
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(plan_steps)
+
+BOOST_AUTO_TEST_CASE(matmul_bias_gelu_is_one_library_step_absorbing_the_epilogue) {
+  auto fn = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return gelu(matmul(x, w.transpose(0, 1)) + b, GeluApproximation::tanh);
+  };
+  auto f = jit::compile(fn);
+  Tensor x0 = randn({4, 16}), w0 = randn({8, 16}), b0 = randn({8});
+  Tensor got = f(x0.to(Device::cuda()), w0.to(Device::cuda()), b0.to(Device::cuda()));
+  Tensor want = fn(x0.to(DType::f64), w0.to(DType::f64), b0.to(DType::f64));
+  BOOST_TEST(relative_error(got, want) <= 1e-5);
+
+  const jit::KernelPlan* plan = f.core().plan(0);
+  BOOST_TEST_REQUIRE(plan != nullptr);
+  BOOST_TEST(count<jit::LibraryStep>(*plan) == 1, plan->str());
+  const auto& steps = plan->steps();
+  int at = first<jit::LibraryStep>(*plan);
+  BOOST_TEST_REQUIRE(at >= 0);
+  const jit::LibraryStep& library = *steps[at].as<jit::LibraryStep>();
+  BOOST_TEST(library.lowering->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS);
+  BOOST_TEST(library.lowering->matmul_group == steps[at].group);
+  // The epilogue's pointwise group: a kernel step after the call, which it skips.
+  BOOST_TEST_REQUIRE(library.absorbs > at);
+  const jit::PlanStep& absorbed = steps[library.absorbs];
+  BOOST_TEST(absorbed.as<jit::KernelStep>() != nullptr);
+  BOOST_TEST(absorbed.group == library.lowering->epilogue_group);
+  BOOST_TEST(absorbed.note.find("computed by the cuBLASLt epilogue") != std::string::npos);
+  // The weight's transpose is a host view; nothing falls back; no kernel launches.
+  BOOST_TEST(count<jit::HostViewStep>(*plan) == 1, plan->str());
+  BOOST_TEST(plan->fallback_steps() == 0);
+  BOOST_TEST(plan->kernel_count() == 0);
+  BOOST_TEST(plan->kernel_steps() == 2);
+  BOOST_TEST(plan->str().find("library cuBLASLt GELU_BIAS") != std::string::npos, plan->str());
+}
+
+BOOST_AUTO_TEST_CASE(a_weight_gradients_call_absorbs_the_bias_gradient_that_runs_after_it) {
+  auto fn = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return matmul(x, w.transpose(0, 1)) + b;
+  };
+  auto f = jit::compile(fn);
+  Tensor x0 = randn({3, 4, 16}), w0 = randn({8, 16}), b0 = randn({8}), gy = randn({3, 4, 8});
+  Tensor xd = leaf(x0, DType::f32, Device::cuda()), wd = leaf(w0, DType::f32, Device::cuda()),
+         bd = leaf(b0, DType::f32, Device::cuda());
+  f(xd, wd, bd).backward(gy.to(Device::cuda()));
+  Tensor x = leaf(x0, DType::f64, Device::cpu()), w = leaf(w0, DType::f64, Device::cpu()),
+         b = leaf(b0, DType::f64, Device::cpu());
+  fn(x, w, b).backward(gy.to(DType::f64));
+  BOOST_TEST(relative_error(bd.grad(), b.grad()) <= 5e-5);
+  BOOST_TEST(relative_error(wd.grad(), w.grad()) <= 5e-5);
+
+  const jit::KernelPlan& plan = f.core().aot(0)->backward_plan();
+  const auto& steps = plan.steps();
+  int bgradb = -1;
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    if (const auto* l = steps[i].as<jit::LibraryStep>())
+      if (l->lowering->epilogue == CUBLASLT_EPILOGUE_BGRADB) bgradb = static_cast<int>(i);
+  BOOST_TEST_REQUIRE(bgradb >= 0, plan.str());
+  const jit::LibraryStep& library = *steps[bgradb].as<jit::LibraryStep>();
+  // The column sum: a kernel step placed after the call, with only host views between.
+  BOOST_TEST_REQUIRE(library.absorbs > bgradb);
+  BOOST_TEST(steps[library.absorbs].as<jit::KernelStep>() != nullptr);
+  for (int i = bgradb + 1; i < library.absorbs; ++i)
+    BOOST_TEST(steps[i].as<jit::HostViewStep>() != nullptr, plan.str());
+  BOOST_TEST(plan.kernel_count() == 0, plan.str());
+}
+
+BOOST_AUTO_TEST_CASE(attention_steps_carry_their_output_placement) {
+  Tensor x0 = randn({kBatch, kLength, kWidth}), w0 = randn({kWidth, 3 * kWidth}) * 0.3;
+  auto f = jit::compile([](const Tensor& a, const Tensor& b) { return attention_block(a, b); });
+  Tensor xc = leaf(x0, DType::f32, Device::cuda()), wc = leaf(w0, DType::f32, Device::cuda());
+  Tensor got = f(xc, wc);
+  got.sum().backward();
+  Tensor x = leaf(x0, DType::f64, Device::cpu()), w = leaf(w0, DType::f64, Device::cpu());
+  attention_block(x, w).sum().backward();
+  BOOST_TEST(relative_error(got, attention_block(x, w)) <= 1e-4);
+  BOOST_TEST(relative_error(wc.grad(), w.grad()) <= 1e-4);
+
+  // The forward writes o in the layout of the permute that merges its heads.
+  const jit::KernelPlan& forward = f.core().aot(0)->forward_plan();
+  int fa = first<jit::AttentionStep>(forward);
+  BOOST_TEST_REQUIRE(fa >= 0, forward.str());
+  const auto& placed = forward.steps()[fa].as<jit::AttentionStep>()->placement;
+  BOOST_TEST_REQUIRE(placed.has_value(), forward.str());
+  BOOST_TEST(placed->cat_node < 0);
+  BOOST_TEST(!placed->perms[0].empty());
+
+  // The backward writes dq, dk, dv into the cat's slices: the cat's step, after it, knows.
+  const jit::KernelPlan& backward = f.core().aot(0)->backward_plan();
+  int ba = first<jit::AttentionStep>(backward);
+  BOOST_TEST_REQUIRE(ba >= 0, backward.str());
+  const auto& joined = backward.steps()[ba].as<jit::AttentionStep>()->placement;
+  BOOST_TEST_REQUIRE(joined.has_value(), backward.str());
+  BOOST_TEST_REQUIRE(joined->cat_node >= 0);
+  int cat_value = f.core().aot(0)->partition().backward.nodes[joined->cat_node].output();
+  int cat = -1;
+  for (std::size_t i = 0; i < backward.steps().size(); ++i)
+    if (const auto* e = backward.steps()[i].as<jit::EagerStep>())
+      if (e->placed_value == cat_value) cat = static_cast<int>(i);
+  BOOST_TEST(cat > ba, backward.str());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
