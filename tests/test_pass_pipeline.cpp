@@ -14,6 +14,7 @@
 #include "graph/pipeline.h"
 #include "jit/compile.h"
 #include "runtime/log.h"
+#include "support/autograd_leaves.h"
 #include "support/capture_output.h"
 #include "support/scoped_env.h"
 #include "support/temp_dir.h"
@@ -210,6 +211,23 @@ BOOST_AUTO_TEST_CASE(the_dump_dir_gets_the_graph_after_each_pass) {
   const Graph& g = f.core().graph(0);
   BOOST_TEST(read(dir / "dumped.0.trace.06-attention.txt") == g.str());
   BOOST_TEST(read(dir / "dumped.0.trace.00-input.txt").find("exp(") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_function_compiled_for_training_dumps_its_joint_graph_too) {
+  test::TempDir dir;
+  test::ScopedEnv dump("KILN_DUMP_DIR", dir.path().c_str());
+  jit::CompileOptions options;
+  options.name = "trained";
+  auto f = jit::compile([](const Tensor& x) { return sum(exp(x) * 2.0); }, options);
+  Tensor x = test::leaf(tensor({1, 2, 3}), DType::f32, Device::cuda());
+  f(x);
+  BOOST_TEST_REQUIRE(f.core().aot(0) != nullptr);
+  std::set<std::string> files = files_in(dir.path());
+  for (const char* name :
+       {"trained.0.dot", "trained.0.trace.00-input.txt", "trained.0.trace.01-simplify.txt",
+        "trained.0.joint.00-input.txt", "trained.0.joint.01-simplify.txt"})
+    BOOST_TEST(files.count(name) == 1u, name);
+  for (const auto& name : files) BOOST_TEST(name.rfind("trained.0.", 0) == 0u, name);
 }
 
 BOOST_AUTO_TEST_CASE(a_compiled_function_logs_its_trace_pipeline) {
