@@ -12,8 +12,9 @@
 // scores read elsewhere, a fill value other than -inf, a factor that is not a constant, a scale
 // after an additive mask.
 //
-// Not part of optimize(): the fused op rounds differently from the primitives (results agree to
-// rounding, not bit for bit), and a fully masked row gives 0 where softmax gives NaN.
+// An inexact pass (graph/pipeline.h), off with KILN_ATTENTION_REWRITE=0: the fused op rounds
+// differently from the primitives (results agree to rounding, not bit for bit), and a fully
+// masked row gives 0 where softmax gives NaN.
 #pragma once
 
 #include <string>
@@ -25,7 +26,7 @@ namespace kiln::graph {
 
 struct AttentionRewrite {
   std::string pattern;  // the steps matched, "matmul*scale.where.softmax.matmul"
-  int node = -1;        // the attention node's index in the rewritten graph
+  int value = -1;       // the attention node's value
 };
 struct AttentionNearMiss {
   int softmax = -1;  // the softmax node (index before rewriting)
@@ -36,8 +37,8 @@ struct AttentionRewriteReport {
   std::vector<AttentionNearMiss> near_misses;
 };
 
-// Rewrites every match in `g` (then removes the dead primitives); each rewrite and near miss is
-// logged under KILN_LOG=fusion.
+// Rewrites every match in `g`, leaving the primitives it replaced dead for the pipeline to remove
+// (graph/pipeline.h); each rewrite and near miss is logged under KILN_LOG=fusion.
 AttentionRewriteReport rewrite_attention(Graph& g);
 
 }  // namespace kiln::graph

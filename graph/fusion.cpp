@@ -3,6 +3,7 @@
 #include "graph/fusion.h"
 
 #include "graph/fusion_domain.h"
+#include "graph/rewrite.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -29,11 +30,8 @@ struct WorkGroup {
 class Partitioner {
  public:
   Partitioner(const Graph& g, const FusionLimits& limits, const KernelCoverage* coverage)
-      : g_(g), limits_(limits), coverage_(coverage) {
-    consumers_.resize(g.values.size());
+      : g_(g), limits_(limits), coverage_(coverage), readers_(g) {
     rows_reason_.resize(g.nodes.size());
-    for (std::size_t i = 0; i < g.nodes.size(); ++i)
-      for (int v : g.nodes[i].inputs) consumers_[v].push_back(static_cast<int>(i));
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
       group_of_.push_back(static_cast<int>(i));
       groups_.push_back(initial_group(static_cast<int>(i)));
@@ -125,8 +123,8 @@ class Partitioner {
     if (!computes(a))
       for (int n : groups_[a].nodes)
         for (int v : g_.nodes[n].outputs) {
-          bool returned = std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end();
-          bool shared = std::any_of(consumers_[v].begin(), consumers_[v].end(),
+          bool returned = readers_.returned(v);
+          bool shared = std::any_of(readers_.nodes(v).begin(), readers_.nodes(v).end(),
                                     [&](int c) { return group_of_[c] != a && group_of_[c] != b; });
           if (returned || shared)
             return fmt::format(
@@ -233,8 +231,8 @@ class Partitioner {
       const Node& node = g_.nodes[n];
       if (!is_input_cast(n)) return false;
       for (int v : node.outputs) {
-        if (std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end()) return false;
-        for (int c : consumers_[v])
+        if (readers_.returned(v)) return false;
+        for (int c : readers_.nodes(v))
           if (group_of_[c] != a && group_of_[c] != b) return false;
       }
     }
@@ -319,7 +317,7 @@ class Partitioner {
     std::set<int> out;
     for (int n : groups_[w].nodes)
       for (int v : g_.nodes[n].outputs)
-        for (int c : consumers_[v])
+        for (int c : readers_.nodes(v))
           if (group_of_[c] != w) out.insert(group_of_[c]);
     return out;
   }
@@ -393,7 +391,7 @@ class Partitioner {
     for (const auto& [source, values] : sources) {
       std::vector<int> readers;
       for (int v : values)
-        for (int c : consumers_[v]) {
+        for (int c : readers_.nodes(v)) {
           int w = group_of_[c];
           if (w != source && groups_[w].fusible && computes(w) &&
               std::find(readers.begin(), readers.end(), w) == readers.end())
@@ -487,9 +485,9 @@ class Partitioner {
       }
     for (int n : wg.nodes)
       for (int v : g_.nodes[n].outputs) {
-        bool read_outside = std::any_of(consumers_[v].begin(), consumers_[v].end(),
+        bool read_outside = std::any_of(readers_.nodes(v).begin(), readers_.nodes(v).end(),
                                         [&](int c) { return !inside.count(c); });
-        bool returned = std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end();
+        bool returned = readers_.returned(v);
         if (read_outside || returned) fg.outputs.push_back(v);
       }
     fg.kind = wg.unrendered.empty() ? kind_of(wg, inside) : FusionKind::unrendered;
@@ -570,9 +568,9 @@ class Partitioner {
   const Graph& g_;
   FusionLimits limits_;
   const KernelCoverage* coverage_;
-  std::vector<std::string> rows_reason_;     // node -> why no kernel with reductions renders it
-  std::vector<std::vector<int>> consumers_;  // value -> consuming nodes
-  std::vector<int> group_of_;                // node -> work group
+  std::vector<std::string> rows_reason_;  // node -> why no kernel with reductions renders it
+  Readers readers_;                       // value -> the nodes reading it; whether it is returned
+  std::vector<int> group_of_;             // node -> work group
   std::vector<WorkGroup> groups_;
   std::map<std::pair<int, int>, std::string> reasons_;  // (value, consumer node) -> why not
 };

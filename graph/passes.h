@@ -1,5 +1,7 @@
-// Graph-to-graph passes run on every traced graph before it is executed. Each preserves the
-// graph's results exactly (no reassociation, no precision change).
+// Graph-to-graph passes. graph/pipeline.h lists them, says which run on which graph and in what
+// order, and removes what a pass left dead after each one: a pass only points uses elsewhere.
+// All but transpose_matmul_results preserve the graph's results exactly (no reassociation, no
+// precision change).
 #pragma once
 
 #include "graph/graph.h"
@@ -14,7 +16,8 @@ void eliminate_common_subexpressions(Graph& g);
 void fold_constants(Graph& g);
 // x*1, 1*x, x/1, x+0, 0+x, x-0 (when the result's shape and dtype equal x's), neg(neg(x)), casts
 // to the same dtype, round trips through a wider dtype, reshapes to the same shape, reshape and
-// permute chains, identity permutes and expands, pads of zero.
+// permute chains, identity permutes and expands, pads of zero; expands that only elementwise
+// readers broadcasting to the same size read.
 void simplify(Graph& g);
 // A tree of adds over zero pads that tile one dim (a backward gathering the gradients of slices
 // of one tensor, such as q, k and v split from one projection): one cat of the padded values.
@@ -24,16 +27,11 @@ void pads_to_cat(Graph& g);
 // reshape(cat(x_i)) along the first merged dim. A permuted x_i is then read where it lies
 // instead of being copied to make the reshape a view.
 void cat_before_reshape(Graph& g);
-// All of the above, to a fixed point.
-void optimize(Graph& g);
 
 // permute(matmul(a, b)) swapping the last two dims, where nothing else reads the product, as
 // matmul(bᵀ, aᵀ): the result comes out contiguous instead of as a transposed view (a weight's
-// gradient that .grad would otherwise copy). Not part of optimize: the library may order the
-// product's sums differently, so results agree to rounding, not bit for bit.
+// gradient that .grad would otherwise copy). Inexact: the library may order the product's sums
+// differently, so results agree to rounding, not bit for bit. Leaves no dead node.
 void transpose_matmul_results(Graph& g);
-
-// Points every use of value `from` (node inputs and graph outputs) at `to`.
-void replace_uses(Graph& g, int from, int to);
 
 }  // namespace kiln::graph

@@ -50,74 +50,118 @@ SymExpr changed(const SymExpr& before, std::int64_t after) {
   return before.is_constant() ? SymExpr::constant(after) : SymExpr::opaque();
 }
 
+SizeExprs view_sizes(OpId op, std::span<const SizeExprs> in, std::span<const TensorMeta> meta,
+                     const OpAttrs& attrs, const Shape& out0) {
+  auto rank = static_cast<std::int64_t>(meta[0].shape.size());
+  switch (op) {
+    case OpId::reshape:
+      return target(attrs, nullptr, nullptr);
+    case OpId::expand:
+      return target(attrs, &in[0], &meta[0].shape);
+    case OpId::permute: {
+      SizeExprs r;
+      for (auto d : attrs.dims) r.push_back(in[0][normalize_dim(d, rank, "permute")]);
+      return r;
+    }
+    case OpId::slice: {
+      SizeExprs r = in[0];
+      auto d = static_cast<std::size_t>(normalize_dim(attrs.dim, rank, "slice"));
+      bool whole = attrs.start == 0 && attrs.end == meta[0].shape[d] && attrs.step == 1;
+      if (!whole) r[d] = changed(r[d], out0[d]);
+      return r;
+    }
+    case OpId::detach:
+      return in[0];
+      // Not views
+#define KILN_HANDLED_view
+#include "runtime/op_class_cases.inc"
+      break;
+  }
+  throw Error(fmt::format("{}: not a view op", op));
+}
+
+SizeExprs index_sizes(OpId op, std::span<const SizeExprs> in, std::span<const TensorMeta> meta,
+                      const OpAttrs& attrs) {
+  switch (op) {
+    case OpId::gather:
+      return in[1];
+    case OpId::index_select: {
+      SizeExprs r = in[0];
+      if (!r.empty()) {
+        auto rank = static_cast<std::int64_t>(meta[0].shape.size());
+        auto d = static_cast<std::size_t>(normalize_dim(attrs.dim, rank, "index_select"));
+        r[d] = in[1].empty() ? SymExpr::constant(1) : in[1][0];
+      }
+      return r;
+    }
+    case OpId::scatter_add:
+    case OpId::index_add:
+      return in[0];
+      // Not index ops
+#define KILN_HANDLED_index
+#include "runtime/op_class_cases.inc"
+      break;
+  }
+  throw Error(fmt::format("{}: not an index op", op));
+}
+
+// The broadcast batch dims (all but the last two) of the first `n` operands.
+SizeExprs batch_sizes(std::span<const SizeExprs> in, std::span<const TensorMeta> meta,
+                      std::size_t n, const Shape& out0) {
+  std::vector<TensorMeta> batch_meta;
+  std::vector<SizeExprs> batch_in;
+  for (std::size_t k = 0; k < n; ++k) {
+    batch_meta.push_back({Shape(meta[k].shape.begin(), meta[k].shape.end() - 2), meta[k].dtype});
+    batch_in.emplace_back(in[k].begin(), in[k].end() - 2);
+  }
+  return broadcast(batch_in, batch_meta, Shape(out0.begin(), out0.end() - 2));
+}
+
+SizeExprs movement_sizes(OpId op, std::span<const SizeExprs> in, std::span<const TensorMeta> meta,
+                         const OpAttrs& attrs, const Shape& out0) {
+  SizeExprs r = in[0];
+  if (op == OpId::cat) {
+    auto rank = static_cast<std::int64_t>(meta[0].shape.size());
+    auto d = static_cast<std::size_t>(normalize_dim(attrs.dim, rank, "cat"));
+    bool all_constant = true;
+    for (const auto& e : in) all_constant = all_constant && e[d].is_constant();
+    r[d] = all_constant ? SymExpr::constant(out0[d]) : SymExpr::opaque();
+  } else {  // pad
+    for (std::size_t i = 0; i < attrs.dims.size() / 2; ++i) {
+      std::size_t d = r.size() - 1 - i;
+      if (attrs.dims[2 * i] != 0 || attrs.dims[2 * i + 1] != 0) r[d] = changed(r[d], out0[d]);
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 std::vector<SizeExprs> infer_size_exprs(OpId op, std::span<const SizeExprs> in,
                                         std::span<const TensorMeta> meta, const OpAttrs& attrs,
                                         std::span<const TensorMeta> out) {
   const Shape& out0 = out[0].shape;
-  auto rank = [&](std::size_t k) { return static_cast<std::int64_t>(meta[k].shape.size()); };
   switch (op_class(op)) {
-    case OpClass::elementwise: return {broadcast(in, meta, out0)};
+    case OpClass::elementwise:
+      return {broadcast(in, meta, out0)};
     case OpClass::scan:
     case OpClass::normalization:
-    case OpClass::transfer: return {in[0]};
+    case OpClass::transfer:
+      return {in[0]};
     case OpClass::reduction: {
+      auto rank = static_cast<std::int64_t>(meta[0].shape.size());
       std::vector<std::int64_t> given =
           op == OpId::max_dim || op == OpId::min_dim ? std::vector{attrs.dim} : attrs.dims;
-      SizeExprs r = reduce_dims(in[0], normalize_dims(given, rank(0), op_name(op)), attrs.keepdim,
+      SizeExprs r = reduce_dims(in[0], normalize_dims(given, rank, op_name(op)), attrs.keepdim,
                                 SymExpr::constant(1));
       return std::vector<SizeExprs>(out.size(), r);
     }
     case OpClass::view:
-      switch (op) {
-        case OpId::reshape: return {target(attrs, nullptr, nullptr)};
-        case OpId::expand: return {target(attrs, &in[0], &meta[0].shape)};
-        case OpId::permute: {
-          SizeExprs r;
-          for (auto d : attrs.dims) r.push_back(in[0][normalize_dim(d, rank(0), "permute")]);
-          return {r};
-        }
-        case OpId::slice: {
-          SizeExprs r = in[0];
-          auto d = static_cast<std::size_t>(normalize_dim(attrs.dim, rank(0), "slice"));
-          bool whole = attrs.start == 0 && attrs.end == meta[0].shape[d] && attrs.step == 1;
-          if (!whole) r[d] = changed(r[d], out0[d]);
-          return {r};
-        }
-        case OpId::detach: return {in[0]};
-        // Not views
-#define KILN_HANDLED_view
-#include "runtime/op_class_cases.inc"
-          break;
-      }
-      throw Error(fmt::format("{}: not a view op", op));
+      return {view_sizes(op, in, meta, attrs, out0)};
     case OpClass::index:
-      switch (op) {
-        case OpId::gather: return {in[1]};
-        case OpId::index_select: {
-          SizeExprs r = in[0];
-          if (!r.empty()) {
-            auto d = static_cast<std::size_t>(normalize_dim(attrs.dim, rank(0), "index_select"));
-            r[d] = in[1].empty() ? SymExpr::constant(1) : in[1][0];
-          }
-          return {r};
-        }
-        case OpId::scatter_add:
-        case OpId::index_add: return {in[0]};
-        // Not index ops
-#define KILN_HANDLED_index
-#include "runtime/op_class_cases.inc"
-          break;
-      }
-      throw Error(fmt::format("{}: not an index op", op));
+      return {index_sizes(op, in, meta, attrs)};
     case OpClass::matmul: {
-      SizeExprs a(in[0].begin(), in[0].end() - 2), b(in[1].begin(), in[1].end() - 2);
-      std::vector<TensorMeta> batch_meta = {
-          {Shape(meta[0].shape.begin(), meta[0].shape.end() - 2), meta[0].dtype},
-          {Shape(meta[1].shape.begin(), meta[1].shape.end() - 2), meta[1].dtype}};
-      SizeExprs batch_in[] = {a, b};
-      SizeExprs r = broadcast(batch_in, batch_meta, Shape(out0.begin(), out0.end() - 2));
+      SizeExprs r = batch_sizes(in, meta, 2, out0);
       r.push_back(in[0][in[0].size() - 2]);
       r.push_back(in[1].back());
       return {r};
@@ -125,34 +169,14 @@ std::vector<SizeExprs> infer_size_exprs(OpId op, std::span<const SizeExprs> in,
     case OpClass::attention: {
       if (op == OpId::attention_backward) return {in[0], in[1], in[2]};
       // Batch dims of q, k and v broadcast; then T of q and dv of v.
-      std::vector<TensorMeta> batch_meta;
-      std::vector<SizeExprs> batch_in;
-      for (std::size_t k = 0; k < 3; ++k) {
-        batch_meta.push_back(
-            {Shape(meta[k].shape.begin(), meta[k].shape.end() - 2), meta[k].dtype});
-        batch_in.emplace_back(in[k].begin(), in[k].end() - 2);
-      }
-      SizeExprs lse = broadcast(batch_in, batch_meta, Shape(out0.begin(), out0.end() - 2));
+      SizeExprs lse = batch_sizes(in, meta, 3, out0);
       lse.push_back(in[0][in[0].size() - 2]);
       SizeExprs o = lse;
       o.push_back(in[2].back());
       return {o, lse};
     }
-    case OpClass::movement: {
-      SizeExprs r = in[0];
-      if (op == OpId::cat) {
-        auto d = static_cast<std::size_t>(normalize_dim(attrs.dim, rank(0), "cat"));
-        bool all_constant = true;
-        for (const auto& e : in) all_constant = all_constant && e[d].is_constant();
-        r[d] = all_constant ? SymExpr::constant(out0[d]) : SymExpr::opaque();
-      } else {  // pad
-        for (std::size_t i = 0; i < attrs.dims.size() / 2; ++i) {
-          std::size_t d = r.size() - 1 - i;
-          if (attrs.dims[2 * i] != 0 || attrs.dims[2 * i + 1] != 0) r[d] = changed(r[d], out0[d]);
-        }
-      }
-      return {r};
-    }
+    case OpClass::movement:
+      return {movement_sizes(op, in, meta, attrs, out0)};
   }
   throw Error(fmt::format("{}: no size-expression rule", op));
 }

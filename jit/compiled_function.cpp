@@ -12,10 +12,9 @@
 #include <map>
 
 #include "autograd/nn.h"
-#include "graph/attention_rewrite.h"
 #include "graph/compare.h"
 #include "graph/node_values.h"
-#include "graph/passes.h"
+#include "graph/pipeline.h"
 #include "graph/tracer.h"
 #include "jit/aot/joint_graph.h"
 #include "jit/codegen/kernel_coverage.h"
@@ -115,14 +114,6 @@ std::vector<SymExpr> divisions(const Graph& g) {
   return out;
 }
 
-// The passes every traced graph gets: the exact ones, then the attention rewrite (rounding may
-// differ from the primitives it replaces) unless KILN_ATTENTION_REWRITE=0.
-void optimize_traced(Graph& g) {
-  graph::optimize(g);
-  const char* rewrite = std::getenv("KILN_ATTENTION_REWRITE");
-  if (!rewrite || std::string_view(rewrite) != "0") graph::rewrite_attention(g);
-}
-
 }  // namespace
 
 CompiledFunctionCore::CompiledFunctionCore(CompileOptions options) : options_(std::move(options)) {
@@ -172,147 +163,190 @@ bool needs_grad(const graph::Graph& g, std::span<const CallArg> args) {
 
 }  // namespace
 
+// Duck sizing: candidate dims of equal size share one symbol.
+struct CompiledFunctionCore::SymbolAssignment {
+  std::vector<std::vector<int>> arg_symbols;  // per argument and dim: its symbol, or -1
+  // Each symbol's size in the trace and in the probe trace: distinct, and multiples of 12 so
+  // that exact divisions by small factors seen at the traced sizes stay exact.
+  std::vector<std::int64_t> traced, probe;
+  std::vector<graph::Symbol> symbols;
+};
+
+CompiledFunctionCore::SymbolAssignment CompiledFunctionCore::assign_symbols(
+    std::span<const CallArg> args, const DimSet& candidates) {
+  SymbolAssignment a;
+  a.arg_symbols.resize(args.size());
+  std::map<std::int64_t, int> symbol_of_size;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].is_tensor) continue;
+    const Shape& shape = args[i].tensor->impl().shape;
+    a.arg_symbols[i].assign(shape.size(), -1);
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+      if (!candidates.count({static_cast<int>(i), static_cast<int>(d)})) continue;
+      auto [it, fresh] = symbol_of_size.emplace(shape[d], static_cast<int>(a.traced.size()));
+      if (fresh) {
+        a.traced.push_back(shape[d]);
+        a.probe.push_back(12 * (shape[d] + 97 + 17 * static_cast<std::int64_t>(a.probe.size())));
+        a.symbols.push_back({shape[d], static_cast<int>(i), static_cast<int>(d)});
+      }
+      a.arg_symbols[i][d] = it->second;
+    }
+  }
+  return a;
+}
+
+std::string CompiledFunctionCore::dump_prefix() const {
+  // make_entry runs under the exclusive lock: the entry it makes gets the next index.
+  return fmt::format("{}.{}", options_.name, entries_.size());
+}
+
+void CompiledFunctionCore::specialize(const DimSet& dims, DimSet& candidates) {
+  for (const auto& d : dims) {
+    specialized_.insert(d);
+    candidates.erase(d);
+  }
+}
+
+CompiledFunctionCore::DimSet CompiledFunctionCore::backward_demotions(
+    const JointGraph& joint, const Entry& e, std::span<const CallArg> args,
+    std::optional<Trace>& probe, const SymbolAssignment& sym, const DimSet& candidates) const {
+  // The backward must serve every size the forward serves: its rules may not read a symbolic
+  // size, and its trace must follow the symbols at the probe sizes too.
+  std::string why = joint.read_opaque ? "a derivative rule read an untracked size" : "";
+  if (why.empty() && probe) {
+    try {
+      Graph probe_forward = std::move(probe->graph);
+      probe_forward.symbols = e.graph.symbols;
+      graph::run_pipeline(probe_forward, graph::Pipeline::trace);
+      Graph probe_joint = build_joint_graph(probe_forward, args).graph;
+      if (!match_traces(joint.graph, probe_joint, sym.traced, sym.probe))
+        why = fmt::format("traced at other sizes it differs ({})",
+                          graph::structural_difference(joint.graph, probe_joint)
+                              .value_or("a size does not follow its symbols"));
+    } catch (const Error& err) {
+      why = fmt::format("it cannot be traced at other sizes ({})", err.what());
+    }
+  }
+  DimSet demote;
+  for (const auto& c : candidates)
+    if (!why.empty() || joint.read_symbols.count(sym.arg_symbols[c.first][c.second]))
+      demote.insert(c);
+  if (why.empty() && !demote.empty()) why = "a derivative rule read their sizes";
+  if (!demote.empty() && log_enabled(LogTopic::aot))
+    log_line(
+        fmt::format("kiln: aot: the backward of '{}' does not serve every size of {} dynamic "
+                    "dims ({}); retracing with them static",
+                    options_.name, demote.size(), why));
+  return demote;
+}
+
+CompiledFunctionCore::DimSet CompiledFunctionCore::compile_for_training(
+    Entry& e, std::span<const CallArg> args, std::optional<Trace>& probe,
+    const SymbolAssignment& sym, const DimSet& candidates) const {
+  std::optional<JointGraph> joint;
+  try {
+    graph::PassDumpScope dump(dump_prefix());
+    joint = build_joint_graph(e.graph, args);
+  } catch (const Error& err) {
+    e.aot_fallback = err.what();
+  }
+  // No output carries a gradient (an argmax of a parameter): the forward plan serves, as no
+  // history would be recorded eagerly either.
+  if (joint && joint->grad_targets.empty()) joint.reset();
+  if (joint && !e.graph.symbols.empty()) {
+    DimSet demote = backward_demotions(*joint, e, args, probe, sym, candidates);
+    if (!demote.empty()) return demote;
+  }
+  if (joint) {
+    try {
+      graph::PassDumpScope dump(dump_prefix());
+      e.aot = std::make_shared<const AotProgram>(*joint, options_.name);
+    } catch (const Error& err) {
+      e.aot_fallback = err.what();
+    }
+  }
+  if (!e.aot_fallback.empty() && log_enabled(LogTopic::aot))
+    log_line(fmt::format("kiln: aot: '{}' runs node by node through autograd: {}", options_.name,
+                         e.aot_fallback));
+  return {};
+}
+
+GuardSet CompiledFunctionCore::guards_for(const Graph& g, std::span<const CallArg> args,
+                                          const std::vector<std::vector<int>>& arg_symbols) const {
+  GuardSet gs;
+  gs.grad_enabled = grad_enabled();
+  gs.autocast = autocast_state();
+  gs.num_symbols = static_cast<int>(g.symbols.size());
+  gs.whole = divisions(g);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    gs.arg_is_tensor.push_back(args[i].is_tensor);
+    gs.arg_names.push_back(arg_name(i));
+    if (!args[i].is_tensor) {
+      gs.scalars.push_back({static_cast<int>(i), args[i].scalar, arg_name(i)});
+      continue;
+    }
+    const Tensor& t = *args[i].tensor;
+    gs.tensors.push_back({static_cast<int>(i), nullptr, Tensor(), arg_name(i), t.device(),
+                          t.dtype(), t.impl().shape, arg_symbols[i],
+                          stride_class(t.impl().shape, t.strides()), t.requires_grad()});
+  }
+  for (const auto& in : g.inputs) {
+    if (in.kind != InputKind::captured && in.kind != InputKind::state) continue;
+    const Tensor& t = in.kind == InputKind::state ? *in.slot : in.tensor;
+    gs.tensors.push_back({-1, in.slot, in.kind == InputKind::captured ? t : Tensor(), in.name,
+                          t.device(), t.dtype(), t.impl().shape, std::vector<int>(t.dim(), -1),
+                          stride_class(t.impl().shape, t.strides()), t.requires_grad()});
+  }
+  return gs;
+}
+
 CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const CallArg> args,
                                                              InvokeRef invoke, DimSet candidates) {
   for (;;) {
-    // Duck sizing: candidate dims of equal size share one symbol.
-    std::vector<std::vector<int>> arg_symbols(args.size());
-    std::vector<std::int64_t> s1, s2;
-    std::map<std::int64_t, int> symbol_of_size;
-    std::vector<graph::Symbol> symbols;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      if (!args[i].is_tensor) continue;
-      const Shape& shape = args[i].tensor->impl().shape;
-      arg_symbols[i].assign(shape.size(), -1);
-      for (std::size_t d = 0; d < shape.size(); ++d) {
-        if (!candidates.count({static_cast<int>(i), static_cast<int>(d)})) continue;
-        auto [it, fresh] = symbol_of_size.emplace(shape[d], static_cast<int>(s1.size()));
-        if (fresh) {
-          s1.push_back(shape[d]);
-          // Probe sizes: distinct, and multiples of 12 so that exact divisions by small factors
-          // seen at the traced sizes stay exact.
-          s2.push_back(12 * (shape[d] + 97 + 17 * static_cast<std::int64_t>(s2.size())));
-          symbols.push_back({shape[d], static_cast<int>(i), static_cast<int>(d)});
-        }
-        arg_symbols[i][d] = it->second;
-      }
-    }
-    Trace trace = run_trace(args, invoke, arg_symbols, s1);
+    SymbolAssignment sym = assign_symbols(args, candidates);
+    Trace trace = run_trace(args, invoke, sym.arg_symbols, sym.traced);
     std::optional<Trace> probe;
-    DimSet demote;
-    if (!symbols.empty()) {
+    if (!sym.symbols.empty()) {
       bool matched = false;
       try {
-        probe = run_trace(args, invoke, arg_symbols, s2);
-        matched = match_traces(trace.graph, probe->graph, s1, s2);
+        probe = run_trace(args, invoke, sym.arg_symbols, sym.probe);
+        matched = match_traces(trace.graph, probe->graph, sym.traced, sym.probe);
       } catch (const Error&) {
         matched = false;  // the function cannot run at other sizes as traced
       }
+      DimSet demote;
       for (const auto& c : candidates) {
-        int s = arg_symbols[c.first][c.second];
+        int s = sym.arg_symbols[c.first][c.second];
         if (!matched || trace.read_opaque || trace.read_symbols.count(s)) demote.insert(c);
       }
-    }
-    if (!demote.empty()) {
-      for (const auto& d : demote) {
-        specialized_.insert(d);
-        candidates.erase(d);
+      if (!demote.empty()) {
+        specialize(demote, candidates);
+        continue;
       }
-      continue;
     }
     Entry e;
     e.traced = trace.graph;
-    e.traced.symbols = symbols;
+    e.traced.symbols = sym.symbols;
     e.graph = std::move(trace.graph);
-    e.graph.symbols = std::move(symbols);
-    e.arg_symbols = arg_symbols;
-    optimize_traced(e.graph);
+    e.graph.symbols = sym.symbols;
+    e.arg_symbols = sym.arg_symbols;
+    {
+      graph::PassDumpScope dump(dump_prefix());
+      graph::run_pipeline(e.graph, graph::Pipeline::trace);
+    }
     bool on_device = runs_on_device(e.graph, args);
     // Guards pin grad mode and every requires_grad: this entry's calls all need gradients, or
     // none does.
     if (on_device && grad_enabled() && needs_grad(e.graph, args)) {
-      std::optional<JointGraph> joint;
-      try {
-        joint = build_joint_graph(e.graph, args);
-      } catch (const Error& err) {
-        e.aot_fallback = err.what();
+      DimSet demote = compile_for_training(e, args, probe, sym, candidates);
+      if (!demote.empty()) {
+        specialize(demote, candidates);
+        continue;
       }
-      // No output carries a gradient (an argmax of a parameter): the forward plan serves, as no
-      // history would be recorded eagerly either.
-      if (joint && joint->grad_targets.empty()) joint.reset();
-      // The backward must serve every size the forward serves: its rules may not read a
-      // symbolic size, and its trace must follow the symbols at the probe sizes too.
-      if (joint && !e.graph.symbols.empty()) {
-        std::string why = joint->read_opaque ? "a derivative rule read an untracked size" : "";
-        if (why.empty() && probe) {
-          try {
-            Graph probe_forward = std::move(probe->graph);
-            probe_forward.symbols = e.graph.symbols;
-            optimize_traced(probe_forward);
-            Graph probe_joint = build_joint_graph(probe_forward, args).graph;
-            if (!match_traces(joint->graph, probe_joint, s1, s2))
-              why = fmt::format("traced at other sizes it differs ({})",
-                                graph::structural_difference(joint->graph, probe_joint)
-                                    .value_or("a size does not follow its symbols"));
-          } catch (const Error& err) {
-            why = fmt::format("it cannot be traced at other sizes ({})", err.what());
-          }
-        }
-        bool generic = why.empty();
-        for (const auto& c : candidates)
-          if (!generic || joint->read_symbols.count(arg_symbols[c.first][c.second]))
-            demote.insert(c);
-        if (why.empty() && !demote.empty()) why = "a derivative rule read their sizes";
-        if (!demote.empty()) {
-          if (log_enabled(LogTopic::aot))
-            log_line(
-                fmt::format("kiln: aot: the backward of '{}' does not serve every size of "
-                            "{} dynamic dims ({}); retracing with them static",
-                            options_.name, demote.size(), why));
-          for (const auto& d : demote) {
-            specialized_.insert(d);
-            candidates.erase(d);
-          }
-          continue;
-        }
-      }
-      if (joint) {
-        try {
-          e.aot = std::make_shared<const AotProgram>(*joint, options_.name);
-        } catch (const Error& err) {
-          e.aot_fallback = err.what();
-        }
-      }
-      if (!e.aot_fallback.empty() && log_enabled(LogTopic::aot))
-        log_line(fmt::format("kiln: aot: '{}' runs node by node through autograd: {}",
-                             options_.name, e.aot_fallback));
     }
     e.fusion = graph::partition(e.graph, {}, &codegen::kernel_coverage());
     if (on_device && !e.aot && e.aot_fallback.empty()) e.plan.emplace(e.graph, e.fusion);
-    GuardSet& gs = e.guards;
-    gs.grad_enabled = grad_enabled();
-    gs.autocast = autocast_state();
-    gs.num_symbols = static_cast<int>(e.graph.symbols.size());
-    gs.whole = divisions(e.graph);
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      gs.arg_is_tensor.push_back(args[i].is_tensor);
-      gs.arg_names.push_back(arg_name(i));
-      if (!args[i].is_tensor) {
-        gs.scalars.push_back({static_cast<int>(i), args[i].scalar, arg_name(i)});
-        continue;
-      }
-      const Tensor& t = *args[i].tensor;
-      gs.tensors.push_back({static_cast<int>(i), nullptr, Tensor(), arg_name(i), t.device(),
-                            t.dtype(), t.impl().shape, arg_symbols[i],
-                            stride_class(t.impl().shape, t.strides()), t.requires_grad()});
-    }
-    for (const auto& in : e.graph.inputs) {
-      if (in.kind != InputKind::captured && in.kind != InputKind::state) continue;
-      const Tensor& t = in.kind == InputKind::state ? *in.slot : in.tensor;
-      gs.tensors.push_back({-1, in.slot, in.kind == InputKind::captured ? t : Tensor(), in.name,
-                            t.device(), t.dtype(), t.impl().shape, std::vector<int>(t.dim(), -1),
-                            stride_class(t.impl().shape, t.strides()), t.requires_grad()});
-    }
+    e.guards = guards_for(e.graph, args, sym.arg_symbols);
     return e;
   }
 }

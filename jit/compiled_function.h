@@ -24,6 +24,8 @@
 
 namespace kiln::jit {
 
+struct JointGraph;
+
 // A compiled function captured a tensor or value (not declared state, not an argument) that
 // changed since it was traced: the trace still uses the old one. Raised by KILN_JIT_VERIFY.
 class StaleCaptureError : public Error {
@@ -105,12 +107,29 @@ class CompiledFunctionCore {
   };
   using DimSet = std::set<std::pair<int, int>>;  // (argument, dim)
   struct Trace;
+  struct SymbolAssignment;
 
   // The first entry whose guards pass this call, its hit counted; the caller holds mutex_
   // (shared or exclusive).
   std::shared_ptr<const Entry> find_entry(std::span<const CallArg> args,
                                           std::vector<std::int64_t>& symbol_values);
+  // Traces the call into a new entry. Its phases: symbols for the candidate dims, the trace and
+  // the probe trace, the trace pipeline, the compiled backward, the fusion plan, the guards;
+  // dims a phase shows size-dependent are specialized and the call traced again.
   Entry make_entry(std::span<const CallArg> args, InvokeRef invoke, DimSet dynamic);
+  static SymbolAssignment assign_symbols(std::span<const CallArg> args, const DimSet& candidates);
+  // The forward and backward programs of entry `e` (or e.aot_fallback); the dims to specialize
+  // when the backward does not serve every size the forward does.
+  DimSet compile_for_training(Entry& e, std::span<const CallArg> args, std::optional<Trace>& probe,
+                              const SymbolAssignment& sym, const DimSet& candidates) const;
+  DimSet backward_demotions(const JointGraph& joint, const Entry& e, std::span<const CallArg> args,
+                            std::optional<Trace>& probe, const SymbolAssignment& sym,
+                            const DimSet& candidates) const;
+  GuardSet guards_for(const graph::Graph& g, std::span<const CallArg> args,
+                      const std::vector<std::vector<int>>& arg_symbols) const;
+  void specialize(const DimSet& dims, DimSet& candidates);
+  // Names the KILN_DUMP_DIR files of the entry being made: `<function>.<entry>`.
+  std::string dump_prefix() const;
   Trace run_trace(std::span<const CallArg> args, InvokeRef invoke,
                   const std::vector<std::vector<int>>& arg_symbols,
                   const std::vector<std::int64_t>& symbol_sizes) const;

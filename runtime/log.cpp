@@ -22,6 +22,7 @@ constexpr std::pair<std::string_view, LogTopic> kTopics[] = {
     {"kernels", LogTopic::kernels},
     {"cache", LogTopic::cache},
     {"aot", LogTopic::aot},
+    {"passes", LogTopic::passes},
 };
 
 int parse(const char* spec) {
@@ -42,7 +43,7 @@ int parse(const char* spec) {
     if (!known)
       std::fprintf(stderr,
                    "kiln: KILN_LOG topic '%s' is unknown (known: recompiles, guards, graph, "
-                   "fusion, kernels, cache, aot, all)\n",
+                   "fusion, kernels, cache, aot, passes, all)\n",
                    topic.c_str());
     start = end + 1;
   }

@@ -1,5 +1,5 @@
-// KILN_LOG=recompiles,guards,graph,fusion,kernels,cache (comma list, or "all"): what jit::compile
-// and the kernel cache report on stderr.
+// KILN_LOG=recompiles,guards,graph,fusion,kernels,cache,aot,passes (comma list, or "all"):
+// what jit::compile and the kernel cache report on stderr.
 #pragma once
 
 #include <string_view>
@@ -13,7 +13,8 @@ enum class LogTopic {
   fusion = 8,
   kernels = 16,
   cache = 32,
-  aot = 64,  // the compiled backward: forward/backward graphs, what is saved and why
+  aot = 64,      // the compiled backward: forward/backward graphs, what is saved and why
+  passes = 128,  // each graph pass with the node count before and after (graph/pipeline.h)
 };
 
 bool log_enabled(LogTopic topic);

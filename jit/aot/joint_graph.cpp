@@ -6,7 +6,7 @@
 #include "autograd/engine.h"
 #include "autograd/record.h"
 #include "graph/node_values.h"
-#include "graph/passes.h"
+#include "graph/pipeline.h"
 #include "graph/tracer.h"
 #include "runtime/grad_mode.h"
 
@@ -85,7 +85,7 @@ JointGraph build_joint_graph(const graph::Graph& forward, std::span<const CallAr
   // Grad mode only mattered while recording: the joint graph never runs through autograd, and
   // a backward node recomputing a forward one must be free to merge with it.
   for (auto& n : joint.graph.nodes) n.grad = true;
-  graph::optimize(joint.graph);
+  graph::run_pipeline(joint.graph, graph::Pipeline::joint);
   return joint;
 }
 
