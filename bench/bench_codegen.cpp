@@ -20,6 +20,7 @@
 #include "cache/disk_cache.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/pointwise.h"
+#include "jit/codegen/schedule_limits.h"
 #include "jit/compile.h"
 #include "runtime/cuda/virtual/profiler.h"
 
@@ -140,12 +141,15 @@ void vector_rows(const char* name, DType dtype, const Block& block,
   auto elements = static_cast<double>(outs[0].numel());
   for (bool vectors : {false, true}) {
     namespace vgpu = cuda::vgpu;
-    bool was = jit::codegen::set_pointwise_vectors(vectors);
-    vgpu::set_profiling(true);
-    vgpu::clear_profiles();
-    f(inputs[0], inputs[1]);
-    vgpu::set_profiling(false);
-    jit::codegen::set_pointwise_vectors(was);
+    jit::codegen::ScheduleLimits limits;
+    limits.pointwise_vectors = vectors;
+    {
+      jit::codegen::ScopedScheduleLimits scope(limits);
+      vgpu::set_profiling(true);
+      vgpu::clear_profiles();
+      f(inputs[0], inputs[1]);
+      vgpu::set_profiling(false);
+    }
     vgpu::KernelProfile p;
     p.launches = 0;
     for (const auto& k : vgpu::profiles())

@@ -14,6 +14,7 @@
 #include "jit/codegen/kernel_coverage.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/pointwise.h"
+#include "jit/codegen/schedule_limits.h"
 #include "jit/compile.h"
 #include "jit/kernel_plan.h"
 #include "support/reference.h"
@@ -48,15 +49,16 @@ int kernels_of(const F& f) {
   return plan->kernel_count();
 }
 
-struct VectorsOff {
-  bool old = jit::codegen::set_pointwise_vectors(false);
-  ~VectorsOff() { jit::codegen::set_pointwise_vectors(old); }
-};
-struct IndexLimit {
-  std::int64_t old;
-  explicit IndexLimit(std::int64_t limit) : old(jit::codegen::set_pointwise_index_limit(limit)) {}
-  ~IndexLimit() { jit::codegen::set_pointwise_index_limit(old); }
-};
+jit::codegen::ScheduleLimits vectors_off() {
+  jit::codegen::ScheduleLimits limits;
+  limits.pointwise_vectors = false;
+  return limits;
+}
+jit::codegen::ScheduleLimits index_limit(std::int64_t limit) {
+  jit::codegen::ScheduleLimits limits;
+  limits.pointwise_index_limit = limit;
+  return limits;
+}
 
 }  // namespace
 
@@ -91,13 +93,13 @@ BOOST_AUTO_TEST_CASE(triu_with_a_diagonal_offset_fuses_on_every_launch_path) {
       BOOST_TEST(kernels_of(f) == 1, f.explain());
     }
     {
-      VectorsOff scalar;
+      jit::codegen::ScopedScheduleLimits scalar(vectors_off());
       auto f = jit::compile(fn);
       test::check_values(f(xd).to(Device::cpu()), shape, want);
     }
     {
       // Pieces of at most 50 elements: each piece's elements know their place in the whole.
-      IndexLimit limit(50);
+      jit::codegen::ScopedScheduleLimits limit(index_limit(50));
       auto& stats = jit::codegen::launch_stats();
       std::int64_t before = stats.launches;
       auto f = jit::compile(fn);

@@ -60,8 +60,12 @@ void collect(const graph::Graph& g, std::map<std::string, std::string>& sources)
         } else if (group.kind == graph::FusionKind::reduction ||
                    group.kind == graph::FusionKind::normalization) {
           auto k = codegen::render_reduction(g, group);
-          for (const std::string* s : {&k.source, &k.warp_source, &k.outer_source})
-            if (!s->empty()) sources.emplace(*s, k.name);
+          using Form = codegen::ReductionForm;
+          std::vector<codegen::ReductionVariant> forms = {{Form::block_per_row},
+                                                          {Form::warp_per_row}};
+          if (k.outer) forms.push_back({Form::outer});
+          for (const auto& v : forms)
+            sources.emplace(codegen::render_reduction_variant(k, v), k.name);
         } else if (group.kind == graph::FusionKind::index ||
                    group.kind == graph::FusionKind::scan ||
                    group.kind == graph::FusionKind::movement) {

@@ -13,6 +13,7 @@
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/pointwise.h"
 #include "jit/codegen/pointwise_layout.h"
+#include "jit/codegen/schedule_limits.h"
 #include "jit/compile.h"
 #include "runtime/cuda/virtual/launch.h"
 #include "runtime/cuda/virtual/profiler.h"
@@ -258,10 +259,9 @@ BOOST_AUTO_TEST_CASE(a_dynamic_dim_compiled_once_serves_vector_and_scalar_sizes)
 // on the host; here a lowered limit makes mid-size tensors take the same split, on the vector
 // path and on the scalar one.
 BOOST_AUTO_TEST_CASE(launches_past_the_index_limit_run_in_pieces) {
-  struct Limit {
-    std::int64_t old = jit::codegen::set_pointwise_index_limit(1000);
-    ~Limit() { jit::codegen::set_pointwise_index_limit(old); }
-  } limit;
+  jit::codegen::ScheduleLimits limits;
+  limits.pointwise_index_limit = 1000;
+  jit::codegen::ScopedScheduleLimits scope(limits);
   auto& stats = jit::codegen::launch_stats();
   std::int64_t launches = stats.launches;
   Tensor x = randn({10007}), y = randn({10007});
@@ -338,10 +338,9 @@ BOOST_AUTO_TEST_CASE(advancing_offsets_give_the_per_vector_offsets_results) {
       Run advanced = check(c.fn, c.inputs, c.dtype);
       Run generic;
       {
-        struct Off {
-          bool old = jit::codegen::set_pointwise_advance(false);
-          ~Off() { jit::codegen::set_pointwise_advance(old); }
-        } off;
+        jit::codegen::ScheduleLimits per_vector;
+        per_vector.pointwise_advance = false;
+        jit::codegen::ScopedScheduleLimits scope(per_vector);
         generic = check(c.fn, c.inputs, c.dtype);
       }
       BOOST_TEST(relative_error(advanced.out, generic.out) == 0.0);
@@ -365,17 +364,18 @@ BOOST_AUTO_TEST_CASE(pieces_past_the_index_limit_advance_each) {
   Tensor a = randn({200, 48}).to(Device::cuda()).slice(1, 0, 40);
   Tensor b = randn({40}), c = randn({200, 40});
   Run whole = check(mixed, {a, b, c}, DType::f32);
-  struct Limit {
-    std::int64_t old = jit::codegen::set_pointwise_index_limit(2000);
-    ~Limit() { jit::codegen::set_pointwise_index_limit(old); }
-  } limit;
   auto& stats = jit::codegen::launch_stats();
   for (bool advance : {true, false}) {
     BOOST_TEST_CONTEXT("advance " << advance) {
-      bool old = jit::codegen::set_pointwise_advance(advance);
+      jit::codegen::ScheduleLimits limits;
+      limits.pointwise_index_limit = 2000;
+      limits.pointwise_advance = advance;
       std::int64_t launches = stats.launches;
-      Run split = check(mixed, {a, b, c}, DType::f32);
-      jit::codegen::set_pointwise_advance(old);
+      Run split;
+      {
+        jit::codegen::ScopedScheduleLimits scope(limits);
+        split = check(mixed, {a, b, c}, DType::f32);
+      }
       // Runs of 41 rows reach offsets below 2000 (40 * 48 + 39): 5 pieces.
       BOOST_TEST(stats.launches - launches == 5);
       BOOST_TEST(relative_error(split.out, whole.out) == 0.0);

@@ -9,6 +9,7 @@
 #include "graph/fusion.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/reduction.h"
+#include "jit/codegen/schedule_limits.h"
 #include "jit/compile.h"
 #include "runtime/cuda/virtual/launch.h"
 #include "runtime/cuda/virtual/profiler.h"
@@ -60,6 +61,11 @@ Generated generate(const Fn& fn, const std::vector<Tensor>& inputs) {
   return out;
 }
 
+// The block-per-row variant in the generic layout, as the assertions below read it.
+std::string block_source(const codegen::ReductionKernel& k) {
+  return codegen::render_reduction_variant(k, {codegen::ReductionForm::block_per_row});
+}
+
 std::vector<Tensor> run(const Generated& gen, const std::vector<Tensor>& inputs) {
   const graph::Graph& g = gen.graph;
   std::vector<Tensor> values(g.values.size());
@@ -75,17 +81,32 @@ std::vector<Tensor> run(const Generated& gen, const std::vector<Tensor>& inputs)
   return results;
 }
 
+// The form a call over `rows` contiguous, aligned rows of `cols` f32 columns takes on 132 SMs.
+codegen::ReductionForm form_of(const codegen::ReductionKernel& k, long long rows, long long cols,
+                               const codegen::ScheduleLimits& limits = {}) {
+  std::vector<std::int64_t> domain = {rows, cols};
+  std::vector<int> kept = {0}, reduced = {1};
+  std::vector<long long> read_strides, out_strides = {cols, 1};
+  std::vector<codegen::TensorAccess> reads(k.reads.size(), {256, 4}),
+      writes(k.writes.size(), {256, 4});
+  for (std::size_t i = 0; i < std::max<std::size_t>(1, k.reads.size()); ++i)
+    read_strides.insert(read_strides.end(), {cols, 1});
+  codegen::ReductionGeometry call{domain,       kept,        reduced, rows,  cols,
+                                  read_strides, out_strides, reads,   writes};
+  return codegen::schedule_reduction(k, call, 132, limits).variant.form;
+}
+
 void check_fused(const std::string& label, const Fn& fn, const std::vector<Tensor>& inputs,
                  DType dtype, int passes) {
   BOOST_TEST_CONTEXT(label << " " << dtype_name(dtype)) {
     Generated gen = generate(fn, inputs);
-    BOOST_TEST(gen.kernel.passes == passes, gen.kernel.source);
+    BOOST_TEST(gen.kernel.passes == passes, block_source(gen.kernel));
     auto got = run(gen, inputs);
     auto want = fn(inputs);
     BOOST_TEST_REQUIRE(got.size() == want.size());
     for (std::size_t i = 0; i < got.size(); ++i) {
       BOOST_TEST(got[i].dtype() == want[i].dtype());
-      BOOST_TEST(relative_error(got[i], want[i]) <= tolerance(dtype), gen.kernel.source);
+      BOOST_TEST(relative_error(got[i], want[i]) <= tolerance(dtype), block_source(gen.kernel));
     }
   }
 }
@@ -205,8 +226,9 @@ BOOST_AUTO_TEST_CASE(rows_stay_on_chip_and_longer_rows_reread_their_tail) {
   Generated gen =
       generate([](auto& in) { return std::vector<Tensor>{layer_norm(in[0], {300}, in[1], in[2])}; },
                {randn({4, 300}), randn({300}), randn({300})});
-  BOOST_TEST(gen.kernel.items == 2, gen.kernel.source);  // 300 columns over 256 threads
-  BOOST_TEST(gen.kernel.source.find("_cache[it]") != std::string::npos, gen.kernel.source);
+  BOOST_TEST(gen.kernel.items == 2, block_source(gen.kernel));  // 300 columns over 256 threads
+  BOOST_TEST(block_source(gen.kernel).find("_cache[it]") != std::string::npos,
+             block_source(gen.kernel));
   // One eager softmax kernel per schedule (a warp per row for 40 columns, a block for 5000)
   // serves every row length: the first call sizes what stays on chip, and rows longer than
   // that re-read the rest in each pass.
@@ -237,12 +259,14 @@ BOOST_AUTO_TEST_CASE(short_rows_are_a_warp_each) {
   BOOST_TEST(wide.kernel.warp_items == 64);
   BOOST_TEST(codegen::warp_row_lanes(1024, 4) == 32);  // f32 keeps a warp a row
   BOOST_TEST(codegen::warp_row_lanes(512, 2) == 32);
-  using codegen::ReductionSchedule;
-  BOOST_TEST((codegen::row_schedule(gen.kernel, 40, 1) == ReductionSchedule::warp_per_row));
-  BOOST_TEST((codegen::row_schedule(gen.kernel, codegen::kWarpRowMaxCols, 1) ==
-              ReductionSchedule::warp_per_row));
-  BOOST_TEST((codegen::row_schedule(gen.kernel, codegen::kWarpRowMaxCols + 1, 1) ==
-              ReductionSchedule::block_per_row));
+  using codegen::ReductionForm;
+  BOOST_TEST((form_of(gen.kernel, 1000, 40) == ReductionForm::warp_per_row));
+  BOOST_TEST((form_of(gen.kernel, 1000, codegen::kWarpRowMaxCols) == ReductionForm::warp_per_row));
+  BOOST_TEST(
+      (form_of(gen.kernel, 1000, codegen::kWarpRowMaxCols + 1) == ReductionForm::block_per_row));
+  codegen::ScheduleLimits no_warps;
+  no_warps.warp_rows = false;
+  BOOST_TEST((form_of(gen.kernel, 1000, 40, no_warps) == ReductionForm::block_per_row));
   // Against the CPU in f64, on both sides of the switch, with a fused row select
   // (cross-entropy) and arg reductions whose ties keep the first index. bf16 rows past 512
   // columns take half a warp a row; with 37 rows the last warp's second half has no row and
@@ -273,8 +297,13 @@ BOOST_AUTO_TEST_CASE(short_rows_are_a_warp_each) {
   vgpu::set_profiling(true);
   vgpu::clear_profiles();
   Tensor by_warp = run(gen, {x})[0];
-  gen.kernel.warp_source.clear();
-  Tensor by_block = run(gen, {x})[0];
+  Tensor by_block;
+  {
+    codegen::ScheduleLimits rows_by_blocks;
+    rows_by_blocks.warp_rows = false;
+    codegen::ScopedScheduleLimits scope(rows_by_blocks);
+    by_block = run(gen, {x})[0];
+  }
   vgpu::set_profiling(false);
   const auto& p = vgpu::profiles();
   BOOST_TEST_REQUIRE(p.size() == 2u);
@@ -316,13 +345,13 @@ BOOST_AUTO_TEST_CASE(reductions_over_outer_dims_read_rows_side_by_side) {
   // A sum over the batch keeps the innermost dim: the outer schedule applies; a sum over the
   // innermost dim, or a normalization, keeps the row schedule.
   auto over_batch = [](auto& in) { return std::vector<Tensor>{sum(in[0], {0})}; };
-  BOOST_TEST(!generate(over_batch, {randn({16, 40})}).kernel.outer_source.empty());
+  BOOST_TEST(generate(over_batch, {randn({16, 40})}).kernel.outer);
   BOOST_TEST(
-      generate([](auto& in) { return std::vector<Tensor>{sum(in[0], {1})}; }, {randn({16, 40})})
-          .kernel.outer_source.empty());
+      !generate([](auto& in) { return std::vector<Tensor>{sum(in[0], {1})}; }, {randn({16, 40})})
+           .kernel.outer);
   BOOST_TEST(
-      generate([](auto& in) { return std::vector<Tensor>{softmax(in[0], 0)}; }, {randn({16, 40})})
-          .kernel.outer_source.empty());
+      !generate([](auto& in) { return std::vector<Tensor>{softmax(in[0], 0)}; }, {randn({16, 40})})
+           .kernel.outer);
 
   // Against the CPU in f64: odd sizes, several reduced dims, keepdim, epilogues, splits (few
   // rows over many columns), rows narrower than a sector (the row schedule), a transposed input.
@@ -372,8 +401,13 @@ BOOST_AUTO_TEST_CASE(reductions_over_outer_dims_read_rows_side_by_side) {
   vgpu::set_profiling(true);
   vgpu::clear_profiles();
   Tensor side_by_side = run(gen, {x})[0];
-  gen.kernel.outer_source.clear();
-  Tensor row_apart = run(gen, {x})[0];
+  Tensor row_apart;
+  {
+    codegen::ScheduleLimits a_row_each;
+    a_row_each.outer_rows = false;
+    codegen::ScopedScheduleLimits scope(a_row_each);
+    row_apart = run(gen, {x})[0];
+  }
   vgpu::set_profiling(false);
   const auto& p = vgpu::profiles();
   BOOST_TEST_REQUIRE(p.size() == 2u);
@@ -400,7 +434,7 @@ BOOST_AUTO_TEST_CASE(the_source_names_what_it_fuses) {
   Generated gen =
       generate([](auto& in) { return std::vector<Tensor>{layer_norm(in[0], {8}, in[1], in[2])}; },
                {randn({2, 8}), randn({8}), randn({8})});
-  const std::string& s = gen.kernel.source;
+  const std::string s = block_source(gen.kernel);
   BOOST_TEST(s.find("// Fused from graph") != std::string::npos);
   BOOST_TEST(s.find("= rsqrt(") != std::string::npos, s);
   BOOST_TEST(s.find("pass 2 of 2") != std::string::npos, s);

@@ -7,13 +7,16 @@
 // (simulated by lowering the limit).
 #include <boost/test/unit_test.hpp>
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <optional>
 
 #include "autograd/ops.h"
+#include "jit/codegen/launch_stats.h"
 #include "jit/codegen/reduction.h"
+#include "jit/codegen/schedule_limits.h"
 #include "jit/compile.h"
 #include "runtime/error.h"
 #include "support/device_compare.h"
@@ -33,13 +36,46 @@ double tolerance(DType t) {
 
 using Fn = std::function<Tensor(const Tensor&, const Tensor&)>;
 
+using VariantCounts = std::array<std::int64_t, codegen::kReductionVariants>;
+
+VariantCounts variant_counts() {
+  VariantCounts counts{};
+  for (int i = 0; i < codegen::kReductionVariants; ++i)
+    counts[i] = codegen::launch_stats().reduction_variants[i].load();
+  return counts;
+}
+
+// The layout the reduction launches since `before` took (the outer schedule counts as generic,
+// its vector form as vector); nullopt when none ran or they took several.
+std::optional<Layout> layout_since(const VariantCounts& before) {
+  VariantCounts now = variant_counts();
+  std::optional<Layout> seen;
+  bool several = false;
+  for (int i = 0; i < codegen::kReductionVariants; ++i) {
+    if (now[i] == before[i]) continue;
+    auto v = codegen::ReductionVariant::from_index(i);
+    Layout l = v.form == codegen::ReductionForm::outer_vector ? Layout::vector : v.layout;
+    several = several || (seen && *seen != l);
+    seen = l;
+  }
+  return several ? std::nullopt : seen;
+}
+
+// This thread's limits with the layouts up to `most`.
+codegen::ScheduleLimits layouts_up_to(Layout most) {
+  codegen::ScheduleLimits limits = codegen::schedule_limits();
+  limits.reduction_layout = most;
+  return limits;
+}
+
 // Runs `fn` eagerly on CUDA with the layouts up to `most`; returns the result and the layout the
-// reduction launch took.
-std::pair<Tensor, Layout> on_cuda(const Fn& fn, const Tensor& x, const Tensor& w, Layout most) {
-  Layout was = codegen::set_reduction_layout_limit(most);
+// reduction launches took.
+std::pair<Tensor, std::optional<Layout>> on_cuda(const Fn& fn, const Tensor& x, const Tensor& w,
+                                                 Layout most) {
+  codegen::ScopedScheduleLimits scope(layouts_up_to(most));
+  VariantCounts before = variant_counts();
   Tensor y = fn(x, w).to(Device::cpu());
-  codegen::set_reduction_layout_limit(was);
-  return {y, codegen::last_reduction_layout()};
+  return {y, layout_since(before)};
 }
 
 // The fast path (expected to take `want`) and the forced generic path on the same CUDA data,
@@ -51,7 +87,7 @@ void check(const std::string& label, const Fn& fn, const Tensor& x, const Tensor
     Tensor want_y =
         fn(x.to(Device::cpu()).to(DType::f32), w.to(Device::cpu()).to(DType::f32)).to(x.dtype());
     auto [fast, layout] = on_cuda(fn, x, w, Layout::vector);
-    if (want) BOOST_TEST((layout == *want), "layout " << static_cast<int>(layout));
+    if (want) BOOST_TEST((layout == *want), "layout " << (layout ? static_cast<int>(*layout) : -1));
     auto [generic, generic_layout] = on_cuda(fn, x, w, Layout::generic);
     BOOST_TEST((generic_layout == Layout::generic));
     BOOST_TEST(relative_error(fast.to(DType::f64), want_y) <= tolerance(x.dtype()));
@@ -134,7 +170,9 @@ BOOST_AUTO_TEST_CASE(rows_that_are_not_contiguous_take_the_generic_path) {
 BOOST_AUTO_TEST_CASE(rows_past_the_32_bit_limit_take_the_generic_path) {
   // The limit lowered to 100 stands for 2^31: longer rows keep 64-bit column arithmetic, and so
   // do more rows or rows further apart (their bases).
-  std::int64_t was = codegen::set_reduction_index_limit(100);
+  codegen::ScheduleLimits limits;
+  limits.reduction_index_limit = 100;
+  codegen::ScopedScheduleLimits scope(limits);
   for (DType t : {DType::f32, DType::bf16}) {
     Tensor x = randn({3, 256}).to(t).to(Device::cuda());
     Tensor w = randn({256}).to(t).to(Device::cuda());
@@ -155,7 +193,6 @@ BOOST_AUTO_TEST_CASE(rows_past_the_32_bit_limit_take_the_generic_path) {
             copies_its_input(name) || std::string(name) == "full sum" ? std::optional<Layout>()
                                                                       : Layout::generic);
   }
-  codegen::set_reduction_index_limit(was);
 }
 
 BOOST_AUTO_TEST_CASE(a_split_row_starts_its_chunks_at_whole_vectors) {
@@ -252,7 +289,7 @@ BOOST_AUTO_TEST_CASE(a_row_select_reads_its_one_column) {
       for (Layout most : {Layout::vector, Layout::generic}) {
         BOOST_TEST_CONTEXT(dtype_name(t)
                            << " " << cols << " columns, layout " << static_cast<int>(most)) {
-          Layout was = codegen::set_reduction_layout_limit(most);
+          codegen::ScopedScheduleLimits scope(layouts_up_to(most));
           Tensor xd = x.to(Device::cuda()), td = target.to(Device::cuda());
           auto per_row = jit::compile([](const Tensor& a, const Tensor& b) {
             return cross_entropy(a, b, -100, Reduction::none);
@@ -265,7 +302,6 @@ BOOST_AUTO_TEST_CASE(a_row_select_reads_its_one_column) {
           BOOST_TEST(relative_error(loss(xd, td), want_mean) <= tol);
           Tensor bad = test::i64s({0, cols, 1, 2, 3}, {5}).to(Device::cuda());
           BOOST_CHECK_THROW(loss(xd, bad).to(Device::cpu()), IndexError);
-          codegen::set_reduction_layout_limit(was);
         }
       }
     }
@@ -289,10 +325,13 @@ BOOST_AUTO_TEST_CASE(sixteen_bit_ops_on_pairs_give_the_bits_of_f32_math) {
         Tensor x = (randn({6, cols}) * 37.0).to(t), w = (randn({cols}) * 3.0).to(t);
         std::vector<Tensor> want = fn(x, w);
         for (Layout most : {Layout::vector, Layout::generic}) {
-          Layout was = codegen::set_reduction_layout_limit(most);
-          std::vector<Tensor> got = compiled(x.to(Device::cuda()), w.to(Device::cuda()));
-          BOOST_TEST((codegen::last_reduction_layout() == most));
-          codegen::set_reduction_layout_limit(was);
+          std::vector<Tensor> got;
+          {
+            codegen::ScopedScheduleLimits scope(layouts_up_to(most));
+            VariantCounts before = variant_counts();
+            got = compiled(x.to(Device::cuda()), w.to(Device::cuda()));
+            BOOST_TEST((layout_since(before) == most));
+          }
           for (std::size_t i = 0; i < want.size(); ++i)
             test::check_values(got[i].to(Device::cpu()), want[i].shape(), want[i].dtype(),
                                want[i].to_vector<double>());
@@ -314,10 +353,13 @@ BOOST_AUTO_TEST_CASE(sixteen_bit_ops_on_pairs_give_the_bits_of_f32_math) {
         Tensor h = x + r;
         Tensor want = layer_norm(h.to(DType::f64), {cols}, Tensor(), Tensor(), 1e-5);
         for (Layout most : {Layout::vector, Layout::generic}) {
-          Layout was = codegen::set_reduction_layout_limit(most);
-          std::vector<Tensor> got = residual_norm(x.to(Device::cuda()), r.to(Device::cuda()));
-          BOOST_TEST((codegen::last_reduction_layout() == most));
-          codegen::set_reduction_layout_limit(was);
+          std::vector<Tensor> got;
+          {
+            codegen::ScopedScheduleLimits scope(layouts_up_to(most));
+            VariantCounts before = variant_counts();
+            got = residual_norm(x.to(Device::cuda()), r.to(Device::cuda()));
+            BOOST_TEST((layout_since(before) == most));
+          }
           test::check_values(got[0].to(Device::cpu()), h.shape(), t, h.to_vector<double>());
           BOOST_TEST(relative_error(got[1].to(Device::cpu()).to(DType::f64), want) <= tolerance(t));
         }

@@ -6,11 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string_view>
 
 #include "jit/codegen/cuda_expr.h"
+#include "jit/codegen/kernel_variants.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/templates.h"
 #include "runtime/error.h"
@@ -156,19 +155,13 @@ struct Launchable {
   Tiling tiling;
 };
 
-// Each kernel is rendered once per process and resolved at its first launch; the handles live as
-// long as the process.
+// Each kernel is rendered once per process (its name says its dtype, head dims and tiles) and
+// resolved at its first launch.
 Launchable kernel_for(Kernel kind, const Variant& v) {
   int elem = static_cast<int>(itemsize(v.dtype));
   Tiling t = tiling_for(kind, elem, padded(v.head_qk), padded(v.head_v));
   std::string name = kernel_name(kind, v, t);
-  static std::mutex mutex;
-  static auto* handles = new std::map<std::string, KernelHandle>;
-  std::lock_guard lock(mutex);
-  auto it = handles->find(name);
-  if (it == handles->end())
-    it = handles->emplace(name, KernelHandle(name, render(kind, v, t, name))).first;
-  return {&it->second, t};
+  return {&kernel_by_name(name, [&] { return render(kind, v, t, name); }), t};
 }
 
 Shape batch_of(const Tensor& t) {

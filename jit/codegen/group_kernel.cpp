@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/log.h"
+
 namespace kiln::jit::codegen {
 namespace {
 
@@ -16,15 +18,8 @@ std::variant<PointwiseKernel, ReductionKernel> render(const graph::Graph& g,
 
 GroupKernel::GroupKernel(const graph::Graph& g, const graph::FusionGroup& group)
     : kernel_(render(g, group)) {
-  if (const auto* p = std::get_if<PointwiseKernel>(&kernel_)) {
-    handles_[0] = KernelHandle(p->name, p->source);
-    return;
-  }
-  const auto& r = std::get<ReductionKernel>(kernel_);
-  for (int v = 0; v < kReductionVariants; ++v) {
-    const std::string& source = variant_source(r, v);
-    if (!source.empty()) handles_[v] = KernelHandle(r.name, source);
-  }
+  if (const auto* p = std::get_if<PointwiseKernel>(&kernel_))
+    pointwise_ = KernelHandle(p->name, p->source);
 }
 
 const std::string& GroupKernel::name() const {
@@ -48,17 +43,21 @@ const std::string& GroupKernel::expected_source() const {
 }
 
 const KernelHandle& GroupKernel::expected_kernel() const {
-  if (const auto* r = std::get_if<ReductionKernel>(&kernel_)) return handles_[expected_variant(*r)];
-  return handles_[0];
+  const auto* r = std::get_if<ReductionKernel>(&kernel_);
+  if (!r) return pointwise_;
+  ReductionVariant v = expected_variant(*r, schedule_limits());
+  if (!r->variants.rendered(v.index()) && log_enabled(LogTopic::kernels))
+    log_line(
+        fmt::format("kiln: kernel {}: expected schedule {} at the traced sizes", r->name, v.str()));
+  return reduction_variant_kernel(*r, v);
 }
 
 std::vector<Tensor> GroupKernel::run(const graph::Graph& g, const Shape& domain,
                                      std::vector<Tensor>& values,
                                      std::span<const std::int64_t> symbol_values) const {
   if (const auto* p = std::get_if<PointwiseKernel>(&kernel_))
-    return run_pointwise(g, *p, domain, values, symbol_values, &handles_[0]);
-  return run_reduction(g, std::get<ReductionKernel>(kernel_), domain, values, symbol_values,
-                       &handles_);
+    return run_pointwise(g, *p, domain, values, symbol_values, &pointwise_);
+  return run_reduction(g, std::get<ReductionKernel>(kernel_), domain, values, symbol_values);
 }
 
 }  // namespace kiln::jit::codegen

@@ -1,5 +1,5 @@
 // A fusion group as one generated kernel, however it is scheduled (pointwise, or a row
-// reduction with its block, warp and outer sources): what a compiled function's KernelPlan and
+// reduction with its block, warp and outer variants): what a compiled function's KernelPlan and
 // the eager CUDA backend's one-node plans both build, resolve and launch.
 #pragma once
 
@@ -40,8 +40,7 @@ class GroupKernel {
 
  private:
   std::variant<PointwiseKernel, ReductionKernel> kernel_;
-  // One per source: a pointwise kernel's in [0]; a reduction's by ReductionSchedule.
-  ReductionHandles handles_;
+  KernelHandle pointwise_;  // a pointwise kernel's one source (a reduction holds its variants)
 };
 
 }  // namespace kiln::jit::codegen

@@ -4,6 +4,7 @@
 // read them; the virtual GPU's profiler measures what the kernels actually touch.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 
@@ -24,6 +25,9 @@ struct LaunchStats {
   // GPU that includes running the kernel; on a real one it is the enqueue.
   std::atomic<bool> timing{false};
   std::atomic<std::int64_t> launch_ns{0};
+  // Row-reduction launches per variant (reduction_schedule.h: ReductionVariant::index()): which
+  // forms and layouts a workload's schedules took.
+  std::array<std::atomic<std::int64_t>, 8> reduction_variants{};
 };
 
 LaunchStats& launch_stats();

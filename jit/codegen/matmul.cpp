@@ -7,11 +7,11 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
-#include <mutex>
 #include <vector>
 
 #include "jit/codegen/cuda_expr.h"
 #include "jit/codegen/kernel_cache.h"
+#include "jit/codegen/kernel_variants.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/templates.h"
@@ -183,8 +183,7 @@ struct MatmulKernel::Kernels {
   DType a, b, out;
   int batch_rank;
   KernelHandle fma;
-  std::array<std::once_flag, 8> once;
-  std::array<KernelHandle, 8> mma;
+  KernelVariants mma;  // by mma_slot, rendered when a launch first takes one
 };
 
 MatmulKernel::MatmulKernel(DType a, DType b, DType out, int batch_rank)
@@ -192,6 +191,7 @@ MatmulKernel::MatmulKernel(DType a, DType b, DType out, int batch_rank)
   kernels_->a = a, kernels_->b = b, kernels_->out = out, kernels_->batch_rank = batch_rank;
   std::string name = kernel_name(a, b, out, {});
   kernels_->fma = KernelHandle(name, render_fma(a, b, out, batch_rank, name));
+  kernels_->mma = KernelVariants(name, 8);
 }
 
 DType MatmulKernel::a_dtype() const {
@@ -211,12 +211,10 @@ const KernelHandle& MatmulKernel::kernel(const MatmulVariant& v) const {
                                                             : takes_tf32(k.a, k.b, k.out)),
              "matmul: no {} kernel for {} @ {} -> {}", v.tf32 ? "TF32" : "tensor-core",
              dtype_name(k.a), dtype_name(k.b), dtype_name(k.out));
-  int slot = mma_slot(v);
-  std::call_once(k.once[slot], [&] {
+  return k.mma.get(mma_slot(v), [&] {
     std::string name = kernel_name(k.a, k.b, k.out, v);
-    k.mma[slot] = KernelHandle(name, render_mma(k.a, k.out, k.batch_rank, v, name));
+    return KernelHandle(name, render_mma(k.a, k.out, k.batch_rank, v, name));
   });
-  return k.mma[slot];
 }
 
 MatmulKernel render_matmul(DType a, DType b, DType out, int batch_rank) {

@@ -8,12 +8,12 @@
 #include <cmath>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "jit/codegen/cuda_expr.h"
 #include "jit/codegen/kernel_cache.h"
+#include "jit/codegen/kernel_variants.h"
 #include "jit/codegen/templates.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/error.h"
@@ -70,18 +70,6 @@ CallerTables& tables_of(std::unique_ptr<MultiTensorCache>& cache) {
   return *tables;
 }
 
-// Each kernel is rendered once per process and resolved (memory, disk cache, NVRTC) at its first
-// launch; the handles live as long as the process.
-const KernelHandle& kernel_named(const std::string& name,
-                                 const std::function<std::string()>& render) {
-  static std::mutex mutex;
-  static auto* handles = new std::map<std::string, KernelHandle>;
-  std::lock_guard lock(mutex);
-  auto it = handles->find(name);
-  if (it == handles->end()) it = handles->emplace(name, KernelHandle(name, render())).first;
-  return it->second;
-}
-
 long long chunks_of(std::int64_t n) {
   return (n + kMultiTensorChunk - 1) / kMultiTensorChunk;
 }
@@ -135,7 +123,7 @@ KernelHandle update_kernel(const UpdateKind& kind, DType dtype) {
       fmt::format("k_multi_tensor_{}{}{}{}{}_{}", kind.optimizer, kind.momentum ? "_momentum" : "",
                   kind.nesterov ? "_nesterov" : "", kind.weight_decay ? "_decay" : "",
                   kind.skip ? "_skip" : "", dtype_name(dtype));
-  return kernel_named(name, [&] {
+  return kernel_by_name(name, [&] {
     Data d, scalars(Data::type::list);
     for (const char* s : kind.scalars) scalars.push_back(Data("scalar", s));
     d.set("name", name);
@@ -252,7 +240,7 @@ NormKind norm_kind(double p) {
 KernelHandle grads_kernel(const std::string& name, const std::string& description, DType acc,
                           const std::vector<DType>& dtypes,
                           const std::function<void(Data&)>& mode) {
-  return kernel_named(name, [&] {
+  return kernel_by_name(name, [&] {
     Data d, list(Data::type::list);
     std::string acc_type = storage_type(acc), codes;
     bool fp16 = false, bf16 = false;
@@ -388,7 +376,7 @@ void unscale(std::span<const Tensor> grads, const Tensor& scale, const Tensor& f
 void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& flags,
                   const ScaleUpdate& u) {
   const std::string name = "k_grad_scale_update";
-  const KernelHandle& k = kernel_named(name, [&] {
+  const KernelHandle& k = kernel_by_name(name, [&] {
     Data d;
     d.set("name", name);
     return render_template("grad_scale_update.cu.mustache", d);

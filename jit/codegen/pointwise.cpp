@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstring>
 #include <kainjow/mustache.hpp>
 #include <map>
@@ -24,10 +23,12 @@
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/pointwise_layout.h"
 #include "jit/codegen/pointwise_pair.h"
+#include "jit/codegen/pointwise_schedule.h"
 #include "jit/codegen/templates.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/device_checks.h"
 #include "runtime/dispatch.h"
+#include "runtime/log.h"
 
 namespace kiln::jit::codegen {
 namespace {
@@ -35,21 +36,6 @@ namespace {
 using Data = kainjow::mustache::data;
 
 constexpr int kMaxRank = 8;
-
-std::atomic<std::int64_t>& index_limit() {
-  static std::atomic<std::int64_t> limit{kIndexLimit};
-  return limit;
-}
-
-std::atomic<bool>& vectors_on() {
-  static std::atomic<bool> on{true};
-  return on;
-}
-
-std::atomic<bool>& advance_on() {
-  static std::atomic<bool> on{true};
-  return on;
-}
 
 Data list() {
   return Data(Data::type::list);
@@ -105,68 +91,329 @@ int vectors_per_thread(int width) {
   return std::clamp(32 / width, 1, 4);
 }
 
-// One launch of `kernel` over `piece`, its tensors at `reads` and `writes` (the piece's own
-// first elements); `bytes_read` and `bytes_written` are counted for it.
-void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle, const IterPiece& piece,
-                  const std::vector<TensorAccess>& reads, const std::vector<TensorAccess>& writes,
-                  std::vector<std::array<unsigned char, 8>>& numbers, cuda::DevicePtr error,
-                  std::array<long long, 3> position, std::int64_t bytes_read,
+// One launch of a schedule (pointwise_schedule.h); `bytes_read` and `bytes_written` are counted
+// for it.
+void launch_piece(const PointwiseKernel& kernel, const KernelHandle& handle,
+                  const PointwiseLaunch& l, std::vector<std::array<unsigned char, 8>>& numbers,
+                  cuda::DevicePtr error, std::array<long long, 3> position, std::int64_t bytes_read,
                   std::int64_t bytes_written) {
-  std::int64_t vectors =
-      vectors_on() ? plan_vectors(piece.space, kernel.vector_width, reads, writes) : 0;
-  unsigned block = 256;
-  std::int64_t threads = (vectors + kernel.vectors_per_thread - 1) / kernel.vectors_per_thread;
-  AdvancePlan advance = advance_on() ? plan_advance(piece.space, vectors, kernel.vector_width,
-                                                    block, grid_stride_blocks(threads, block),
-                                                    grid_stride_blocks(kIndexLimit, block))
-                                     : AdvancePlan{};
-  // A read the kernel loads once per thread must not move.
-  for (std::size_t k = 0; k < reads.size() && advance.on; ++k)
-    if (kernel.stationary[k] && advance.delta[k] != 0) advance = AdvancePlan{};
+  const IterSpace& space = l.piece.space;
   // The struct the kernel declares: rank sizes, max(1, reads) rows of rank strides, then per dim
   // a magic multiplier and a shift dividing by its size.
-  std::vector<std::uint32_t> index(piece.space.sizes.begin(), piece.space.sizes.end());
-  std::size_t rows = std::max<std::size_t>(1, reads.size());
+  std::vector<std::uint32_t> index(space.sizes.begin(), space.sizes.end());
+  std::size_t rows = std::max<std::size_t>(1, l.reads.size());
   for (std::size_t r = 0; r < rows; ++r)
     for (int d = 0; d < kernel.rank; ++d) {
-      bool moves = r < reads.size() && piece.space.sizes[d] > 1;
-      index.push_back(moves ? static_cast<std::uint32_t>(piece.space.strides[r][d]) : 0);
+      bool moves = r < l.reads.size() && space.sizes[d] > 1;
+      index.push_back(moves ? static_cast<std::uint32_t>(space.strides[r][d]) : 0);
     }
   // Each size's divisor (the struct's magic and shift): l = ceil(log2 size) and the multiplier
   // ceil(2^(32 + l) / size), whose bit 32 the kernel adds back; exact for indices below 2^31.
   std::vector<std::uint32_t> shifts;
-  for (std::int64_t size : piece.space.sizes) {
+  for (std::int64_t size : space.sizes) {
     auto divisor = static_cast<std::uint64_t>(std::max<std::int64_t>(1, size));
-    unsigned l = 0;
-    while ((std::uint64_t{1} << l) < divisor) ++l;
-    std::uint64_t m = ((std::uint64_t{1} << (32 + l)) + divisor - 1) / divisor;
+    unsigned log2 = 0;
+    while ((std::uint64_t{1} << log2) < divisor) ++log2;
+    std::uint64_t m = ((std::uint64_t{1} << (32 + log2)) + divisor - 1) / divisor;
     index.push_back(static_cast<std::uint32_t>(m - (std::uint64_t{1} << 32)));
-    shifts.push_back(l);
+    shifts.push_back(log2);
   }
   index.insert(index.end(), shifts.begin(), shifts.end());
   for (std::size_t r = 0; r < rows; ++r)
-    index.push_back(r < advance.delta.size() ? static_cast<std::uint32_t>(advance.delta[r]) : 0);
-  index.push_back(advance.on ? 1 : 0);
+    index.push_back(r < l.advance.delta.size() ? static_cast<std::uint32_t>(l.advance.delta[r])
+                                               : 0);
+  index.push_back(l.advance.on ? 1 : 0);
   std::vector<cuda::DevicePtr> pointers;
-  for (const auto& t : reads) pointers.push_back(t.address);
-  for (const auto& t : writes) pointers.push_back(t.address);
+  for (const auto& t : l.reads) pointers.push_back(t.address);
+  for (const auto& t : l.writes) pointers.push_back(t.address);
   std::vector<void*> params;
-  for (std::size_t i = 0; i < reads.size(); ++i) params.push_back(&pointers[i]);
+  for (std::size_t i = 0; i < l.reads.size(); ++i) params.push_back(&pointers[i]);
   for (auto& number : numbers) params.push_back(number.data());
-  for (std::size_t i = reads.size(); i < pointers.size(); ++i) params.push_back(&pointers[i]);
+  for (std::size_t i = l.reads.size(); i < pointers.size(); ++i) params.push_back(&pointers[i]);
   if (kernel.checks_errors) params.push_back(&error);
-  position[0] = piece.first;
+  position[0] = l.piece.first;
   if (kernel.position)
     for (auto& p : position) params.push_back(&p);
-  auto n = static_cast<std::uint32_t>(piece.space.numel());
-  auto vector_count = static_cast<std::uint32_t>(vectors);
+  auto n = static_cast<std::uint32_t>(space.numel());
+  auto vector_count = static_cast<std::uint32_t>(l.vectors);
   params.push_back(index.data());
   params.push_back(&n);
   params.push_back(&vector_count);
-  unsigned blocks =
-      advance.on ? advance.blocks : grid_stride_blocks(vector_count > 0 ? vector_count : n, block);
-  handle.launch({blocks, 1, 1}, {block, 1, 1}, params.data(), bytes_read, bytes_written);
+  handle.launch({l.blocks, 1, 1}, {kPointwiseBlock, 1, 1}, params.data(), bytes_read,
+                bytes_written);
 }
+
+// KILN_LOG=kernels: the schedule of a kernel's first launch, and why.
+void log_schedule(const PointwiseKernel& kernel, const IterSpace& space,
+                  std::span<const TensorAccess> reads, std::span<const TensorAccess> writes,
+                  const PointwiseSchedule& s) {
+  if (!log_enabled(LogTopic::kernels) || !kernel.logged || kernel.logged->exchange(true)) return;
+  std::vector<std::string> why;
+  schedule_pointwise(kernel, space, reads, writes, schedule_limits(), &why);
+  log_line(
+      fmt::format("kiln: kernel {}: schedule {} ({})", kernel.name, s.str(), fmt::join(why, "; ")));
+}
+
+}  // namespace
+
+namespace {
+
+// One parameter of the kernel's functions as each of them declares or passes it: the element
+// function's parameter, the vector function's, and the arguments of the element call on the
+// vector and scalar paths and of the vector call from an advancing group and from one vector.
+struct KernelArgument {
+  std::string element_param, vector_param, vector_arg, scalar_arg, group_arg, single_arg;
+};
+
+// A pointwise group's statements, parameters and template data (render_pointwise).
+class PointwiseRenderer {
+ public:
+  PointwiseRenderer(const graph::Graph& g, const graph::FusionGroup& group)
+      : g_(g), group_(group), inside_(group.nodes.begin(), group.nodes.end()) {}
+
+  PointwiseKernel render() {
+    k_.logged = std::make_shared<std::atomic<bool>>(false);
+    k_.name = "k_" + group_.name;
+    k_.rank = std::max<int>(1, static_cast<int>(group_.domain.size()));
+    KILN_CHECK(k_.rank <= kMaxRank, "codegen: '{}' has rank {} (at most {} supported)", group_.name,
+               k_.rank, kMaxRank);
+    collect_host_views();
+    for (int n : group_.nodes)
+      if (op_class(g_.nodes[n].op) != OpClass::view) add_statement(n);
+    // Every written value is computed (or read) before the parameters of the numbers are placed.
+    std::vector<std::string> written;
+    for (int v : group_.outputs) written.push_back(read(v));
+    for (auto& decl : scalar_params_.list_value()) params_.push_back(decl);
+    for (auto& load : scalar_loads_.list_value()) loads_.push_back(load);
+    add_writes(written);
+    if (k_.checks_errors) params_.push_back(Data("decl", "long long* __restrict__ kiln_error"));
+    k_.vector_width = vector_width(g_, k_);
+    k_.vectors_per_thread = vectors_per_thread(k_.vector_width);
+    std::optional<ElementPair> pair;
+    if (k_.vector_width % 2 == 0 && !k_.position) pair = element_pair(g_, k_, steps_, computed_);
+    k_.source = render_template("pointwise.cu.mustache", template_data(pair));
+    return std::move(k_);
+  }
+
+ private:
+  void note_dtype(DType t) {
+    fp16_ = fp16_ || t == DType::f16;
+    bf16_ = bf16_ || t == DType::bf16;
+  }
+
+  // Views whose input comes from outside run on the host: their results are what the kernel
+  // reads, with the strides the view gives them.
+  void collect_host_views() {
+    for (int n : group_.nodes) {
+      if (op_class(g_.nodes[n].op) != OpClass::view) continue;
+      check_host_view(g_, inside_, n, group_.name);
+      k_.host_views.push_back(n);
+    }
+  }
+
+  bool is_host_view_output(int v) const {
+    int p = g_.values[v].producer;
+    return p >= 0 &&
+           std::find(k_.host_views.begin(), k_.host_views.end(), p) != k_.host_views.end();
+  }
+
+  // A value as the element function names it: computed in registers, a literal, a number taken
+  // by value, or a tensor read (a parameter and a load, added on first use).
+  std::string read(int v) {
+    if (computed_.count(v)) return var(v);
+    if (is_inlined(g_, v)) return literal(g_.values[v].meta.dtype, g_.input_of(v)->tensor.item());
+    int p = g_.values[v].producer;
+    if (p >= 0 && inside_.count(p) && !is_host_view_output(v))
+      throw Error(fmt::format("codegen: '{}' reads %{} before it is computed", group_.name, v));
+    DType t = g_.values[v].meta.dtype;
+    note_dtype(t);
+    Data load;
+    load.set("type", register_type(t));
+    load.set("var", var(v));
+    if (is_by_value(g_, v)) {
+      auto index = k_.scalars.size();
+      k_.scalars.push_back(v);
+      std::string decl = fmt::format("{} s{}", register_type(t), index);
+      scalar_params_.push_back(Data("decl", decl));
+      scalar_decls_.push_back(decl);
+      load.set("expr", fmt::format("s{}", index));
+      scalar_loads_.push_back(load);
+    } else {
+      add_read(v, t);
+      load.set("expr", load_expr(t, fmt::format("r{}", k_.reads.size() - 1)));
+      loads_.push_back(load);
+    }
+    computed_.insert(v);
+    return var(v);
+  }
+
+  void add_read(int v, DType t) {
+    auto index = k_.reads.size();
+    k_.reads.push_back(v);
+    params_.push_back(
+        Data("decl", fmt::format("const {}* __restrict__ in{}", storage_type(t), index)));
+    read_decls_.push_back(fmt::format("{} r{}", storage_type(t), index));
+    k_.splat.push_back(splat_along_last_dim(g_.values[v].sizes, group_.domain));
+    k_.stationary.push_back(!k_.splat.back() && row_stationary(g_.values[v].sizes, group_.domain));
+    Data r;
+    r.set("index", std::to_string(index));
+    r.set("type", storage_type(t));
+    r.set("splat", bool(k_.splat.back()));
+    r.set("stationary", bool(k_.stationary.back()));
+    reads_.push_back(r);
+  }
+
+  // Node `n`'s statement, from the expression table.
+  void add_statement(int n) {
+    const graph::Node& node = g_.nodes[n];
+    steps_.push_back(n);
+    KILN_CHECK(op_class(node.op) == OpClass::elementwise, "codegen: '{}': {} is not elementwise",
+               group_.name, node_text(g_, n));
+    std::vector<DType> in_types;
+    for (int v : node.inputs) in_types.push_back(g_.values[v].meta.dtype);
+    int out = node.output();
+    DType out_type = g_.values[out].meta.dtype;
+    if (reads_position(node.op)) check_position(n);
+    std::vector<std::string> args;
+    for (int v : node.inputs) args.push_back(read(v));
+    std::string expr = node_expr(node.op, node.attrs, in_types, args, out_type,
+                                 fmt::format("'{}': {}", group_.name, node_text(g_, n)));
+    k_.checks_errors =
+        k_.checks_errors || reports_errors(node.op, compute_dtype_of(node.op, in_types, out_type));
+    python_mod_ = python_mod_ || node.op == OpId::remainder;
+    floor_div_ = floor_div_ || node.op == OpId::floor_divide;
+    note_dtype(out_type);
+    Data s;
+    s.set("type", register_type(out_type));
+    s.set("var", var(out));
+    s.set("expr", expr);
+    statements_.push_back(s);
+    computed_.insert(out);
+  }
+
+  // An op that reads its element's row and column: the fuser keeps every value of a pointwise
+  // group over the domain's elements in order (no view of a computed value), so its last two
+  // dims are the domain's.
+  void check_position(int n) {
+    const auto& sizes = g_.values[g_.nodes[n].output()].sizes;
+    auto rank = group_.domain.size();
+    KILN_CHECK(sizes.size() >= 2 && rank >= 2 &&
+                   sizes[sizes.size() - 1] == group_.domain[rank - 1] &&
+                   sizes[sizes.size() - 2] == group_.domain[rank - 2],
+               "codegen: '{}': {} does not iterate the domain's last two dims", group_.name,
+               node_text(g_, n));
+    k_.position = true;
+  }
+
+  void add_writes(const std::vector<std::string>& written) {
+    for (std::size_t i = 0; i < group_.outputs.size(); ++i) {
+      int v = group_.outputs[i];
+      DType t = g_.values[v].meta.dtype;
+      note_dtype(t);
+      k_.writes.push_back(v);
+      params_.push_back(Data("decl", fmt::format("{}* __restrict__ out{}", storage_type(t), i)));
+      Data w;
+      w.set("index", std::to_string(i));
+      w.set("type", storage_type(t));
+      writes_.push_back(w);
+      Data s;
+      s.set("index", std::to_string(i));
+      s.set("expr", store_expr(t, written[i]));
+      stores_.push_back(s);
+    }
+  }
+
+  // The functions' parameters in order: the reads (a{i}[u], or b{i} loaded once, from an
+  // advancing group; r{i} from one vector), the numbers, the writes, the error flag.
+  std::vector<KernelArgument> arguments() const {
+    std::vector<KernelArgument> out;
+    for (std::size_t i = 0; i < k_.reads.size(); ++i) {
+      std::string type = storage_type(g_.values[k_.reads[i]].meta.dtype);
+      out.push_back({read_decls_[i],
+                     k_.splat[i] ? fmt::format("{} r{}", type, i)
+                                 : fmt::format("const {}_vec<{}>& r{}", k_.name, type, i),
+                     k_.splat[i] ? fmt::format("r{}", i) : fmt::format("r{}.v[j]", i),
+                     fmt::format("in{0}[offset[{0}]]", i),
+                     k_.stationary[i] ? fmt::format("b{}", i) : fmt::format("a{}[u]", i),
+                     fmt::format("r{}", i)});
+    }
+    for (std::size_t i = 0; i < k_.scalars.size(); ++i) {
+      std::string s = fmt::format("s{}", i);
+      out.push_back({scalar_decls_[i], scalar_decls_[i], s, s, s, s});
+    }
+    for (std::size_t i = 0; i < k_.writes.size(); ++i) {
+      std::string type = storage_type(g_.values[k_.writes[i]].meta.dtype);
+      std::string w = fmt::format("w{}", i);
+      out.push_back({fmt::format("{}& {}", type, w),
+                     fmt::format("{}_vec<{}>& {}", k_.name, type, w), w + ".v[j]",
+                     fmt::format("out{}[i]", i), w, w});
+    }
+    if (k_.checks_errors) {
+      const std::string flag = "long long* kiln_error", arg = "kiln_error";
+      out.push_back({flag, flag, arg, arg, arg, arg});
+    }
+    return out;
+  }
+
+  Data template_data(const std::optional<ElementPair>& pair) const {
+    std::vector<std::string> domain;
+    for (const auto& s : group_.domain) domain.push_back(s.str());
+    Data nodes = list();
+    for (int n : group_.nodes) nodes.push_back(Data("text", node_text(g_, n)));
+    const std::vector<KernelArgument> args = arguments();
+    auto column = [&](const char* key, std::string KernelArgument::*field) {
+      std::vector<std::string> items;
+      for (const auto& a : args) items.push_back(a.*field);
+      return comma_list(key, items);
+    };
+    Data d;
+    d.set("name", k_.name);
+    d.set("description", fmt::format("pointwise over [{}]", fmt::join(domain, ", ")));
+    d.set("graph", g_.name);
+    d.set("nodes", nodes);
+    d.set("rank", std::to_string(k_.rank));
+    d.set("num_strided", std::to_string(std::max<std::size_t>(1, k_.reads.size())));
+    d.set("vector", std::to_string(k_.vector_width));
+    d.set("params", params_);
+    d.set("reads", reads_);
+    d.set("writes", writes_);
+    d.set("loads", loads_);
+    d.set("statements", statements_);
+    d.set("stores", stores_);
+    d.set("element_params", column("decl", &KernelArgument::element_param));
+    d.set("vector_args", column("arg", &KernelArgument::vector_arg));
+    d.set("scalar_args", column("arg", &KernelArgument::scalar_arg));
+    d.set("vector_params", column("decl", &KernelArgument::vector_param));
+    d.set("group_args", column("arg", &KernelArgument::group_arg));
+    d.set("single_args", column("arg", &KernelArgument::single_arg));
+    d.set("unroll", std::to_string(k_.vectors_per_thread));
+    d.set("fp16", fp16_);
+    d.set("bf16", bf16_);
+    d.set("position", k_.position);
+    d.set("pairs", pair.has_value());
+    if (pair) {
+      d.set("pair_params", comma_list("decl", pair->params));
+      d.set("pair_args", comma_list("arg", pair->args));
+      Data lines = list();
+      for (const auto& line : pair->lines) lines.push_back(Data("line", line));
+      d.set("pair_lines", lines);
+    }
+    d.set("helpers", elementwise_helpers(python_mod_, floor_div_, k_.checks_errors));
+    return d;
+  }
+
+  const graph::Graph& g_;
+  const graph::FusionGroup& group_;
+  std::set<int> inside_;
+  PointwiseKernel k_;
+  std::set<int> computed_;  // values this kernel holds in registers
+  std::vector<int> steps_;  // the nodes computed, in order
+  bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false;
+  // Parameters: the tensors read, then the numbers taken by value, then the outputs.
+  Data params_ = list(), reads_ = list(), writes_ = list(), loads_ = list(), statements_ = list(),
+       stores_ = list(), scalar_params_ = list(), scalar_loads_ = list();
+  std::vector<std::string> read_decls_, scalar_decls_;
+};
 
 }  // namespace
 
@@ -175,233 +422,7 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   KILN_CHECK(group.kind == graph::FusionKind::pointwise,
              "codegen: group '{}' is a {} group, not pointwise", group.name,
              graph::fusion_kind_name(group.kind));
-  PointwiseKernel k;
-  k.name = "k_" + group.name;
-  k.rank = std::max<int>(1, static_cast<int>(group.domain.size()));
-  KILN_CHECK(k.rank <= kMaxRank, "codegen: '{}' has rank {} (at most {} supported)", group.name,
-             k.rank, kMaxRank);
-  std::set<int> inside(group.nodes.begin(), group.nodes.end());
-  std::set<int> computed;  // values this kernel holds in registers
-  bool fp16 = false, bf16 = false, python_mod = false, floor_div = false;
-  auto note_dtype = [&](DType t) {
-    fp16 = fp16 || t == DType::f16;
-    bf16 = bf16 || t == DType::bf16;
-  };
-
-  // Views whose input comes from outside run on the host: their results are what the kernel
-  // reads, with the strides the view gives them.
-  for (int n : group.nodes) {
-    const graph::Node& node = g.nodes[n];
-    if (op_class(node.op) != OpClass::view) continue;
-    check_host_view(g, inside, n, group.name);
-    k.host_views.push_back(n);
-  }
-  auto is_host_view_output = [&](int v) {
-    int p = g.values[v].producer;
-    return p >= 0 && std::find(k.host_views.begin(), k.host_views.end(), p) != k.host_views.end();
-  };
-
-  Data loads = list(), statements = list(), stores = list(), params = list(), nodes = list();
-  for (int n : group.nodes) nodes.push_back(Data("text", node_text(g, n)));
-  // Parameters: the tensors read, then the numbers taken by value, then the outputs. The element
-  // function takes each read as stored, the numbers, and a reference to each written element.
-  Data scalar_params = list(), scalar_loads = list(), reads = list();
-  std::vector<std::string> read_args, scalar_args;
-  auto read = [&](int v) -> std::string {
-    if (computed.count(v)) return var(v);
-    if (is_inlined(g, v)) return literal(g.values[v].meta.dtype, g.input_of(v)->tensor.item());
-    int p = g.values[v].producer;
-    if (p >= 0 && inside.count(p) && !is_host_view_output(v))
-      throw Error(fmt::format("codegen: '{}' reads %{} before it is computed", group.name, v));
-    DType t = g.values[v].meta.dtype;
-    note_dtype(t);
-    Data load;
-    load.set("type", register_type(t));
-    load.set("var", var(v));
-    if (is_by_value(g, v)) {
-      auto index = k.scalars.size();
-      k.scalars.push_back(v);
-      std::string decl = fmt::format("{} s{}", register_type(t), index);
-      scalar_params.push_back(Data("decl", decl));
-      scalar_args.push_back(decl);
-      load.set("expr", fmt::format("s{}", index));
-      scalar_loads.push_back(load);
-    } else {
-      auto index = k.reads.size();
-      k.reads.push_back(v);
-      params.push_back(
-          Data("decl", fmt::format("const {}* __restrict__ in{}", storage_type(t), index)));
-      read_args.push_back(fmt::format("{} r{}", storage_type(t), index));
-      k.splat.push_back(splat_along_last_dim(g.values[v].sizes, group.domain));
-      k.stationary.push_back(!k.splat.back() && row_stationary(g.values[v].sizes, group.domain));
-      Data r;
-      r.set("index", std::to_string(index));
-      r.set("type", storage_type(t));
-      r.set("splat", bool(k.splat.back()));
-      r.set("stationary", bool(k.stationary.back()));
-      reads.push_back(r);
-      load.set("expr", load_expr(t, fmt::format("r{}", index)));
-      loads.push_back(load);
-    }
-    computed.insert(v);
-    return var(v);
-  };
-
-  std::vector<int> steps;  // the nodes computed, in order
-  for (int n : group.nodes) {
-    const graph::Node& node = g.nodes[n];
-    if (op_class(node.op) == OpClass::view) continue;
-    steps.push_back(n);
-    KILN_CHECK(op_class(node.op) == OpClass::elementwise, "codegen: '{}': {} is not elementwise",
-               group.name, node_text(g, n));
-    std::vector<DType> in_types;
-    for (int v : node.inputs) in_types.push_back(g.values[v].meta.dtype);
-    int out = node.output();
-    DType out_type = g.values[out].meta.dtype;
-    if (reads_position(node.op)) {
-      // The fuser keeps every value of a pointwise group over the domain's elements in order
-      // (no view of a computed value): its last two dims are the domain's.
-      const auto& sizes = g.values[out].sizes;
-      auto rank = group.domain.size();
-      KILN_CHECK(sizes.size() >= 2 && rank >= 2 &&
-                     sizes[sizes.size() - 1] == group.domain[rank - 1] &&
-                     sizes[sizes.size() - 2] == group.domain[rank - 2],
-                 "codegen: '{}': {} does not iterate the domain's last two dims", group.name,
-                 node_text(g, n));
-      k.position = true;
-    }
-    std::vector<std::string> args;
-    for (int v : node.inputs) args.push_back(read(v));
-    std::string expr = node_expr(node.op, node.attrs, in_types, args, out_type,
-                                 fmt::format("'{}': {}", group.name, node_text(g, n)));
-    k.checks_errors =
-        k.checks_errors || reports_errors(node.op, compute_dtype_of(node.op, in_types, out_type));
-    python_mod = python_mod || node.op == OpId::remainder;
-    floor_div = floor_div || node.op == OpId::floor_divide;
-    note_dtype(out_type);
-    Data s;
-    s.set("type", register_type(out_type));
-    s.set("var", var(out));
-    s.set("expr", expr);
-    statements.push_back(s);
-    computed.insert(out);
-  }
-  // Every written value is computed (or read) before the parameters of the numbers are placed.
-  std::vector<std::string> written;
-  for (int v : group.outputs) written.push_back(read(v));
-  for (auto& decl : scalar_params.list_value()) params.push_back(decl);
-  for (auto& load : scalar_loads.list_value()) loads.push_back(load);
-  Data writes = list();
-  std::vector<std::string> write_args;
-  for (std::size_t i = 0; i < group.outputs.size(); ++i) {
-    int v = group.outputs[i];
-    DType t = g.values[v].meta.dtype;
-    note_dtype(t);
-    k.writes.push_back(v);
-    params.push_back(Data("decl", fmt::format("{}* __restrict__ out{}", storage_type(t), i)));
-    write_args.push_back(fmt::format("{}& w{}", storage_type(t), i));
-    Data w;
-    w.set("index", std::to_string(i));
-    w.set("type", storage_type(t));
-    writes.push_back(w);
-    Data s;
-    s.set("index", std::to_string(i));
-    s.set("expr", store_expr(t, written[i]));
-    stores.push_back(s);
-  }
-  if (k.checks_errors) params.push_back(Data("decl", "long long* __restrict__ kiln_error"));
-  k.vector_width = vector_width(g, k);
-
-  // The element function's parameters and its arguments on the vector and the scalar paths; the
-  // vector function's parameters and its arguments from the advancing path's group of vectors
-  // (a{i}[u], or b{i} loaded once) and from one vector (r{i}).
-  std::vector<std::string> element_params, vector_args, scalar_call;
-  std::vector<std::string> vector_params, group_args, single_args;
-  for (std::size_t i = 0; i < k.reads.size(); ++i) {
-    DType t = g.values[k.reads[i]].meta.dtype;
-    element_params.push_back(read_args[i]);
-    vector_args.push_back(k.splat[i] ? fmt::format("r{}", i) : fmt::format("r{}.v[j]", i));
-    scalar_call.push_back(fmt::format("in{0}[offset[{0}]]", i));
-    vector_params.push_back(k.splat[i]
-                                ? fmt::format("{} r{}", storage_type(t), i)
-                                : fmt::format("const {}_vec<{}>& r{}", k.name, storage_type(t), i));
-    group_args.push_back(k.stationary[i] ? fmt::format("b{}", i) : fmt::format("a{}[u]", i));
-    single_args.push_back(fmt::format("r{}", i));
-  }
-  for (std::size_t i = 0; i < k.scalars.size(); ++i) {
-    std::string s = fmt::format("s{}", i);
-    element_params.push_back(scalar_args[i]);
-    vector_params.push_back(scalar_args[i]);
-    for (auto* args : {&vector_args, &scalar_call, &group_args, &single_args}) args->push_back(s);
-  }
-  for (std::size_t i = 0; i < k.writes.size(); ++i) {
-    DType t = g.values[k.writes[i]].meta.dtype;
-    element_params.push_back(write_args[i]);
-    vector_args.push_back(fmt::format("w{}.v[j]", i));
-    scalar_call.push_back(fmt::format("out{}[i]", i));
-    vector_params.push_back(fmt::format("{}_vec<{}>& w{}", k.name, storage_type(t), i));
-    group_args.push_back(fmt::format("w{}", i));
-    single_args.push_back(fmt::format("w{}", i));
-  }
-  if (k.checks_errors) {
-    for (auto* params : {&element_params, &vector_params})
-      params->push_back("long long* kiln_error");
-    for (auto* args : {&vector_args, &scalar_call, &group_args, &single_args})
-      args->push_back("kiln_error");
-  }
-  k.vectors_per_thread = vectors_per_thread(k.vector_width);
-  std::optional<ElementPair> pair;
-  if (k.vector_width % 2 == 0 && !k.position) pair = element_pair(g, k, steps, computed);
-
-  std::vector<std::string> domain;
-  for (const auto& s : group.domain) domain.push_back(s.str());
-  Data d;
-  d.set("name", k.name);
-  d.set("description", fmt::format("pointwise over [{}]", fmt::join(domain, ", ")));
-  d.set("graph", g.name);
-  d.set("nodes", nodes);
-  d.set("rank", std::to_string(k.rank));
-  d.set("num_strided", std::to_string(std::max<std::size_t>(1, k.reads.size())));
-  d.set("vector", std::to_string(k.vector_width));
-  d.set("params", params);
-  d.set("reads", reads);
-  d.set("writes", writes);
-  d.set("loads", loads);
-  d.set("statements", statements);
-  d.set("stores", stores);
-  d.set("element_params", comma_list("decl", element_params));
-  d.set("vector_args", comma_list("arg", vector_args));
-  d.set("scalar_args", comma_list("arg", scalar_call));
-  d.set("vector_params", comma_list("decl", vector_params));
-  d.set("group_args", comma_list("arg", group_args));
-  d.set("single_args", comma_list("arg", single_args));
-  d.set("unroll", std::to_string(k.vectors_per_thread));
-  d.set("fp16", fp16);
-  d.set("bf16", bf16);
-  d.set("position", k.position);
-  d.set("pairs", pair.has_value());
-  if (pair) {
-    d.set("pair_params", comma_list("decl", pair->params));
-    d.set("pair_args", comma_list("arg", pair->args));
-    Data lines = list();
-    for (const auto& line : pair->lines) lines.push_back(Data("line", line));
-    d.set("pair_lines", lines);
-  }
-  d.set("helpers", elementwise_helpers(python_mod, floor_div, k.checks_errors));
-  k.source = render_template("pointwise.cu.mustache", d);
-  return k;
-}
-
-std::int64_t set_pointwise_index_limit(std::int64_t limit) {
-  return index_limit().exchange(limit);
-}
-
-bool set_pointwise_vectors(bool on) {
-  return vectors_on().exchange(on);
-}
-
-bool set_pointwise_advance(bool on) {
-  return advance_on().exchange(on);
+  return PointwiseRenderer(g, group).render();
 }
 
 std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& kernel,
@@ -458,19 +479,16 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
 
   KernelHandle own;
   if (!handle) handle = &(own = KernelHandle(kernel.name, kernel.source));
+  PointwiseSchedule schedule = schedule_pointwise(kernel, space, reads, writes, schedule_limits());
+  log_schedule(kernel, space, reads, writes, schedule);
   // A zero divisor or a negative integer exponent: the flag is read at the next sync.
   std::optional<DeviceCheck> check;
   if (kernel.checks_errors) check.emplace(reserve_device_check(raise_expression_error));
   cuda::DevicePtr error = check ? check->flag() : 0;
   // The plan's bytes are counted once, with its first launch.
-  for (const IterPiece& piece : split_for_index(merge_dims(space), index_limit())) {
-    std::vector<TensorAccess> piece_reads = reads, piece_writes = writes;
-    for (std::size_t k = 0; k < reads.size(); ++k)
-      piece_reads[k].address += piece.read_offsets[k] * reads[k].itemsize;
-    for (auto& w : piece_writes) w.address += piece.first * w.itemsize;
-    launch_piece(kernel, *handle, piece, piece_reads, piece_writes, numbers, error, position,
-                 std::exchange(read, 0), std::exchange(written, 0));
-  }
+  for (const PointwiseLaunch& l : schedule.launches)
+    launch_piece(kernel, *handle, l, numbers, error, position, std::exchange(read, 0),
+                 std::exchange(written, 0));
   if (check) check->launched();
   return outs;
 }

@@ -2,6 +2,8 @@
 // into CUDA C++, compiled by NVRTC, and launched on the CUDA backend over CUDA tensors.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,6 +38,8 @@ struct PointwiseKernel {
   // Whether an expression reports errors (cuda_expr.h: reports_errors): the kernel takes an
   // error flag after its outputs, reserved per call (runtime/device_checks.h).
   bool checks_errors = false;
+  // Set by the first launch that KILN_LOG=kernels reported (shared by copies of the kernel).
+  std::shared_ptr<std::atomic<bool>> logged;
 };
 
 // Renders `group` (kind pointwise), which the fuser formed from nodes the generator covers
@@ -54,15 +58,5 @@ std::vector<Tensor> run_pointwise(const graph::Graph& graph, const PointwiseKern
                                   const Shape& domain, std::vector<Tensor>& values,
                                   std::span<const std::int64_t> symbol_values = {},
                                   const KernelHandle* handle = nullptr);
-
-// The element count and offset beyond which run_pointwise splits a launch (kIndexLimit). Tests
-// lower it to run the split on tensors the virtual GPU can hold; returns the previous limit.
-std::int64_t set_pointwise_index_limit(std::int64_t limit);
-// Whether run_pointwise may take the vector path (on by default). Benchmarks turn it off to
-// measure the scalar path on the same tensors; returns the previous setting.
-bool set_pointwise_vectors(bool on);
-// Whether the vector path may advance offsets (pointwise_layout.h: plan_advance; on by default).
-// Tests turn it off to run the per-vector offsets on the same tensors; returns the previous one.
-bool set_pointwise_advance(bool on);
 
 }  // namespace kiln::jit::codegen

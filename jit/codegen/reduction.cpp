@@ -431,18 +431,21 @@ class ReductionRenderer {
     return var(v);
   }
 
-  ReductionKernel finish() {
+  // Reduced values that need no reduction of this kernel (numbers, reduced-shape inputs) and are
+  // known after `pass`.
+  void reduced_statements_ready_at(int pass, std::vector<Assignment>& out) {
+    for (const auto& n : nodes_) {
+      int v = n.outputs[0];
+      if (info_.at(v).full || info_.at(v).broadcast || n.reduces() || ready_.at(v) != pass)
+        continue;
+      std::string expr = statement_expr(n, false, row_loads_, row_loaded_);
+      out.push_back({register_type(info_.at(v).dtype), var(v), expr});
+    }
+  }
+
+  // One loop over each row per chain of dependent reductions.
+  std::vector<PassData> reduction_passes() {
     std::vector<PassData> passes;
-    // Reduced values that need no reduction of this kernel (numbers, reduced-shape inputs).
-    auto reduced_statements_ready_at = [&](int pass, std::vector<Assignment>& out) {
-      for (const auto& n : nodes_) {
-        int v = n.outputs[0];
-        if (info_.at(v).full || info_.at(v).broadcast || n.reduces() || ready_.at(v) != pass)
-          continue;
-        std::string expr = statement_expr(n, false, row_loads_, row_loaded_);
-        out.push_back({register_type(info_.at(v).dtype), var(v), expr});
-      }
-    };
     reduced_statements_ready_at(0, row_loads_);
     for (int p = 1; p <= passes_; ++p) {
       std::vector<int> reductions, inputs;
@@ -461,10 +464,14 @@ class ReductionRenderer {
                                  reductions.size());
       passes.push_back(std::move(pass));
     }
-    // Outputs: full ones in a last pass over the row, reduced ones once per row.
+    return passes;
+  }
+
+  // The outputs' parameters, in order; reduced ones are stored once per row. Returns the full
+  // outputs, which a last pass over the row writes.
+  std::vector<int> plan_outputs(std::vector<std::string>& write_params,
+                                std::vector<Store>& reduced_stores) {
     std::vector<int> full_outputs;
-    std::vector<std::string> write_params;
-    std::vector<Store> reduced_stores;
     for (int v : group_.outputs) {
       DType t = info_.at(v).dtype;
       note_dtype(t);
@@ -483,40 +490,29 @@ class ReductionRenderer {
       }
       k_.writes.push_back(v);
     }
-    // The vector layout's width: 16 bytes of the widest type a column loop reads or writes.
-    std::size_t widest = 1;
-    for (const auto& r : k_.reads)
-      if (r.frame_dims.size() == static_cast<std::size_t>(domain_rank_))
-        widest = std::max(widest, itemsize(info_.at(r.value).dtype));
-    if (!full_outputs.empty()) {
-      PassData pass;
-      std::set<int> loaded;
-      column_pass(full_closure(full_outputs), pass, loaded);
-      for (std::size_t i = 0; i < k_.writes.size(); ++i) {
-        if (!k_.write_full[i]) continue;
-        int v = k_.writes[i];
-        DType t = info_.at(v).dtype;
-        std::string value = stored_unrounded(pass, v);
-        pass.stores.push_back({fmt::format("out{}", i), store_expr(t, value), static_cast<int>(i),
-                               value, register_type(t), storage_type(t)});
-        widest = std::max(widest, itemsize(t));
-      }
-      pass.comment = "last pass: the outputs over the whole row";
-      passes.push_back(std::move(pass));
-    }
-    std::vector<PassData> warp_passes = passes;
-    auto caches = keep_rows_on_chip(passes, reduction_block(traced_cols()), kMaxRowItems, k_.items);
-    k_.warp_lanes = warp_row_lanes(traced_cols(), widest);
-    auto warp_caches =
-        keep_rows_on_chip(warp_passes, k_.warp_lanes, kMaxWarpRowItems, k_.warp_items);
-    // Two stages (split_reduction below) for one pass of plain reductions and no full output.
-    k_.splittable = splittable_ && passes_ == 1 && full_outputs.empty();
-    if (k_.splittable) {
-      passes.at(0).split = true;
-      warp_passes.at(0).split = true;
-      k_.partial_slots = static_cast<int>(split_partials_.size());
-    }
+    return full_outputs;
+  }
 
+  // The last pass: the full outputs over the whole row. `widest` grows to their element sizes.
+  PassData output_pass(const std::vector<int>& full_outputs, std::size_t& widest) {
+    PassData pass;
+    std::set<int> loaded;
+    column_pass(full_closure(full_outputs), pass, loaded);
+    for (std::size_t i = 0; i < k_.writes.size(); ++i) {
+      if (!k_.write_full[i]) continue;
+      int v = k_.writes[i];
+      DType t = info_.at(v).dtype;
+      std::string value = stored_unrounded(pass, v);
+      pass.stores.push_back({fmt::format("out{}", i), store_expr(t, value), static_cast<int>(i),
+                             value, register_type(t), storage_type(t)});
+      widest = std::max(widest, itemsize(t));
+    }
+    pass.comment = "last pass: the outputs over the whole row";
+    return pass;
+  }
+
+  // What every variant shares: parameters, the graph's nodes, dtypes, index struct sizes.
+  ReductionTemplateData common_data(const std::vector<std::string>& write_params) const {
     ReductionTemplateData d;
     d.params = read_params_;
     d.params.insert(d.params.end(), scalar_params_.begin(), scalar_params_.end());
@@ -543,23 +539,14 @@ class ReductionRenderer {
     d.num_strided = std::max<std::size_t>(1, k_.reads.size());
     d.row_loads = row_loads_;
     for (const auto& r : k_.reads) d.read_storage.push_back(storage_type(info_.at(r.value).dtype));
-    d.vector = static_cast<int>(std::min<std::size_t>(8, 16 / widest));
-    k_.vector = d.vector;
-    d.passes = std::move(passes);
-    d.caches = std::move(caches);
-    d.items = k_.items;
-    d.reduced_stores = std::move(reduced_stores);
+    d.vector = k_.vector;
+    d.reduced_stores = reduced_stores_;
     d.split_partials = split_partials_;
-    // One kernel per layout: a launch compiles and runs only the layout it takes.
-    auto render_layouts = [&](std::string& generic, std::array<std::string, 2>& contiguous) {
-      for (int layout : {kLayoutGeneric, kLayoutFlat, kLayoutVector}) {
-        d.layout = layout;
-        std::string source = render_template("reduction.cu.mustache", d.to_data());
-        (layout == kLayoutGeneric ? generic : contiguous.at(layout - 1)) = std::move(source);
-      }
-      d.layout = kLayoutGeneric;
-    };
-    render_layouts(k_.source, k_.contiguous_sources);
+    return d;
+  }
+
+  // Which schedules the kernel supports besides a block per row (reduction_schedule.h).
+  void note_schedules() {
     k_.traced_cols = traced_cols();
     std::vector<std::int64_t> reduced = k_.reduce_dims;
     std::sort(reduced.begin(), reduced.end());
@@ -567,25 +554,56 @@ class ReductionRenderer {
         !reduced.empty() && reduced.back() == domain_rank_ - 1 &&
         reduced.back() - reduced.front() + 1 == static_cast<std::int64_t>(reduced.size());
     // Reduced dims outside the innermost kept one: the outer schedule reads rows side by side.
+    auto kept = domain_rank_ - static_cast<int>(k_.reduce_dims.size());
     bool inner_kept = kept > 0 && std::find(k_.reduce_dims.begin(), k_.reduce_dims.end(),
                                             domain_rank_ - 1) == k_.reduce_dims.end();
-    if (k_.splittable && inner_kept) {
-      k_.outer_source = render_template("reduction_outer.cu.mustache", d.to_data());
-      // Rows read once per row would be `vector` values a lane: the vector form reads none.
-      if (row_loads_.empty() && d.vector > 1) {
-        d.outer_width = k_.outer_width = d.vector;
-        k_.outer_vector_source = render_template("reduction_outer.cu.mustache", d.to_data());
-        k_.outer_vector_expected = traced_size(group_.domain.back()) % d.vector == 0;
-        d.outer_width = 1;
-      }
+    k_.outer = k_.splittable && inner_kept;
+    // Rows read once per row would be `vector` values a lane: the vector form reads none.
+    if (k_.outer && row_loads_.empty() && k_.vector > 1) {
+      k_.outer_vector = true;
+      k_.outer_width = k_.vector;
+      k_.outer_vector_expected = traced_size(group_.domain.back()) % k_.vector == 0;
     }
+  }
+
+  ReductionKernel finish() {
+    std::vector<PassData> passes = reduction_passes();
+    std::vector<std::string> write_params;
+    std::vector<int> full_outputs = plan_outputs(write_params, reduced_stores_);
+    // The vector layout's width: 16 bytes of the widest type a column loop reads or writes.
+    std::size_t widest = 1;
+    for (const auto& r : k_.reads)
+      if (r.frame_dims.size() == static_cast<std::size_t>(domain_rank_))
+        widest = std::max(widest, itemsize(info_.at(r.value).dtype));
+    if (!full_outputs.empty()) passes.push_back(output_pass(full_outputs, widest));
+    k_.vector = static_cast<int>(std::min<std::size_t>(8, 16 / widest));
+    std::vector<PassData> warp_passes = passes;
+    auto caches = keep_rows_on_chip(passes, reduction_block(traced_cols()), kMaxRowItems, k_.items);
+    k_.warp_lanes = warp_row_lanes(traced_cols(), widest);
+    auto warp_caches =
+        keep_rows_on_chip(warp_passes, k_.warp_lanes, kMaxWarpRowItems, k_.warp_items);
+    // Two stages (split_reduction below) for one pass of plain reductions and no full output.
+    k_.splittable = splittable_ && passes_ == 1 && full_outputs.empty();
+    if (k_.splittable) {
+      passes.at(0).split = true;
+      warp_passes.at(0).split = true;
+      k_.partial_slots = static_cast<int>(split_partials_.size());
+    }
+    note_schedules();
+    auto block = std::make_shared<ReductionTemplateData>(common_data(write_params));
+    auto warp = std::make_shared<ReductionTemplateData>(*block);
+    block->passes = std::move(passes);
+    block->caches = std::move(caches);
+    block->items = k_.items;
     // Short rows: a warp per row (or two), its register caches sized for its lanes.
-    d.warp_rows = true;
-    d.warp_lanes = k_.warp_lanes;
-    d.passes = std::move(warp_passes);
-    d.caches = std::move(warp_caches);
-    d.items = k_.warp_items;
-    render_layouts(k_.warp_source, k_.warp_contiguous_sources);
+    warp->warp_rows = true;
+    warp->warp_lanes = k_.warp_lanes;
+    warp->passes = std::move(warp_passes);
+    warp->caches = std::move(warp_caches);
+    warp->items = k_.warp_items;
+    k_.block_data = std::move(block);
+    k_.warp_data = std::move(warp);
+    k_.variants = KernelVariants(k_.name, kReductionVariants);
     return k_;
   }
   const graph::Graph& g_;
@@ -602,6 +620,7 @@ class ReductionRenderer {
   std::vector<std::string> read_params_, scalar_params_;
   std::vector<Assignment> row_loads_;         // reads of reduced-shape values, once per row
   std::vector<SplitPartial> split_partials_;  // per reduction: what a split row's blocks exchange
+  std::vector<Store> reduced_stores_;         // outputs stored once per row
   bool splittable_ = true;
   std::set<int> row_loaded_;
   bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false;
@@ -616,6 +635,26 @@ ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionG
       "codegen: group '{}' is a {} group, not a reduction", group.name,
       graph::fusion_kind_name(group.kind));
   return ReductionRenderer(graph, group).render();
+}
+
+std::string render_reduction_variant(const ReductionKernel& k, ReductionVariant v) {
+  const bool outer = v.form == ReductionForm::outer || v.form == ReductionForm::outer_vector;
+  KILN_CHECK(k.block_data && (!outer || k.outer) &&
+                 (v.form != ReductionForm::outer_vector || k.outer_vector),
+             "codegen: kernel '{}' has no {} variant", k.name, v.str());
+  ReductionTemplateData d = v.form == ReductionForm::warp_per_row ? *k.warp_data : *k.block_data;
+  if (outer) {
+    // The outer schedule addresses its columns its own way (the layout stays generic).
+    d.outer_width = v.form == ReductionForm::outer_vector ? k.outer_width : 1;
+    return render_template("reduction_outer.cu.mustache", d.to_data());
+  }
+  d.layout = static_cast<int>(v.layout);
+  return render_template("reduction.cu.mustache", d.to_data());
+}
+
+const KernelHandle& reduction_variant_kernel(const ReductionKernel& k, ReductionVariant v) {
+  return k.variants.get(v.index(),
+                        [&] { return KernelHandle(k.name, render_reduction_variant(k, v)); });
 }
 
 }  // namespace kiln::jit::codegen

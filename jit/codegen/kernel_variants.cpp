@@ -1,0 +1,49 @@
+// Kernels rendered when first needed (see kernel_variants.h).
+#include "jit/codegen/kernel_variants.h"
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace kiln::jit::codegen {
+
+struct KernelVariants::Slots {
+  std::string name;
+  std::vector<std::once_flag> once;
+  std::vector<KernelHandle> handles;
+  Slots(std::string n, int count) : name(std::move(n)), once(count), handles(count) {}
+};
+
+KernelVariants::KernelVariants(std::string name, int count)
+    : slots_(std::make_shared<Slots>(std::move(name), count)) {}
+
+const KernelHandle& KernelVariants::get(int slot, const std::function<KernelHandle()>& make) const {
+  KILN_CHECK(slots_ && slot >= 0 && slot < count(), "codegen: no variant {} of kernel '{}'", slot,
+             slots_ ? slots_->name : std::string("(none)"));
+  Slots& s = *slots_;
+  std::call_once(s.once[slot], [&] { s.handles[slot] = make(); });
+  return s.handles[slot];
+}
+
+bool KernelVariants::rendered(int slot) const {
+  return slots_ && slot >= 0 && slot < count() && !slots_->handles[slot].empty();
+}
+
+int KernelVariants::count() const {
+  return slots_ ? static_cast<int>(slots_->handles.size()) : 0;
+}
+
+const KernelHandle& kernel_by_name(const std::string& name,
+                                   const std::function<std::string()>& render) {
+  static std::mutex mutex;
+  // Never destroyed: handles outlive static destructors that may still launch.
+  static auto* handles = new std::map<std::string, KernelHandle>;
+  std::lock_guard lock(mutex);
+  auto it = handles->find(name);
+  if (it == handles->end()) it = handles->emplace(name, KernelHandle(name, render())).first;
+  return it->second;
+}
+
+}  // namespace kiln::jit::codegen

@@ -1,0 +1,41 @@
+// Kernels whose source is rendered when first needed, then resolved like any other KernelHandle
+// (by code, through memory, the disk cache or NVRTC): the variants of one kernel that a launch
+// picks among by its schedule (a reduction's forms and layouts, a GEMM's tensor-core tiles), and
+// kernels named by what they compute (an optimizer's update for one dtype group, an attention
+// kernel for one head dim), rendered once per process. The one way a kernel that is not a fixed
+// source gets its handle.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "jit/codegen/kernel_cache.h"
+
+namespace kiln::jit::codegen {
+
+// `count` slots of one kernel; a slot's handle is made (its source rendered) by the first get()
+// that asks for it. Copies share the slots. A warm get() is one acquire load (std::call_once's
+// fast path).
+class KernelVariants {
+ public:
+  KernelVariants() = default;
+  KernelVariants(std::string name, int count);
+
+  // The handle of `slot`, made by `make` the first time.
+  const KernelHandle& get(int slot, const std::function<KernelHandle()>& make) const;
+  // Whether `slot` was rendered (a plan's first call compiles those ahead).
+  bool rendered(int slot) const;
+  int count() const;
+
+ private:
+  struct Slots;
+  std::shared_ptr<Slots> slots_;
+};
+
+// The process's kernel named `name`, rendered by `render` on first use. The name must say
+// everything the source depends on (dtypes, head dims, update rule), as kernel names do.
+const KernelHandle& kernel_by_name(const std::string& name,
+                                   const std::function<std::string()>& render);
+
+}  // namespace kiln::jit::codegen
