@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "graph/passes.h"
+#include "graph/pipeline.h"
 #include "graph/subgraph.h"
 #include "jit/aot/partition_phases.h"
 
@@ -53,9 +53,8 @@ AotPartition partition_joint(const JointGraph& joint) {
   part.forward = graph::subgraph(g, forward.inputs, forward.nodes, forward.outputs);
   for (int i : backward_nodes) part.recomputed_nodes += forward.node_set[i];
   // Each graph keeps the constants it reads (and every argument).
-  graph::eliminate_dead_code(part.forward);
-  graph::eliminate_dead_code(part.backward);
-  graph::transpose_matmul_results(part.backward);  // weight gradients come out contiguous
+  graph::run_pipeline(part.forward, graph::Pipeline::forward);
+  graph::run_pipeline(part.backward, graph::Pipeline::backward);
   return part;
 }
 
