@@ -13,7 +13,9 @@ struct KernelVariants::Slots {
   std::string name;
   std::vector<std::once_flag> once;
   std::vector<KernelHandle> handles;
-  Slots(std::string n, int count) : name(std::move(n)), once(count), handles(count) {}
+  std::vector<std::atomic<bool>> launched;
+  Slots(std::string n, int count)
+      : name(std::move(n)), once(count), handles(count), launched(count) {}
 };
 
 KernelVariants::KernelVariants(std::string name, int count)
@@ -29,6 +31,10 @@ const KernelHandle& KernelVariants::get(int slot, const std::function<KernelHand
 
 bool KernelVariants::rendered(int slot) const {
   return slots_ && slot >= 0 && slot < count() && !slots_->handles[slot].empty();
+}
+
+bool KernelVariants::first_launch(int slot) const {
+  return slots_ && slot >= 0 && slot < count() && !slots_->launched[slot].exchange(true);
 }
 
 int KernelVariants::count() const {

@@ -6,6 +6,7 @@
 // source gets its handle.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,6 +27,8 @@ class KernelVariants {
   const KernelHandle& get(int slot, const std::function<KernelHandle()>& make) const;
   // Whether `slot` was rendered (a plan's first call compiles those ahead).
   bool rendered(int slot) const;
+  // True for the first caller only: what a launch reports once per variant (KILN_LOG=kernels).
+  bool first_launch(int slot) const;
   int count() const;
 
  private:

@@ -90,20 +90,21 @@ std::vector<TensorAccess> accesses(const std::vector<Tensor>& tensors) {
   return out;
 }
 
-// The handle of the variant `s` names, rendered on its first launch; KILN_LOG=kernels then says
-// which schedule the call took and why.
+// The handle of the variant `s` names, rendered on its first launch; KILN_LOG=kernels says
+// which schedule the first launch of each variant took and why.
 const KernelHandle& variant_for(const ReductionKernel& kernel, const ReductionSchedule& s,
                                 const ReductionGeometry& call, long long sm_count,
                                 const ScheduleLimits& limits) {
-  return kernel.variants.get(s.variant.index(), [&] {
-    if (log_enabled(LogTopic::kernels)) {
-      std::vector<std::string> why;
-      schedule_reduction(kernel, call, sm_count, limits, &why);
-      log_line(fmt::format("kiln: kernel {}: schedule {} for {} rows of {} columns ({})",
-                           kernel.name, s.str(), call.rows, call.cols, fmt::join(why, "; ")));
-    }
-    return KernelHandle(kernel.name, render_reduction_variant(kernel, s.variant));
-  });
+  const int slot = s.variant.index();
+  const KernelHandle& handle = kernel.variants.get(
+      slot, [&] { return KernelHandle(kernel.name, render_reduction_variant(kernel, s.variant)); });
+  if (log_enabled(LogTopic::kernels) && kernel.variants.first_launch(slot)) {
+    std::vector<std::string> why;
+    schedule_reduction(kernel, call, sm_count, limits, &why);
+    log_line(fmt::format("kiln: kernel {}: schedule {} for {} rows of {} columns ({})", kernel.name,
+                         s.str(), call.rows, call.cols, fmt::join(why, "; ")));
+  }
+  return handle;
 }
 
 }  // namespace
