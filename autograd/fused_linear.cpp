@@ -54,7 +54,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   KILN_OP_SCOPE;
   check_linear("linear", x, weight, bias);
   if (autocast_state().enabled) {  // f32 parameters stay the masters: cast on the fly
-    auto in = autograd::autocast_inputs(autograd::CastPolicy::lower_precision, {x, weight, bias});
+    auto in = autograd::autocast_inputs(AutocastPolicy::lower_precision, {x, weight, bias});
     autograd::AutocastOff off;
     return linear(in[0], in[1], in[2], act);
   }
@@ -72,7 +72,7 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
                 shape_str(w2.impl().shape), w1.impl().shape[0], shape_str(w1.impl().shape));
   check_bias("feed_forward (second layer)", b2, w2);
   if (autocast_state().enabled) {
-    auto in = autograd::autocast_inputs(autograd::CastPolicy::lower_precision, {x, w1, b1, w2, b2});
+    auto in = autograd::autocast_inputs(AutocastPolicy::lower_precision, {x, w1, b1, w2, b2});
     autograd::AutocastOff off;
     return feed_forward(in[0], in[1], in[2], in[3], in[4], act);
   }
