@@ -101,14 +101,6 @@ std::vector<Edge> edges_of(std::initializer_list<Tensor> inputs) {
   return edges;
 }
 
-// Gives a fresh library output its node (the library never returns an input, so no alias).
-void attach(Tensor& out, const std::shared_ptr<Node>& node) {
-  TensorImpl& impl = out.impl();
-  impl.grad_fn = node;
-  impl.output_nr = 0;
-  impl.requires_grad = true;
-}
-
 // [..., n] as a [rows, n] matrix (a view when x is contiguous).
 Tensor as_rows(const Tensor& t) {
   return t.reshape({-1, t.impl().shape.back()});
@@ -175,7 +167,7 @@ std::optional<Tensor> try_fused_linear(const Tensor& x, const Tensor& weight, co
   if (!record) return r->out;
   auto node = std::make_shared<LinearNode>(act);
   node->set_next_edges(edges_of({x, weight, bias}));
-  attach(r->out, node);
+  set_history(r->out, node, 0);  // a fresh library output: never an input, so no alias
   node->save(x, weight, r->out, r->aux);
   return r->out;
 }
@@ -195,7 +187,7 @@ std::optional<Tensor> try_fused_feed_forward(const Tensor& x, const Tensor& w1, 
     if (through_hidden) {
       auto node = std::make_shared<LinearNode>(act);
       node->set_next_edges(edges_of({x, w1, b1}));
-      attach(hidden, node);
+      set_history(hidden, node, 0);
       node->save(x, w1, hidden, act == Activation::gelu_tanh ? first->aux : Tensor());
     }
     return composite_linear(hidden, w2, b2, Activation::none);
@@ -203,7 +195,7 @@ std::optional<Tensor> try_fused_feed_forward(const Tensor& x, const Tensor& w1, 
   if (!record) return second->out;
   auto node = std::make_shared<FeedForwardNode>(act);
   node->set_next_edges(edges_of({x, w1, b1, w2, b2}));
-  attach(second->out, node);
+  set_history(second->out, node, 0);
   node->save(x, w1, w2, hidden, first->aux, first->aux_ld);
   return second->out;
 }
