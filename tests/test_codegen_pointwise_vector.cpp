@@ -17,6 +17,7 @@
 #include "runtime/cuda/virtual/launch.h"
 #include "runtime/cuda/virtual/profiler.h"
 #include "support/device_compare.h"
+#include "support/scope_exit.h"
 
 using namespace kiln;
 using test::relative_error;
@@ -52,10 +53,12 @@ Run run_cuda(const Fn& fn, const std::vector<Tensor>& inputs) {
         })(on_gpu[0], on_gpu[1], on_gpu[2]);
     }
   };
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
-  r.out = call().to(Device::cpu());
-  vgpu::set_profiling(false);
+  {
+    vgpu::set_profiling(true);
+    test::ScopeExit profiling_off([] { vgpu::set_profiling(false); });
+    vgpu::clear_profiles();
+    r.out = call().to(Device::cpu());
+  }
   std::set<std::string> names;
   r.profile = {};
   r.profile.launches = 0;
@@ -372,10 +375,13 @@ BOOST_AUTO_TEST_CASE(pieces_past_the_index_limit_advance_each) {
   auto& stats = jit::codegen::launch_stats();
   for (bool advance : {true, false}) {
     BOOST_TEST_CONTEXT("advance " << advance) {
-      bool old = jit::codegen::set_pointwise_advance(advance);
       std::int64_t launches = stats.launches;
-      Run split = check(mixed, {a, b, c}, DType::f32);
-      jit::codegen::set_pointwise_advance(old);
+      Run split = [&] {
+        test::ScopeExit restore([old = jit::codegen::set_pointwise_advance(advance)] {
+          jit::codegen::set_pointwise_advance(old);
+        });
+        return check(mixed, {a, b, c}, DType::f32);
+      }();
       // Runs of 41 rows reach offsets below 2000 (40 * 48 + 39): 5 pieces.
       BOOST_TEST(stats.launches - launches == 5);
       BOOST_TEST(relative_error(split.out, whole.out) == 0.0);
