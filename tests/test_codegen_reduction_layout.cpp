@@ -18,6 +18,7 @@
 #include "runtime/error.h"
 #include "support/device_compare.h"
 #include "support/reference.h"
+#include "support/scope_exit.h"
 
 using namespace kiln;
 using test::relative_error;
@@ -36,9 +37,10 @@ using Fn = std::function<Tensor(const Tensor&, const Tensor&)>;
 // Runs `fn` eagerly on CUDA with the layouts up to `most`; returns the result and the layout the
 // reduction launch took.
 std::pair<Tensor, Layout> on_cuda(const Fn& fn, const Tensor& x, const Tensor& w, Layout most) {
-  Layout was = codegen::set_reduction_layout_limit(most);
+  test::ScopeExit restore([was = codegen::set_reduction_layout_limit(most)] {
+    codegen::set_reduction_layout_limit(was);
+  });
   Tensor y = fn(x, w).to(Device::cpu());
-  codegen::set_reduction_layout_limit(was);
   return {y, codegen::last_reduction_layout()};
 }
 
@@ -134,7 +136,8 @@ BOOST_AUTO_TEST_CASE(rows_that_are_not_contiguous_take_the_generic_path) {
 BOOST_AUTO_TEST_CASE(rows_past_the_32_bit_limit_take_the_generic_path) {
   // The limit lowered to 100 stands for 2^31: longer rows keep 64-bit column arithmetic, and so
   // do more rows or rows further apart (their bases).
-  std::int64_t was = codegen::set_reduction_index_limit(100);
+  test::ScopeExit restore(
+      [was = codegen::set_reduction_index_limit(100)] { codegen::set_reduction_index_limit(was); });
   for (DType t : {DType::f32, DType::bf16}) {
     Tensor x = randn({3, 256}).to(t).to(Device::cuda());
     Tensor w = randn({256}).to(t).to(Device::cuda());
@@ -155,7 +158,6 @@ BOOST_AUTO_TEST_CASE(rows_past_the_32_bit_limit_take_the_generic_path) {
             copies_its_input(name) || std::string(name) == "full sum" ? std::optional<Layout>()
                                                                       : Layout::generic);
   }
-  codegen::set_reduction_index_limit(was);
 }
 
 BOOST_AUTO_TEST_CASE(a_split_row_starts_its_chunks_at_whole_vectors) {
@@ -252,7 +254,9 @@ BOOST_AUTO_TEST_CASE(a_row_select_reads_its_one_column) {
       for (Layout most : {Layout::vector, Layout::generic}) {
         BOOST_TEST_CONTEXT(dtype_name(t)
                            << " " << cols << " columns, layout " << static_cast<int>(most)) {
-          Layout was = codegen::set_reduction_layout_limit(most);
+          test::ScopeExit restore([was = codegen::set_reduction_layout_limit(most)] {
+            codegen::set_reduction_layout_limit(was);
+          });
           Tensor xd = x.to(Device::cuda()), td = target.to(Device::cuda());
           auto per_row = jit::compile([](const Tensor& a, const Tensor& b) {
             return cross_entropy(a, b, -100, Reduction::none);
@@ -265,7 +269,6 @@ BOOST_AUTO_TEST_CASE(a_row_select_reads_its_one_column) {
           BOOST_TEST(relative_error(loss(xd, td), want_mean) <= tol);
           Tensor bad = test::i64s({0, cols, 1, 2, 3}, {5}).to(Device::cuda());
           BOOST_CHECK_THROW(loss(xd, bad).to(Device::cpu()), IndexError);
-          codegen::set_reduction_layout_limit(was);
         }
       }
     }
@@ -289,10 +292,14 @@ BOOST_AUTO_TEST_CASE(sixteen_bit_ops_on_pairs_give_the_bits_of_f32_math) {
         Tensor x = (randn({6, cols}) * 37.0).to(t), w = (randn({cols}) * 3.0).to(t);
         std::vector<Tensor> want = fn(x, w);
         for (Layout most : {Layout::vector, Layout::generic}) {
-          Layout was = codegen::set_reduction_layout_limit(most);
-          std::vector<Tensor> got = compiled(x.to(Device::cuda()), w.to(Device::cuda()));
-          BOOST_TEST((codegen::last_reduction_layout() == most));
-          codegen::set_reduction_layout_limit(was);
+          std::vector<Tensor> got;
+          {
+            test::ScopeExit restore([was = codegen::set_reduction_layout_limit(most)] {
+              codegen::set_reduction_layout_limit(was);
+            });
+            got = compiled(x.to(Device::cuda()), w.to(Device::cuda()));
+            BOOST_TEST((codegen::last_reduction_layout() == most));
+          }
           for (std::size_t i = 0; i < want.size(); ++i)
             test::check_values(got[i].to(Device::cpu()), want[i].shape(), want[i].dtype(),
                                want[i].to_vector<double>());
@@ -314,10 +321,14 @@ BOOST_AUTO_TEST_CASE(sixteen_bit_ops_on_pairs_give_the_bits_of_f32_math) {
         Tensor h = x + r;
         Tensor want = layer_norm(h.to(DType::f64), {cols}, Tensor(), Tensor(), 1e-5);
         for (Layout most : {Layout::vector, Layout::generic}) {
-          Layout was = codegen::set_reduction_layout_limit(most);
-          std::vector<Tensor> got = residual_norm(x.to(Device::cuda()), r.to(Device::cuda()));
-          BOOST_TEST((codegen::last_reduction_layout() == most));
-          codegen::set_reduction_layout_limit(was);
+          std::vector<Tensor> got;
+          {
+            test::ScopeExit restore([was = codegen::set_reduction_layout_limit(most)] {
+              codegen::set_reduction_layout_limit(was);
+            });
+            got = residual_norm(x.to(Device::cuda()), r.to(Device::cuda()));
+            BOOST_TEST((codegen::last_reduction_layout() == most));
+          }
           test::check_values(got[0].to(Device::cpu()), h.shape(), t, h.to_vector<double>());
           BOOST_TEST(relative_error(got[1].to(Device::cpu()).to(DType::f64), want) <= tolerance(t));
         }
