@@ -16,23 +16,25 @@ bool eligible(const Tensor& x) {
 
 }  // namespace
 
-Tensor autocast_input(CastPolicy policy, const Tensor& x) {
+Tensor autocast_input(AutocastPolicy policy, const Tensor& x) {
   AutocastState state = autocast_state();
   if (!state.enabled || !eligible(x)) return x;
   switch (policy) {
-    case CastPolicy::lower_precision:
+    case AutocastPolicy::keep:
+      return x;
+    case AutocastPolicy::lower_precision:
       return cast(x, state.dtype);
-    case CastPolicy::f32:
+    case AutocastPolicy::f32:
       return cast(x, DType::f32);
-    case CastPolicy::promote:
+    case AutocastPolicy::promote:
       return x;  // alone, it is its own widest type
   }
   return x;
 }
 
-std::vector<Tensor> autocast_inputs(CastPolicy policy, std::vector<Tensor> inputs) {
-  if (!autocast_state().enabled) return inputs;
-  if (policy != CastPolicy::promote) {
+std::vector<Tensor> autocast_inputs(AutocastPolicy policy, std::vector<Tensor> inputs) {
+  if (!autocast_state().enabled || policy == AutocastPolicy::keep) return inputs;
+  if (policy != AutocastPolicy::promote) {
     for (auto& t : inputs) t = autocast_input(policy, t);
     return inputs;
   }

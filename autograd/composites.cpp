@@ -112,7 +112,7 @@ Tensor std(const Tensor& x, const Dims& dims, double correction, bool keepdim) {
 Tensor logsumexp(const Tensor& x_in, const Dims& dims, bool keepdim) {
   KILN_OP_SCOPE;
   if (autocast_state().enabled) {
-    Tensor x = autograd::autocast_input(autograd::CastPolicy::f32, x_in);
+    Tensor x = autograd::autocast_input(AutocastPolicy::f32, x_in);
     autograd::AutocastOff off;
     return logsumexp(x, dims, keepdim);
   }
@@ -159,7 +159,7 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
                   const Tensor& bias, double eps) {
   KILN_OP_SCOPE;
   if (autocast_state().enabled) {
-    auto in = autograd::autocast_inputs(autograd::CastPolicy::f32, {x_in, weight, bias});
+    auto in = autograd::autocast_inputs(AutocastPolicy::f32, {x_in, weight, bias});
     autograd::AutocastOff off;
     return layer_norm(in[0], normalized_shape, in[1], in[2], eps);
   }
@@ -179,7 +179,7 @@ Tensor rms_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor&
                 double eps) {
   KILN_OP_SCOPE;
   if (autocast_state().enabled) {
-    auto in = autograd::autocast_inputs(autograd::CastPolicy::f32, {x_in, weight});
+    auto in = autograd::autocast_inputs(AutocastPolicy::f32, {x_in, weight});
     autograd::AutocastOff off;
     return rms_norm(in[0], normalized_shape, in[1], eps);
   }
@@ -211,7 +211,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ig
                      Reduction reduction) {
   KILN_OP_SCOPE;
   if (autocast_state().enabled) {
-    Tensor wide = autograd::autocast_input(autograd::CastPolicy::f32, logits);
+    Tensor wide = autograd::autocast_input(AutocastPolicy::f32, logits);
     autograd::AutocastOff off;
     return cross_entropy(wide, target, ignore_index, reduction);
   }
@@ -249,7 +249,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ig
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   KILN_OP_SCOPE;
   if (autocast_state().enabled) {
-    auto in = autograd::autocast_inputs(autograd::CastPolicy::f32, {input, target});
+    auto in = autograd::autocast_inputs(AutocastPolicy::f32, {input, target});
     autograd::AutocastOff off;
     return mse_loss(in[0], in[1], reduction);
   }

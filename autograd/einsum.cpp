@@ -157,7 +157,7 @@ Operand contract(const Operand& a_in, const Operand& b_in, const Labels& keep,
 Tensor einsum(std::string_view equation_in, const std::vector<Tensor>& operands) {
   KILN_OP_SCOPE;
   if (autocast_state().enabled) {  // the operands in the low dtype; its sums and matmuls too
-    auto low = autograd::autocast_inputs(autograd::CastPolicy::lower_precision, operands);
+    auto low = autograd::autocast_inputs(AutocastPolicy::lower_precision, operands);
     autograd::AutocastOff off;
     return einsum(equation_in, low);
   }

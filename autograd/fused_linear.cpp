@@ -54,7 +54,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   KILN_OP_SCOPE;
   check_linear("linear", x, weight, bias);
   if (autocast_state().enabled) {  // f32 parameters stay the masters: cast on the fly
-    auto in = autograd::autocast_inputs(autograd::CastPolicy::lower_precision, {x, weight, bias});
+    auto in = autograd::autocast_inputs(AutocastPolicy::lower_precision, {x, weight, bias});
     autograd::AutocastOff off;
     return linear(in[0], in[1], in[2], act);
   }
@@ -72,7 +72,7 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
                 shape_str(w2.impl().shape), w1.impl().shape[0], shape_str(w1.impl().shape));
   check_bias("feed_forward (second layer)", b2, w2);
   if (autocast_state().enabled) {
-    auto in = autograd::autocast_inputs(autograd::CastPolicy::lower_precision, {x, w1, b1, w2, b2});
+    auto in = autograd::autocast_inputs(AutocastPolicy::lower_precision, {x, w1, b1, w2, b2});
     autograd::AutocastOff off;
     return feed_forward(in[0], in[1], in[2], in[3], in[4], act);
   }
@@ -99,14 +99,6 @@ std::vector<Edge> edges_of(std::initializer_list<Tensor> inputs) {
   std::vector<Edge> edges;
   for (const Tensor& t : inputs) edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
   return edges;
-}
-
-// Gives a fresh library output its node (the library never returns an input, so no alias).
-void attach(Tensor& out, const std::shared_ptr<Node>& node) {
-  TensorImpl& impl = out.impl();
-  impl.grad_fn = node;
-  impl.output_nr = 0;
-  impl.requires_grad = true;
 }
 
 // [..., n] as a [rows, n] matrix (a view when x is contiguous).
@@ -175,7 +167,7 @@ std::optional<Tensor> try_fused_linear(const Tensor& x, const Tensor& weight, co
   if (!record) return r->out;
   auto node = std::make_shared<LinearNode>(act);
   node->set_next_edges(edges_of({x, weight, bias}));
-  attach(r->out, node);
+  set_history(r->out, node, 0);  // a fresh library output: never an input, so no alias
   node->save(x, weight, r->out, r->aux);
   return r->out;
 }
@@ -195,7 +187,7 @@ std::optional<Tensor> try_fused_feed_forward(const Tensor& x, const Tensor& w1, 
     if (through_hidden) {
       auto node = std::make_shared<LinearNode>(act);
       node->set_next_edges(edges_of({x, w1, b1}));
-      attach(hidden, node);
+      set_history(hidden, node, 0);
       node->save(x, w1, hidden, act == Activation::gelu_tanh ? first->aux : Tensor());
     }
     return composite_linear(hidden, w2, b2, Activation::none);
@@ -203,7 +195,7 @@ std::optional<Tensor> try_fused_feed_forward(const Tensor& x, const Tensor& w1, 
   if (!record) return second->out;
   auto node = std::make_shared<FeedForwardNode>(act);
   node->set_next_edges(edges_of({x, w1, b1, w2, b2}));
-  attach(second->out, node);
+  set_history(second->out, node, 0);
   node->save(x, w1, w2, hidden, first->aux, first->aux_ld);
   return second->out;
 }

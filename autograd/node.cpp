@@ -31,6 +31,20 @@ Tensor without_history(const Tensor& t) {
   return alias;
 }
 
+void set_history(Tensor& t, std::shared_ptr<Node> node, std::uint32_t output_nr) {
+  TensorImpl& impl = t.impl();
+  impl.grad_fn = std::move(node);
+  impl.output_nr = output_nr;
+  impl.requires_grad = true;
+}
+
+void clear_history(Tensor& t) {
+  TensorImpl& impl = t.impl();
+  impl.grad_fn = nullptr;
+  impl.output_nr = 0;
+  impl.requires_grad = false;
+}
+
 Node::Node(std::size_t num_outputs) : sequence_nr_(next_sequence_nr++), num_outputs_(num_outputs) {}
 
 SavedTensor SavedTensor::input(const Tensor& t, bool values_needed) {
@@ -73,10 +87,7 @@ Tensor SavedTensor::unpack(Node& owner) const {
   if (!is_output_ || !grad_enabled() || !check_version_ || !is_floating(tensor_.dtype()))
     return tensor_;
   Tensor out = without_history(tensor_);
-  TensorImpl& impl = out.impl();
-  impl.grad_fn = owner.shared_from_this();
-  impl.output_nr = output_nr_;
-  impl.requires_grad = true;
+  set_history(out, owner.shared_from_this(), output_nr_);
   return out;
 }
 

@@ -61,6 +61,12 @@ class Node : public std::enable_shared_from_this<Node> {
 // can be attached without touching `t`.
 Tensor without_history(const Tensor& t);
 
+// Makes `t` output `output_nr` of `node`, requiring grad: the one way a tensor gets history, so
+// grad_fn, output_nr and requires_grad never disagree.
+void set_history(Tensor& t, std::shared_ptr<Node> node, std::uint32_t output_nr);
+// Drops `t`'s history: it no longer depends on anything and no longer requires grad.
+void clear_history(Tensor& t);
+
 // A tensor kept for backward, with the storage version it had: unpacking after an in-place
 // change of that storage is an AutogradError, as silent wrong gradients would be worse.
 // - An input whose values the rule does not read is kept as metadata only, so later in-place

@@ -15,33 +15,16 @@ namespace kiln {
 
 using autograd::autocast_input;
 using autograd::autocast_inputs;
-using autograd::CastPolicy;
 using autograd::record;
 
 namespace {
 
-// The elementwise ops autocast runs in f32 (autograd/autocast.h).
-bool f32_under_autocast(OpId op) {
-  switch (op) {
-    case OpId::exp:
-    case OpId::log:
-    case OpId::log1p:
-    case OpId::expm1:
-    case OpId::reciprocal:
-    case OpId::rsqrt:
-    case OpId::pow:
-      return true;
-    default:
-      return false;
-  }
-}
-
+// The op's inputs cast as its autocast column asks (runtime/ops.def), then recorded.
 Tensor unary(OpId op, const Tensor& x) {
-  return record(op, {f32_under_autocast(op) ? autocast_input(CastPolicy::f32, x) : x});
+  return record(op, {autocast_input(op, x)});
 }
 Tensor binary(OpId op, const Tensor& a, const Tensor& b) {
-  if (f32_under_autocast(op)) return record(op, autocast_inputs(CastPolicy::f32, {a, b}));
-  return record(op, {a, b});
+  return record(op, autocast_inputs(op, {a, b}));
 }
 
 // A C++ number as a 0-d tensor of the dtype the promotion rules give it next to `t`, on t's
@@ -108,7 +91,7 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
   OpAttrs attrs;
   attrs.beta = beta;
   attrs.threshold = threshold;
-  return record(OpId::softplus, {autocast_input(CastPolicy::f32, x)}, attrs);
+  return record(OpId::softplus, {autocast_input(OpId::softplus, x)}, attrs);
 }
 
 Tensor cast(const Tensor& x, DType dtype) {
@@ -201,10 +184,10 @@ ValuesIndices extreme_along(OpId op, const Tensor& x, std::int64_t dim, bool kee
 }  // namespace
 
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
-  return reduction(OpId::sum, autocast_input(CastPolicy::f32, x), dims, keepdim);
+  return reduction(OpId::sum, autocast_input(OpId::sum, x), dims, keepdim);
 }
 Tensor prod(const Tensor& x, const Dims& dims, bool keepdim) {
-  return reduction(OpId::prod, autocast_input(CastPolicy::f32, x), dims, keepdim);
+  return reduction(OpId::prod, autocast_input(OpId::prod, x), dims, keepdim);
 }
 Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) {
   return reduction(OpId::amax, x, dims, keepdim);
@@ -229,18 +212,18 @@ Tensor cumsum(const Tensor& x, std::int64_t dim, bool reverse) {
   KILN_OP_SCOPE;
   OpAttrs attrs = dim_attr(normalize_dim(dim, x.dim(), "cumsum"));
   attrs.reverse = reverse;
-  return record(OpId::cumsum, {autocast_input(CastPolicy::f32, x)}, attrs);
+  return record(OpId::cumsum, {autocast_input(OpId::cumsum, x)}, attrs);
 }
 
 Tensor softmax(const Tensor& x, std::int64_t dim) {
   KILN_OP_SCOPE;
-  return record(OpId::softmax, {autocast_input(CastPolicy::f32, x)},
+  return record(OpId::softmax, {autocast_input(OpId::softmax, x)},
                 dim_attr(normalize_dim(dim, x.dim(), "softmax")));
 }
 
 Tensor log_softmax(const Tensor& x, std::int64_t dim) {
   KILN_OP_SCOPE;
-  return record(OpId::log_softmax, {autocast_input(CastPolicy::f32, x)},
+  return record(OpId::log_softmax, {autocast_input(OpId::log_softmax, x)},
                 dim_attr(normalize_dim(dim, x.dim(), "log_softmax")));
 }
 
@@ -437,7 +420,7 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
 }
 Tensor scatter_add(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& src) {
   KILN_OP_SCOPE;
-  auto operands = autocast_inputs(CastPolicy::promote, {self, src});
+  auto operands = autocast_inputs(OpId::scatter_add, {self, src});
   return record(OpId::scatter_add, {operands[0], index, operands[1]}, dim_attr(dim));
 }
 Tensor index_add(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& source) {
@@ -498,8 +481,8 @@ Tensor pad(const Tensor& x, const Dims& pads, double value) {
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   KILN_OP_SCOPE;
-  const Tensor a = autocast_input(CastPolicy::lower_precision, a_in);
-  const Tensor b = autocast_input(CastPolicy::lower_precision, b_in);
+  const Tensor a = autocast_input(OpId::matmul, a_in);
+  const Tensor b = autocast_input(OpId::matmul, b_in);
   KILN_CHECK_AS(ShapeError, a.dim() >= 1 && b.dim() >= 1,
                 "matmul: both operands need at least one dim, got shapes {} and {}",
                 shape_str(a.impl().shape), shape_str(b.impl().shape));
@@ -526,7 +509,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   KILN_CHECK_AS(DTypeError, a.dtype() != DType::bool_ && b.dtype() != DType::bool_,
                 "bmm: bool operands are not supported, got {} and {} (shapes {} and {})", a.dtype(),
                 b.dtype(), shape_str(sa), shape_str(sb));
-  return record(OpId::matmul, autocast_inputs(CastPolicy::lower_precision, {a, b}));
+  return record(OpId::matmul, autocast_inputs(OpId::matmul, {a, b}));
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {

@@ -37,10 +37,7 @@ std::vector<Tensor> record_outputs(OpId op, std::vector<Tensor> inputs, const Op
     if (!is_floating(outputs[k].dtype())) continue;  // integer outputs carry no gradient
     if (!node) node = std::make_shared<OpNode>(op, attrs, inputs);
     outputs[k] = unaliased(outputs[k], inputs);
-    TensorImpl& impl = outputs[k].impl();
-    impl.grad_fn = node;
-    impl.output_nr = static_cast<std::uint32_t>(k);
-    impl.requires_grad = true;
+    set_history(outputs[k], node, static_cast<std::uint32_t>(k));
   }
   if (!node) return outputs;
   std::vector<Edge> edges;

@@ -147,11 +147,8 @@ Tensor& assign(Tensor& self, const Tensor& result, const char* op) {
   copy_data(self, result.dtype() == self.dtype() ? result : result.detach().to(self.dtype()));
   self.impl().storage->bump_version();
   if (history) {
-    TensorImpl& impl = self.impl();
     Tensor r = result.dtype() == self.dtype() ? result : result.to(self.dtype());
-    impl.grad_fn = r.impl().grad_fn;
-    impl.output_nr = r.impl().output_nr;
-    impl.requires_grad = true;
+    autograd::set_history(self, r.impl().grad_fn, r.impl().output_nr);
   }
   return self;
 }
@@ -187,8 +184,7 @@ Tensor& Tensor::fill_(Scalar value) {
   impl().storage->bump_version();
   if (grad_enabled() && !is_leaf()) {
     // The new values no longer depend on anything.
-    impl().grad_fn = nullptr;
-    impl().requires_grad = false;
+    autograd::clear_history(*this);
   }
   return *this;
 }

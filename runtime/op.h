@@ -46,6 +46,15 @@ enum class DTypeRule : std::uint8_t {
   custom,            // the op's own rule
 };
 
+// What autocast (runtime/autocast.h) casts an op's f32/f16/bf16 inputs to, where the op API
+// is called: PyTorch's CUDA autocast lists. A column of the table so that a new op must choose.
+enum class AutocastPolicy : std::uint8_t {
+  keep,             // run in the inputs' dtypes (PyTorch's unlisted ops)
+  lower_precision,  // the autocast dtype, f16 or bf16 (accumulating in f32)
+  f32,              // f32 (range- or precision-sensitive: exp, softmax, sums)
+  promote,          // the widest floating input's dtype
+};
+
 // Whether an op's output carries gradient to its inputs.
 enum class Grad : std::uint8_t {
   none,        // never requires grad (comparisons, argmax, detach)
@@ -91,16 +100,21 @@ struct OpDef {
   int num_outputs;
   AttrSet attrs;
   DTypeRule dtype_rule;
+  AutocastPolicy autocast;
   Grad grad;
   SavedSet saved;
 };
 
+// The macro keeps one initializer per row, as ops.def does.
+// clang-format off
 inline constexpr OpDef kOpTable[] = {
-#define KILN_OP(name, op_class, arity, outputs, attrs, dtype_rule, grad, saved) \
-  {#name, OpClass::op_class, arity, outputs, attrs, DTypeRule::dtype_rule, Grad::grad, saved},
+#define KILN_OP(name, op_class, arity, outputs, attrs, dtype_rule, autocast, grad, saved) \
+  {#name, OpClass::op_class, arity, outputs, attrs, DTypeRule::dtype_rule,                \
+   AutocastPolicy::autocast, Grad::grad, saved},
 #include "runtime/ops.def"
 #undef KILN_OP
 };
+// clang-format on
 inline constexpr std::size_t kNumOps = std::size(kOpTable);
 
 inline const OpDef& op_def(OpId op) { return kOpTable[static_cast<std::size_t>(op)]; }

@@ -16,6 +16,7 @@
 #include "runtime/log.h"
 #include "support/capture_output.h"
 #include "support/reference.h"
+#include "support/scope_exit.h"
 #include "support/scoped_env.h"
 
 using namespace kiln;
@@ -266,9 +267,11 @@ BOOST_AUTO_TEST_CASE(the_compiled_gpt_gets_the_rewrite_with_no_change_to_the_mod
   compiled.model().zero_grad();
   eager.forward_backward();
   vgpu::clear_profiles();
-  vgpu::set_profiling(true);
-  compiled.forward_backward();
-  vgpu::set_profiling(false);
+  {
+    vgpu::set_profiling(true);
+    test::ScopeExit profiling_off([] { vgpu::set_profiling(false); });
+    compiled.forward_backward();
+  }
   int attention_launches = 0;
   for (const auto& p : vgpu::profiles()) {
     BOOST_TEST(p.kernel.rfind("k_cat", 0) != 0, p.kernel);

@@ -16,6 +16,7 @@
 #include "jit/compile.h"
 #include "runtime/log.h"
 #include "support/capture_output.h"
+#include "support/op_samples.h"
 #include "support/reference.h"
 
 using namespace kiln;
@@ -105,6 +106,85 @@ BOOST_AUTO_TEST_CASE(each_op_class_produces_the_dtype_pytorchs_lists_give) {
   // Outside any scope nothing is cast.
   BOOST_TEST(matmul(a, b).dtype() == DType::f32);
   BOOST_TEST(softmax(a.to(DType::bf16), 1).dtype() == DType::bf16);
+}
+
+// The op table's autocast column (runtime/ops.def) for a few primitives, against PyTorch's CUDA
+// lists (aten/src/ATen/autocast_mode.cpp): lower_precision_fp, fp32, fp32_set_opt_dtype (f32
+// here), promote; ops on no list run in their inputs' dtypes. Composites (layer_norm, losses)
+// are checked by their dtypes above.
+BOOST_AUTO_TEST_CASE(the_autocast_column_follows_pytorchs_cuda_lists) {
+  using enum AutocastPolicy;
+  const std::pair<OpId, AutocastPolicy> lists[] = {
+      // lower_precision_fp (also mm, bmm, linear)
+      {OpId::matmul, lower_precision},
+      // fp32
+      {OpId::exp, f32},
+      {OpId::log, f32},
+      {OpId::log1p, f32},
+      {OpId::expm1, f32},
+      {OpId::reciprocal, f32},
+      {OpId::rsqrt, f32},
+      {OpId::pow, f32},
+      {OpId::softplus, f32},
+      // fp32_set_opt_dtype
+      {OpId::softmax, f32},
+      {OpId::log_softmax, f32},
+      {OpId::sum, f32},
+      {OpId::prod, f32},
+      {OpId::cumsum, f32},
+      // promote
+      {OpId::scatter_add, promote},
+      // on no list
+      {OpId::add, keep},
+      {OpId::mul, keep},
+      {OpId::relu, keep},
+      {OpId::gelu, keep},
+      {OpId::tanh, keep},
+      {OpId::sqrt, keep},
+      {OpId::amax, keep},
+      {OpId::where, keep},
+      {OpId::cat, keep},
+  };
+  for (auto [op, policy] : lists)
+    BOOST_TEST(static_cast<int>(op_def(op).autocast) == static_cast<int>(policy), op_name(op));
+}
+
+// The op API applies each op's column: under bf16 autocast, an op's samples give the dtypes the
+// same op gives without autocast on the inputs its policy casts to (bf16 from f32 inputs for
+// lower precision, f32 from bf16 inputs for f32, the inputs' own otherwise).
+BOOST_AUTO_TEST_CASE(every_op_of_the_table_casts_as_its_autocast_column_says) {
+  auto as = [](const std::vector<Tensor>& inputs, DType t) {
+    std::vector<Tensor> out;
+    for (const auto& x : inputs) out.push_back(is_floating(x.dtype()) ? x.to(t) : x);
+    return out;
+  };
+  auto dtypes = [](const test::OpSample& s, const std::vector<Tensor>& inputs, bool autocasting) {
+    AutocastScope scope(DType::bf16, autocasting);
+    std::string out;
+    for (const auto& t : s.run(inputs)) out += std::string(dtype_name(t.dtype())) + " ";
+    return out;
+  };
+  int compared = 0;
+  for (OpId op : all_ops()) {
+    AutocastPolicy policy = op_def(op).autocast;
+    DType given = policy == AutocastPolicy::lower_precision ? DType::f32 : DType::bf16;
+    DType cast_to = policy == AutocastPolicy::lower_precision ? DType::bf16
+                    : policy == AutocastPolicy::f32           ? DType::f32
+                                                              : given;
+    for (const auto& s : test::op_samples(op, DType::f64)) {
+      BOOST_TEST_CONTEXT(s.label) {
+        std::string want;
+        try {
+          want = dtypes(s, as(s.inputs, cast_to), false);
+        } catch (const Error&) {
+          continue;  // the op takes no inputs of that dtype
+        }
+        BOOST_TEST(dtypes(s, as(s.inputs, given), true) == want);
+        ++compared;
+      }
+    }
+  }
+  BOOST_TEST(compared > 100);
 }
 
 BOOST_AUTO_TEST_CASE(scopes_nest_and_an_inner_disabled_scope_turns_autocast_off) {

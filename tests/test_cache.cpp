@@ -32,6 +32,7 @@
 #include "support/capture_output.h"
 #include "support/device_compare.h"
 #include "support/scoped_env.h"
+#include "support/skip_if.h"
 #include "support/temp_dir.h"
 
 using namespace kiln;
@@ -411,30 +412,29 @@ BOOST_AUTO_TEST_CASE(an_unusable_directory_degrades_to_memory_with_one_warning) 
     BOOST_TEST(contains(err, "writable by its group or others (mode 0770)"), err);
   }
   {
-    fs::create_directory(dir / "readonly");
-    fs::permissions(dir / "readonly", fs::perms::owner_read | fs::perms::owner_exec);
-    CacheEnv env(dir / "readonly");
-    if (geteuid() == 0) {
-      BOOST_TEST_MESSAGE(
-          "running as root, which writes through mode 0500: the read-only "
-          "directory variant is skipped (the regular-file parent covers it)");
-    } else {
-      std::string err = test::capture_output(2, [] { BOOST_TEST(!cache::process_disk_cache()); });
-      BOOST_TEST(contains(err, "is not writable"), err);
-    }
-  }
-  {
     CacheEnv env(dir / "off", "0");
     BOOST_TEST(!cache::process_disk_cache());
     BOOST_TEST(!fs::exists(dir / "off"));
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_directory_owned_by_another_user_is_not_used) {
-  if (geteuid() != 0) {
-    BOOST_TEST_MESSAGE("not root: cannot give a directory to another user; skipped");
-    return;
-  }
+// Root writes through mode 0500 (the regular-file parent above covers root).
+BOOST_AUTO_TEST_CASE(a_read_only_directory_is_not_used, *test::skip_if([] {
+                       return geteuid() == 0 ? "running as root, which writes through mode 0500"
+                                             : "";
+                     })) {
+  test::TempDir dir;
+  fs::create_directory(dir / "readonly");
+  fs::permissions(dir / "readonly", fs::perms::owner_read | fs::perms::owner_exec);
+  CacheEnv env(dir / "readonly");
+  std::string err = test::capture_output(2, [] { BOOST_TEST(!cache::process_disk_cache()); });
+  BOOST_TEST(contains(err, "is not writable"), err);
+}
+
+BOOST_AUTO_TEST_CASE(a_directory_owned_by_another_user_is_not_used, *test::skip_if([] {
+                       return geteuid() == 0 ? ""
+                                             : "not root: cannot give a directory to another user";
+                     })) {
   test::TempDir dir;
   fs::create_directory(dir / "theirs");
   BOOST_TEST_REQUIRE(chown((dir / "theirs").c_str(), 12345, 12345) == 0);

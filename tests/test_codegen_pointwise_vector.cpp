@@ -18,6 +18,7 @@
 #include "runtime/cuda/virtual/launch.h"
 #include "runtime/cuda/virtual/profiler.h"
 #include "support/device_compare.h"
+#include "support/scope_exit.h"
 
 using namespace kiln;
 using test::relative_error;
@@ -53,10 +54,12 @@ Run run_cuda(const Fn& fn, const std::vector<Tensor>& inputs) {
         })(on_gpu[0], on_gpu[1], on_gpu[2]);
     }
   };
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
-  r.out = call().to(Device::cpu());
-  vgpu::set_profiling(false);
+  {
+    vgpu::set_profiling(true);
+    test::ScopeExit profiling_off([] { vgpu::set_profiling(false); });
+    vgpu::clear_profiles();
+    r.out = call().to(Device::cpu());
+  }
   std::set<std::string> names;
   r.profile = {};
   r.profile.launches = 0;

@@ -7,6 +7,7 @@
 #include "support/device_compare.h"
 #include "support/op_samples.h"
 #include "support/reference.h"
+#include "support/scope_exit.h"
 
 using namespace kiln;
 using test::relative_error;
@@ -88,9 +89,11 @@ BOOST_AUTO_TEST_CASE(indexing_scan_and_movement_ops_on_cuda_match_the_cpu) {
   BOOST_TEST(pending_device_checks() == 0u);
   BOOST_CHECK_NO_THROW(x.to(Device::cpu()));
   // KILN_SYNC_CHECKS=1 (here set from code) raises it at the op.
-  set_sync_device_checks(true);
-  BOOST_CHECK_THROW(index_select(x, 0, test::i64s({-1}).to(Device::cuda())), IndexError);
-  set_sync_device_checks(false);
+  {
+    set_sync_device_checks(true);
+    test::ScopeExit checks_at_sync([] { set_sync_device_checks(false); });
+    BOOST_CHECK_THROW(index_select(x, 0, test::i64s({-1}).to(Device::cuda())), IndexError);
+  }
   BOOST_TEST(pending_device_checks() == 0u);
   // An inference loop that never copies to the host reads the flags once the 1024 slots are used.
   Tensor good = test::i64s({0, 3, 1}, {3, 1}).to(Device::cuda());

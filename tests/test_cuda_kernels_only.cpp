@@ -21,6 +21,7 @@
 #include "runtime/device_checks.h"
 #include "support/op_samples.h"
 #include "support/reference.h"
+#include "support/scope_exit.h"
 
 using namespace kiln;
 
@@ -138,10 +139,12 @@ BOOST_AUTO_TEST_CASE(an_integer_zero_divisor_is_raised_at_the_next_sync_or_at_th
   // Raised once: the next sync is clean.
   BOOST_CHECK_NO_THROW(a.to(Device::cpu()));
   // i32 too, and at the op under KILN_SYNC_CHECKS=1 (set from code).
-  set_sync_device_checks(true);
-  KILN_CHECK_THROWS(floor_divide(a.to(DType::i32), b.to(DType::i32)), Error,
-                    "floor_divide: integer division by zero (-3 // 0)");
-  set_sync_device_checks(false);
+  {
+    set_sync_device_checks(true);
+    test::ScopeExit checks_at_sync([] { set_sync_device_checks(false); });
+    KILN_CHECK_THROWS(floor_divide(a.to(DType::i32), b.to(DType::i32)), Error,
+                      "floor_divide: integer division by zero (-3 // 0)");
+  }
   BOOST_TEST(pending_device_checks() == 0u);
   // A divisor with no zero leaves the flag clear.
   BOOST_CHECK_NO_THROW(floor_divide(a, minus_one).to(Device::cpu()));

@@ -13,6 +13,7 @@
 #include "runtime/cuda/backends.h"
 #include "runtime/cuda/nvrtc/nvrtc.h"
 #include "runtime/cuda/selection.h"
+#include "support/skip_if.h"
 
 namespace {
 
@@ -28,6 +29,14 @@ bool driver_present() {
     return init && init(0) == 0;
   }();
   return present;
+}
+
+// The CUDA toolkit's stub libcuda, or an empty path when the toolkit has none.
+std::filesystem::path stub_libcuda() {
+  const char* home = std::getenv("CUDA_HOME");
+  std::filesystem::path stub = std::filesystem::path(home && *home ? home : "/usr/local/cuda") /
+                               "lib64" / "stubs" / "libcuda.so";
+  return std::filesystem::exists(stub) ? stub : std::filesystem::path();
 }
 
 BOOST_AUTO_TEST_SUITE(backend_selection)
@@ -82,15 +91,12 @@ BOOST_AUTO_TEST_CASE(stub_driver_child, *boost::unit_test::disabled()) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(stub_driver_is_not_a_driver) {
-  if (driver_present()) return;
-  const char* home = std::getenv("CUDA_HOME");
-  std::filesystem::path stub = std::filesystem::path(home && *home ? home : "/usr/local/cuda") /
-                               "lib64" / "stubs" / "libcuda.so";
-  if (!std::filesystem::exists(stub)) {
-    BOOST_TEST_MESSAGE("no stub libcuda at " << stub << "; skipped");
-    return;
-  }
+BOOST_AUTO_TEST_CASE(stub_driver_is_not_a_driver, *kiln::test::skip_if([]() -> std::string {
+                       if (driver_present()) return "a CUDA driver is present";
+                       if (stub_libcuda().empty()) return "the CUDA toolkit has no stub libcuda";
+                       return "";
+                     })) {
+  std::filesystem::path stub = stub_libcuda();
   auto dir = std::filesystem::temp_directory_path() / fmt::format("kiln_stub_cuda_{}", getpid());
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(stub, dir / "libcuda.so.1",
@@ -113,10 +119,11 @@ BOOST_AUTO_TEST_CASE(stub_driver_is_not_a_driver) {
              output);
 }
 
-BOOST_AUTO_TEST_CASE(auto_falls_back_with_one_notice_line) {
+BOOST_AUTO_TEST_CASE(auto_falls_back_with_one_notice_line, *kiln::test::skip_if([] {
+                       return driver_present() ? "a CUDA driver is present: no fallback" : "";
+                     })) {
   auto s = kiln::cuda::select_backend(BackendChoice::auto_);
   BOOST_REQUIRE(s.backend);
-  if (driver_present()) return;
   BOOST_TEST(s.backend->kind() == "virtual");
   BOOST_TEST(s.notice.starts_with("kiln: no CUDA driver found (libcuda.so.1"), s.notice);
   BOOST_TEST(s.notice.ends_with("; using the virtual GPU"), s.notice);
@@ -212,12 +219,11 @@ BOOST_AUTO_TEST_CASE(virtual_gpu_round_trip) {
   round_trip(kiln::cuda::backend("virtual"));
 }
 
-// On a machine with a GPU, the same checks on the driver (here: said, and skipped).
-BOOST_AUTO_TEST_CASE(driver_round_trip_on_a_gpu) {
-  if (!driver_present()) {
-    BOOST_TEST_MESSAGE("no CUDA driver: the driver round trip runs on a machine with a GPU");
-    return;
-  }
+// On a machine with a GPU, the same checks on the driver (elsewhere: skipped).
+BOOST_AUTO_TEST_CASE(driver_round_trip_on_a_gpu, *kiln::test::skip_if([] {
+                       return driver_present() ? ""
+                                               : "no CUDA driver: it runs on a machine with a GPU";
+                     })) {
   round_trip(kiln::cuda::backend("driver"));
 }
 

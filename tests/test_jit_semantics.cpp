@@ -342,9 +342,7 @@ BOOST_AUTO_TEST_CASE(gradients_flow_to_the_right_output_slot_of_a_node) {
   node->set_next_edges({autograd::gradient_edge(x)});
   auto output = [&](std::uint32_t k) {
     Tensor y = zeros({2}, DType::f64);
-    y.impl().grad_fn = node;
-    y.impl().output_nr = k;
-    y.impl().requires_grad = true;
+    autograd::set_history(y, node, k);
     return y;
   };
   Tensor y0 = output(0), y1 = output(1);

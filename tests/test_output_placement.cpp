@@ -11,6 +11,7 @@
 #include "jit/compile.h"
 #include "runtime/cuda/virtual/profiler.h"
 #include "support/reference.h"
+#include "support/scope_exit.h"
 
 using namespace kiln;
 namespace vgpu = kiln::cuda::vgpu;
@@ -60,10 +61,14 @@ Launches check_compiled_block(DType dtype, double tol) {
   auto f = jit::compile([](const Tensor& a, const Tensor& b) { return block(a, b); }, options);
   autograd::grad({f(xc, wc)}, {xc, wc}, {on_device(seed)});  // compiles both graphs
   vgpu::clear_profiles();
-  vgpu::set_profiling(true);
-  Tensor got = f(xc, wc);
-  auto got_grads = autograd::grad({got}, {xc, wc}, {on_device(seed)});
-  vgpu::set_profiling(false);
+  Tensor got;
+  std::vector<Tensor> got_grads;
+  {
+    vgpu::set_profiling(true);
+    test::ScopeExit profiling_off([] { vgpu::set_profiling(false); });
+    got = f(xc, wc);
+    got_grads = autograd::grad({got}, {xc, wc}, {on_device(seed)});
+  }
   auto host = [](const Tensor& t) { return t.to(Device::cpu()).to(DType::f64); };
   BOOST_TEST(allclose(host(got), want, tol, tol), "out");
   BOOST_TEST(allclose(host(got_grads[0]), want_grads[0], tol, tol), "dx");

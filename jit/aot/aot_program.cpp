@@ -107,10 +107,7 @@ std::vector<Tensor> AotProgram::run(std::span<const CallArg> args,
     // History goes on a fresh alias: the plan may hand back an input, an earlier output or a
     // saved value (which, with the node as its grad_fn, would keep the node alive forever).
     outputs[k] = autograd::without_history(outputs[k]);
-    TensorImpl& impl = outputs[k].impl();
-    impl.grad_fn = node;
-    impl.output_nr = static_cast<std::uint32_t>(k);
-    impl.requires_grad = true;
+    autograd::set_history(outputs[k], node, static_cast<std::uint32_t>(k));
   }
   return outputs;
 }

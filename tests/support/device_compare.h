@@ -103,9 +103,71 @@ inline double single_op_floor(OpId op, DType dtype) {
     case OpId::attention:
     case OpId::attention_backward:
       return 1;
-    default:
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::expm1:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::reciprocal:
+    case OpId::sin:
+    case OpId::cos:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::silu:
+    case OpId::erf:
+    case OpId::softplus:
+    case OpId::neg:
+    case OpId::abs:
+    case OpId::relu:
+    case OpId::sign:
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+    case OpId::trunc:
+    case OpId::logical_not:
+    case OpId::tril:
+    case OpId::triu:
+    case OpId::add:
+    case OpId::sub:
+    case OpId::mul:
+    case OpId::div:
+    case OpId::pow:
+    case OpId::maximum:
+    case OpId::minimum:
+    case OpId::remainder:
+    case OpId::floor_divide:
+    case OpId::eq:
+    case OpId::ne:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
+    case OpId::logical_and:
+    case OpId::logical_or:
+    case OpId::where:
+    case OpId::cast:
+    case OpId::copy:
+    case OpId::amax:
+    case OpId::amin:
+    case OpId::argmax:
+    case OpId::argmin:
+    case OpId::max_dim:
+    case OpId::min_dim:
+    case OpId::softmax:
+    case OpId::reshape:
+    case OpId::permute:
+    case OpId::expand:
+    case OpId::slice:
+    case OpId::detach:
+    case OpId::gather:
+    case OpId::index_select:
+    case OpId::cat:
+    case OpId::pad:
+    case OpId::to_device:
       return 0;
   }
+  return 0;
 }
 
 // Why output `got` of `op` on the device is not the CPU's `want`, or "": integers and bools

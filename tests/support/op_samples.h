@@ -99,16 +99,61 @@ inline std::vector<DType> sample_dtypes(OpId op) {
     case OpId::index_add:
     case OpId::to_device: return {f64};
     case OpId::div: return {f64, f32, i32};
-    default: break;
-  }
-  switch (def.op_class) {
-    case OpClass::elementwise:
+    // The others take their class's dtypes; a new op must be placed here or above.
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::expm1:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::reciprocal:
+    case OpId::sin:
+    case OpId::cos:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::gelu:
+    case OpId::gelu_tanh:
+    case OpId::silu:
+    case OpId::erf:
+    case OpId::softplus:
+    case OpId::neg:
+    case OpId::abs:
+    case OpId::relu:
+    case OpId::sign:
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+    case OpId::trunc:
+    case OpId::add:
+    case OpId::sub:
+    case OpId::mul:
+    case OpId::pow:
+    case OpId::maximum:
+    case OpId::minimum:
+    case OpId::remainder:
+    case OpId::floor_divide:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
       if (def.dtype_rule == DTypeRule::to_floating) return {f64, f32, bf16, i64};
       if (def.dtype_rule == DTypeRule::to_bool) return {f64, i64};
       return {f64, f32, f16, i32, i64};
-    case OpClass::reduction: return {f64, f32, i64};
-    default: return {f64, i64};
+    case OpId::sum:
+    case OpId::prod:
+    case OpId::amax:
+    case OpId::amin:
+      return {f64, f32, i64};
+    case OpId::reshape:
+    case OpId::permute:
+    case OpId::expand:
+    case OpId::slice:
+    case OpId::detach:
+    case OpId::cat:
+    case OpId::pad:
+      return {f64, i64};
   }
+  return {};
 }
 
 inline std::vector<OpSample> op_samples(OpId op, DType t) {
