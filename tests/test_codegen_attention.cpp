@@ -17,6 +17,8 @@
 #include "jit/codegen/lt_matmul.h"
 #include "runtime/cuda/virtual/profiler.h"
 #include "runtime/random.h"
+#include "support/profiling_scope.h"
+#include "support/scope_exit.h"
 
 using namespace kiln;
 namespace codegen = kiln::jit::codegen;
@@ -343,9 +345,9 @@ BOOST_AUTO_TEST_CASE(k_and_v_shared_by_heads_broadcast_and_get_summed_gradients)
 BOOST_AUTO_TEST_CASE(f32_on_tf32_tensor_cores_when_allowed) {
   // KILN_MATMUL_TF32=1 (set_allow_tf32): operands rounded to 10 significand bits, as f16's.
   codegen::set_allow_tf32(true);
+  test::ScopeExit tf32_off([] { codegen::set_allow_tf32(false); });
   namespace vgpu = kiln::cuda::vgpu;
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
+  test::ProfilingScope profiling;
   Case c;
   c.t = 33;
   c.s = 21;
@@ -357,8 +359,7 @@ BOOST_AUTO_TEST_CASE(f32_on_tf32_tensor_cores_when_allowed) {
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  vgpu::set_profiling(false);
-  codegen::set_allow_tf32(false);
+  profiling.stop();
   BOOST_TEST(failure == "");
   std::uint64_t tf32_flops = 0;
   for (const auto& p : vgpu::profiles()) tf32_flops += p.mma_flops_tf32;
@@ -373,11 +374,10 @@ BOOST_AUTO_TEST_CASE(backward_is_deterministic_and_uses_tensor_cores_for_bf16) {
   Tensor dout = randn({1, 2, 40, 64}).to(DType::bf16).to(Device::cuda());
   codegen::AttentionCall call{q, k, v, std::nullopt, 0.125, false};
   namespace vgpu = kiln::cuda::vgpu;
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
+  test::ProfilingScope profiling;
   auto fwd = codegen::attention_forward(call);
   auto a = codegen::attention_backward(call, fwd.out, fwd.lse, dout);
-  vgpu::set_profiling(false);
+  profiling.stop();
   std::uint64_t mma = 0;
   for (const auto& p : vgpu::profiles()) mma += p.mma_instructions;
   // Forward: per (batch row, 16 queries, 8 keys, 16 of d) one mma for Q K^T, and per

@@ -17,6 +17,8 @@
 #include "jit/codegen/matmul.h"
 #include "runtime/cuda/virtual/profiler.h"
 #include "runtime/random.h"
+#include "support/profiling_scope.h"
+#include "support/scope_exit.h"
 
 using namespace kiln;
 namespace codegen = kiln::jit::codegen;
@@ -258,12 +260,11 @@ BOOST_AUTO_TEST_CASE(tensor_core_instructions_and_flops_in_the_profile) {
   manual_seed(6);
   // One mma.m16n8k16 per warp, m16 x n8 piece and k16 step of every whole tile: a 64 x 64 tile,
   // K-steps of 32 (the tails are zero-padded).
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
+  test::ProfilingScope profiling;
   const long m = 100, n = 70, k = 40;
   check_product(operand(m, k, DType::bf16, false), operand(k, n, DType::bf16, true), DType::bf16,
                 "bf16 profiled");
-  vgpu::set_profiling(false);
+  profiling.stop();
   ProfileTotals p = totals();
   vgpu::clear_profiles();
   auto padded_flops =
@@ -276,8 +277,8 @@ BOOST_AUTO_TEST_CASE(tensor_core_instructions_and_flops_in_the_profile) {
 BOOST_AUTO_TEST_CASE(f32_on_tf32_tensor_cores_within_tf32_rounding) {
   manual_seed(7);
   codegen::set_allow_tf32(true);
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
+  test::ScopeExit tf32_off([] { codegen::set_allow_tf32(false); });
+  test::ProfilingScope profiling;
   std::string failure;
   double worst = 0;
   try {
@@ -303,8 +304,7 @@ BOOST_AUTO_TEST_CASE(f32_on_tf32_tensor_cores_within_tf32_rounding) {
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  vgpu::set_profiling(false);
-  codegen::set_allow_tf32(false);
+  profiling.stop();
   BOOST_TEST(failure == "");
   ProfileTotals p = totals();
   vgpu::clear_profiles();
@@ -315,8 +315,7 @@ BOOST_AUTO_TEST_CASE(f32_on_tf32_tensor_cores_within_tf32_rounding) {
 
 BOOST_AUTO_TEST_CASE(f32_without_tf32_and_integers_stay_on_the_fma_kernel) {
   manual_seed(8);
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
+  test::ProfilingScope profiling;
   Tensor a = operand(33, 47, DType::f32, true), b = operand(47, 18, DType::f32, false);
   BOOST_TEST(!codegen::matmul_variant(a, b, DType::f32).mma());
   double e = check_product(a, b, DType::f32, "f32 FMA");
@@ -331,7 +330,7 @@ BOOST_AUTO_TEST_CASE(f32_without_tf32_and_integers_stay_on_the_fma_kernel) {
   Tensor h = operand(8, 16, DType::f16, false), bh = operand(16, 8, DType::bf16, false);
   BOOST_TEST(!codegen::matmul_variant(h, bh, DType::f32).mma());
   check_product(h, bh, DType::f32, "f16 @ bf16 -> f32 FMA");
-  vgpu::set_profiling(false);
+  profiling.stop();
   BOOST_TEST(totals().mma == 0u);
   vgpu::clear_profiles();
   BOOST_TEST_MESSAGE("f32 FMA relative-to-norm error " << e);
@@ -344,10 +343,9 @@ BOOST_AUTO_TEST_CASE(eager_matmul_cublaslt_refuses_runs_on_tensor_cores) {
   Tensor a = wide.slice(1, 0, 96, 2);
   Tensor b = randn({48, 40}).to(DType::bf16).to(cuda_device());
   auto calls = codegen::lt_stats().calls.load();
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
+  test::ProfilingScope profiling;
   Tensor got = matmul(a, b);
-  vgpu::set_profiling(false);
+  profiling.stop();
   BOOST_TEST(codegen::lt_stats().calls.load() == calls);
   BOOST_TEST(totals().mma > 0u);
   vgpu::clear_profiles();

@@ -16,6 +16,7 @@
 #include "support/device_compare.h"
 #include "support/op_samples.h"
 #include "support/reference.h"
+#include "support/profiling_scope.h"
 
 using namespace kiln;
 using test::relative_error;
@@ -294,8 +295,7 @@ BOOST_AUTO_TEST_CASE(short_rows_are_a_warp_each) {
   // No shared memory and no barrier: the profile shows 256-thread blocks of 8 rows and zero
   // shared-memory requests, where a block per row exchanges partials through shared memory.
   Tensor x = randn({100, 40});  // the traced size
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
+  test::ProfilingScope profiling;
   Tensor by_warp = run(gen, {x})[0];
   Tensor by_block;
   {
@@ -304,7 +304,7 @@ BOOST_AUTO_TEST_CASE(short_rows_are_a_warp_each) {
     codegen::ScopedScheduleLimits scope(rows_by_blocks);
     by_block = run(gen, {x})[0];
   }
-  vgpu::set_profiling(false);
+  profiling.stop();
   const auto& p = vgpu::profiles();
   BOOST_TEST_REQUIRE(p.size() == 2u);
   BOOST_TEST(p[0].block.x == 256u);
@@ -398,8 +398,7 @@ BOOST_AUTO_TEST_CASE(reductions_over_outer_dims_read_rows_side_by_side) {
   // 4224 rows fill the 132 SMs: no split.
   Tensor x = randn({64, 4224});
   Generated gen = generate(over_batch, {x});
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
+  test::ProfilingScope profiling;
   Tensor side_by_side = run(gen, {x})[0];
   Tensor row_apart;
   {
@@ -408,7 +407,7 @@ BOOST_AUTO_TEST_CASE(reductions_over_outer_dims_read_rows_side_by_side) {
     codegen::ScopedScheduleLimits scope(a_row_each);
     row_apart = run(gen, {x})[0];
   }
-  vgpu::set_profiling(false);
+  profiling.stop();
   const auto& p = vgpu::profiles();
   BOOST_TEST_REQUIRE(p.size() == 2u);
   BOOST_TEST(p[0].block.y == 8u);

@@ -8,6 +8,7 @@
 
 #include "runtime/cuda/virtual/profiler.h"
 #include "support/mma_fragments.h"
+#include "support/profiling_scope.h"
 
 using namespace kiln;
 using namespace kiln::test;
@@ -137,11 +138,10 @@ extern "C" __global__ void chain_tf32(float* d) {
 }
 )");
   DevicePtr d = gpu.zeros<float>(64 * 64);
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
+  test::ProfilingScope profiling;
   gpu.run(ptx, "chain16", Dim3{64}, Dim3{64}, 0, d);
   gpu.run(ptx, "chain_tf32", Dim3{8}, Dim3{64}, 0, d);
-  vgpu::set_profiling(false);
+  profiling.stop();
   BOOST_TEST_REQUIRE(vgpu::profiles().size() == 2u);
   const auto& f16 = vgpu::profiles()[0];
   const auto& tf32 = vgpu::profiles()[1];
@@ -188,10 +188,9 @@ extern "C" __global__ void rows(unsigned* out, int x4) {
 })");
   DevicePtr out = gpu.zeros<std::uint32_t>(32);
   for (int x4 = 0; x4 < 2; ++x4) {
-    vgpu::set_profiling(true);
-    vgpu::clear_profiles();
+    test::ProfilingScope profiling;
     gpu.run(ptx, "rows", Dim3{1}, Dim3{32}, 0, out, x4);
-    vgpu::set_profiling(false);
+    profiling.stop();
     BOOST_TEST_REQUIRE(vgpu::profiles().size() == 1u);
     const auto& p = vgpu::profiles()[0];
     // 8 store requests filling s (32 lanes x 2 bytes each), then the ldmatrix.

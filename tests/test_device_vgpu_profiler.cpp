@@ -8,6 +8,7 @@
 #include "runtime/cuda/virtual/issue_cost.h"
 #include "runtime/cuda/virtual/profiler.h"
 #include "support/vgpu_harness.h"
+#include "support/profiling_scope.h"
 
 using namespace kiln;
 using namespace kiln::test;
@@ -61,10 +62,9 @@ extern "C" __global__ void count(int* counter) {
 template <class... Args>
 vgpu::KernelProfile profile(Gpu& gpu, const std::string& ptx, const char* name, Dim3 grid,
                             Dim3 block, Args... args) {
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
+  test::ProfilingScope profiling;
   gpu.run(ptx, name, grid, block, 0, args...);
-  vgpu::set_profiling(false);
+  profiling.stop();
   BOOST_TEST_REQUIRE(vgpu::profiles().size() == 1u);
   return vgpu::profiles()[0];
 }
@@ -174,12 +174,11 @@ BOOST_AUTO_TEST_CASE(the_table_names_each_kernel_and_labels_the_model) {
   Gpu gpu;
   std::string ptx = compile(kKernels);
   DevicePtr in = gpu.upload(std::vector<float>(1024 * 32, 1.0f)), out = gpu.zeros<float>(1024);
-  vgpu::set_profiling(true);
-  vgpu::clear_profiles();
+  test::ProfilingScope profiling;
   gpu.run(ptx, "copy", Dim3{4}, Dim3{256}, 0, in, out);
   gpu.run(ptx, "copy", Dim3{4}, Dim3{256}, 0, in, out);
   gpu.run(ptx, "broadcast", Dim3{4}, Dim3{256}, 0, in, out);
-  vgpu::set_profiling(false);
+  profiling.stop();
   std::string table = vgpu::profile_table(vgpu::profiles());
   BOOST_TEST(table.find("copy") != std::string::npos, table);
   BOOST_TEST(table.find("broadcast") != std::string::npos, table);
