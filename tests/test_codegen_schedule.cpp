@@ -11,6 +11,7 @@
 
 #include "autograd/ops.h"
 #include "graph/fusion.h"
+#include "jit/codegen/attention.h"
 #include "jit/codegen/kernel_variants.h"
 #include "jit/codegen/pointwise.h"
 #include "jit/codegen/pointwise_schedule.h"
@@ -251,6 +252,29 @@ BOOST_AUTO_TEST_CASE(kiln_log_kernels_names_each_schedule_and_why) {
   BOOST_TEST(text.find("schedule warp_per_row/vector, grid") != std::string::npos, text);
   BOOST_TEST(text.find("warp_per_row: 96 columns, 32 lanes a row") != std::string::npos, text);
   BOOST_TEST(text.find("layout vector: rows contiguous and aligned") != std::string::npos, text);
+}
+
+BOOST_AUTO_TEST_CASE(kiln_log_kernels_names_gemm_and_attention_schedules) {
+  test::ScopedEnv log("KILN_LOG", "kernels");
+  reload_log_settings();
+  std::string text = test::capture_output(2, [] {
+    // A last dim with stride 2 is neither row- nor column-major: cuBLASLt's rules refuse it and
+    // the generated GEMM takes the call, on tensor cores, its a operand's rows strided.
+    Tensor a = randn({24, 96}).to(DType::bf16).to(Device::cuda()).slice(1, 0, 96, 2);
+    Tensor b = randn({48, 40}).to(DType::bf16).to(Device::cuda());
+    matmul(a, b).to(Device::cpu());
+    // Head dim 48 (padded to 48): a forward kernel of its own, rendered here first.
+    Tensor q = randn({1, 1, 20, 48}).to(DType::bf16).to(Device::cuda());
+    Tensor k = randn({1, 1, 30, 48}).to(DType::bf16).to(Device::cuda());
+    codegen::AttentionCall call{q, k, k, std::nullopt, 0.125, false};
+    codegen::attention_forward(call).out.to(Device::cpu());
+  });
+  reload_log_settings();
+  BOOST_TEST(text.find("schedule tensor-core (mma.m16n8k16) tiles of 64 x 64") != std::string::npos,
+             text);
+  BOOST_TEST(text.find("an operand's rows are strided or not 16-byte aligned") != std::string::npos,
+             text);
+  BOOST_TEST(text.find("warps (16 rows each), streamed") != std::string::npos, text);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

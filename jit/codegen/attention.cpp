@@ -13,6 +13,7 @@
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/templates.h"
 #include "runtime/error.h"
+#include "runtime/log.h"
 
 namespace kiln::jit::codegen {
 namespace {
@@ -155,13 +156,32 @@ struct Launchable {
   Tiling tiling;
 };
 
+// KILN_LOG=kernels: an attention kernel's schedule, its tiles, when it is first rendered.
+void log_tiling(const std::string& name, const Tiling& t) {
+  if (!log_enabled(LogTopic::kernels)) return;
+  auto stream = [](const Stream& s) {
+    return s.bn == 0 ? std::string("-")
+                     : fmt::format("{}-row tiles, {} stage{}", s.bn, s.stages,
+                                   s.stages == 1 ? "" : "s (cp.async double-buffered)");
+  };
+  log_line(
+      fmt::format("kiln: kernel {}: schedule {} warps (16 rows each), streamed {}, then {}; "
+                  "{} bytes of shared memory (at most {} without opting in)",
+                  name, t.warps, stream(t.first), stream(t.second), t.shared, kSharedLimit));
+}
+
 // Each kernel is rendered once per process (its name says its dtype, head dims and tiles) and
 // resolved at its first launch.
 Launchable kernel_for(Kernel kind, const Variant& v) {
   int elem = static_cast<int>(itemsize(v.dtype));
   Tiling t = tiling_for(kind, elem, padded(v.head_qk), padded(v.head_v));
   std::string name = kernel_name(kind, v, t);
-  return {&kernel_by_name(name, [&] { return render(kind, v, t, name); }), t};
+  return {&kernel_by_name(name,
+                          [&] {
+                            log_tiling(name, t);
+                            return render(kind, v, t, name);
+                          }),
+          t};
 }
 
 Shape batch_of(const Tensor& t) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/templates.h"
 #include "runtime/error.h"
+#include "runtime/log.h"
 
 namespace kiln::jit::codegen {
 namespace {
@@ -172,6 +174,26 @@ MatmulVariant variant_for(const Tensor& a, const Tensor& b, DType out, const Pro
   return v;
 }
 
+// A variant as KILN_LOG=kernels names it, and why a call takes it.
+std::string describe(const MatmulVariant& v) {
+  if (!v.mma()) return fmt::format("FMA tiles of {} x {}", kFmaTile, kFmaTile);
+  return fmt::format("{} tiles of {} x {}, a staged {}, b staged {}, {}",
+                     v.tf32 ? "TF32 tensor-core (mma.m16n8k8)" : "tensor-core (mma.m16n8k16)",
+                     kMmaTile, kMmaTile, v.a_k_contiguous ? "[m][k]" : "[k][m]",
+                     v.b_k_contiguous ? "[n][k]" : "[k][n]",
+                     v.vector_loads ? "16-byte cp.async loads, double-buffered" : "scalar loads");
+}
+
+std::string why(const MatmulVariant& v, const Tensor& a, const Tensor& b) {
+  if (!v.mma())
+    return takes_tf32(a.dtype(), b.dtype(), DType::f32)
+               ? "f32 without KILN_MATMUL_TF32=1"
+               : fmt::format("no tensor-core type for {} @ {}", dtype_name(a.dtype()),
+                             dtype_name(b.dtype()));
+  return v.vector_loads ? "operand rows contiguous and 16-byte aligned"
+                        : "an operand's rows are strided or not 16-byte aligned";
+}
+
 std::string shapes_of(const Tensor& a, const Tensor& b) {
   return fmt::format("{} {} @ {} {}", shape_str(a.shape()), dtype_name(a.dtype()),
                      shape_str(b.shape()), dtype_name(b.dtype()));
@@ -183,6 +205,7 @@ struct MatmulKernel::Kernels {
   DType a, b, out;
   int batch_rank;
   KernelHandle fma;
+  std::atomic<bool> fma_launched{false};
   KernelVariants mma;  // by mma_slot, rendered when a launch first takes one
 };
 
@@ -202,6 +225,11 @@ DType MatmulKernel::b_dtype() const {
 }
 DType MatmulKernel::out_dtype() const {
   return kernels_->out;
+}
+
+bool MatmulKernel::first_launch(const MatmulVariant& v) const {
+  if (!v.mma()) return !kernels_->fma_launched.exchange(true);
+  return kernels_->mma.first_launch(mma_slot(v));
 }
 
 const KernelHandle& MatmulKernel::kernel(const MatmulVariant& v) const {
@@ -242,6 +270,9 @@ Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
              "matmul: operands {} (strides {} / {}) do not take 16-byte vector loads",
              shapes_of(a, b), fmt::join(a.strides(), ","), fmt::join(b.strides(), ","));
   const KernelHandle& handle = kernel.kernel(variant);
+  if (log_enabled(LogTopic::kernels) && kernel.first_launch(variant))
+    log_line(fmt::format("kiln: kernel {}: schedule {} for {}: {}", handle.name(),
+                         describe(variant), shapes_of(a, b), why(variant, a, b)));
   // An empty sum (k == 0) is zeros; otherwise the kernel writes every element.
   Tensor out = p.k == 0 ? zeros(out_meta.shape, out_meta.dtype, Device::cuda())
                         : empty(out_meta.shape, out_meta.dtype, Device::cuda());

@@ -28,7 +28,7 @@ struct MatmulVariant {
 };
 
 // The kernels of one dtype combination and batch rank: the FMA kernel, rendered now, and the
-// tensor-core kernels, each rendered on its first use (std::call_once: a warm launch takes no
+// tensor-core kernels, each rendered on its first use (KernelVariants: a warm launch takes no
 // lock). Copies share them; a handle kernel() returns lives as long as one copy does.
 class MatmulKernel {
  public:
@@ -38,6 +38,8 @@ class MatmulKernel {
   DType b_dtype() const;
   DType out_dtype() const;
   const KernelHandle& kernel(const MatmulVariant& variant) const;
+  // True for the first launch of `variant` (KILN_LOG=kernels reports its schedule once).
+  bool first_launch(const MatmulVariant& variant) const;
 
  private:
   struct Kernels;
