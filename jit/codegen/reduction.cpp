@@ -17,6 +17,7 @@
 #include "jit/codegen/kernel_values.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/reduction_combine.h"
+#include "jit/codegen/reduction_pass_data.h"
 #include "jit/codegen/reduction_template_data.h"
 #include "jit/codegen/templates.h"
 #include "runtime/dispatch.h"
@@ -324,50 +325,18 @@ class ReductionRenderer {
                                        convert_expr(a, out, acc)));
   }
 
-  // The persistent schedule: a value several passes load is read from memory once, into a
-  // per-thread register array of `items` columns (sized for the traced row over `lanes`
-  // threads), and later passes reuse it; so is a value several passes compute (softmax's
-  // exp(x - max): a MUFU op and its range reduction once, not once a pass). Columns past
-  // items * lanes (a row longer than the traced one) are re-read and recomputed in a tail loop.
+  // The register caches of the persistent schedule (reduction_pass_data.h), for `lanes` threads a
+  // row; marks the reads they keep on chip.
   std::vector<Assignment> keep_rows_on_chip(std::vector<PassData>& passes, std::int64_t lanes,
                                             int max_items, int& items) {
-    std::map<std::string, int> passes_of;
-    for (const auto& pass : passes) {
-      for (const auto& load : pass.loads) ++passes_of[load.var];
-      for (const auto& statement : pass.statements) ++passes_of[statement.var];
-    }
-    std::vector<Assignment> caches;
-    std::set<std::string> cached, first_seen;
-    for (const auto& pass : passes) {
-      for (const auto* list : {&pass.loads, &pass.statements})
-        for (const auto& a : *list) {
-          if (passes_of[a.var] < 2 || !cached.insert(a.var).second) continue;
-          caches.push_back({a.type, a.var, ""});
-        }
-    }
-    if (cached.empty()) return caches;
-    std::int64_t cols = traced_cols();
-    items = static_cast<int>(std::clamp<std::int64_t>((cols + lanes - 1) / lanes, 1, max_items));
-    auto on_chip = [&](const std::vector<Assignment>& list) {
-      std::vector<Assignment> out;
-      for (const auto& a : list) {
-        std::string expr = a.expr;
-        if (cached.count(a.var))
-          expr = first_seen.insert(a.var).second ? fmt::format("({}_cache[it] = {})", a.var, expr)
-                                                 : a.var + "_cache[it]";
-        out.push_back({a.type, a.var, expr, a.read, a.pair});
-      }
-      return out;
-    };
-    for (auto& pass : passes) {
-      pass.persistent_loads = on_chip(pass.loads);
-      pass.persistent_statements = on_chip(pass.statements);
-    }
+    RegisterCaches caches = cache_rows_on_chip(passes, traced_cols(), lanes, max_items);
+    if (caches.cached.empty()) return {};
+    items = caches.items;
     for (auto& r : k_.reads)
       if (r.frame_dims.size() == static_cast<std::size_t>(domain_rank_) &&
-          cached.count(var(r.value)))
+          caches.cached.count(var(r.value)))
         r.on_chip = true;
-    return caches;
+    return std::move(caches.arrays);
   }
 
   // A row select keeps the column its row's index names: after the pass's loop every lane
@@ -401,34 +370,9 @@ class ReductionRenderer {
     k_.checks_index = true;
   }
 
-  // The register a full output is stored from. A 16-bit float output's statement rounds its
-  // value (convert_expr) and the store rounds it again: the store takes the value before the
-  // first rounding (the same bits: rounding twice to one format is rounding once), so a value no
-  // other statement reads pays one conversion, in pairs where the layout stores vectors.
+  // The register a full output is stored from (reduction_pass_data.h: store_unrounded).
   std::string stored_unrounded(PassData& pass, int v) const {
-    DType t = info_.at(v).dtype;
-    if (t != DType::bf16 && t != DType::f16) return var(v);
-    std::string round = convert_expr(DType::f32, t, "");  // "__bfloat162float(...())"
-    std::string prefix = round.substr(0, round.size() - 2), suffix = "))";
-    for (std::size_t i = 0; i < pass.statements.size(); ++i) {
-      Assignment& a = pass.statements[i];
-      if (a.var != var(v) || a.expr.size() <= round.size() || a.expr.rfind(prefix, 0) != 0 ||
-          a.expr.compare(a.expr.size() - 2, 2, suffix) != 0)
-        continue;
-      // The prefix's last parenthesis must close at the end: one conversion of the whole value.
-      int depth = 1;
-      std::size_t end = prefix.size();
-      for (; end < a.expr.size() && depth > 0; ++end)
-        depth += a.expr[end] == '(' ? 1 : a.expr[end] == ')' ? -1 : 0;
-      if (end != a.expr.size() - 1) return var(v);
-      std::string wide = var(v) + "_wide";
-      std::string inner = a.expr.substr(prefix.size(), a.expr.size() - prefix.size() - 2);
-      a.expr = convert_expr(DType::f32, t, wide);
-      pass.statements.insert(pass.statements.begin() + static_cast<std::ptrdiff_t>(i),
-                             Assignment{a.type, wide, inner});
-      return wide;
-    }
-    return var(v);
+    return store_unrounded(pass, var(v), info_.at(v).dtype);
   }
 
   // Reduced values that need no reduction of this kernel (numbers, reduced-shape inputs) and are
@@ -635,26 +579,6 @@ ReductionKernel render_reduction(const graph::Graph& graph, const graph::FusionG
       "codegen: group '{}' is a {} group, not a reduction", group.name,
       graph::fusion_kind_name(group.kind));
   return ReductionRenderer(graph, group).render();
-}
-
-std::string render_reduction_variant(const ReductionKernel& k, ReductionVariant v) {
-  const bool outer = v.form == ReductionForm::outer || v.form == ReductionForm::outer_vector;
-  KILN_CHECK(k.block_data && (!outer || k.outer) &&
-                 (v.form != ReductionForm::outer_vector || k.outer_vector),
-             "codegen: kernel '{}' has no {} variant", k.name, v.str());
-  ReductionTemplateData d = v.form == ReductionForm::warp_per_row ? *k.warp_data : *k.block_data;
-  if (outer) {
-    // The outer schedule addresses its columns its own way (the layout stays generic).
-    d.outer_width = v.form == ReductionForm::outer_vector ? k.outer_width : 1;
-    return render_template("reduction_outer.cu.mustache", d.to_data());
-  }
-  d.layout = static_cast<int>(v.layout);
-  return render_template("reduction.cu.mustache", d.to_data());
-}
-
-const KernelHandle& reduction_variant_kernel(const ReductionKernel& k, ReductionVariant v) {
-  return k.variants.get(v.index(),
-                        [&] { return KernelHandle(k.name, render_reduction_variant(k, v)); });
 }
 
 }  // namespace kiln::jit::codegen
