@@ -4,28 +4,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "graph/rewrite.h"
 #include "jit/codegen/attention.h"
 #include "runtime/factories.h"
 
 namespace kiln::jit {
 namespace {
-
-std::vector<int> readers_of(const graph::Graph& g, int value) {
-  std::vector<int> out;
-  for (std::size_t n = 0; n < g.nodes.size(); ++n)
-    for (int v : g.nodes[n].inputs)
-      if (v == value) {
-        out.push_back(static_cast<int>(n));
-        break;
-      }
-  return out;
-}
-
-bool returned(const graph::Graph& g, int value) {
-  for (int v : g.outputs)
-    if (v == value) return true;
-  return false;
-}
 
 std::vector<std::int64_t> inverse(const std::vector<std::int64_t>& perm) {
   std::vector<std::int64_t> inv(perm.size());
@@ -47,16 +31,16 @@ Tensor permuted_empty(const Shape& shape, const std::vector<std::int64_t>& perm,
 }
 
 // The permute that reads `value` and nothing else does, or -1.
-int only_permute_reader(const graph::Graph& g, int value) {
-  auto readers = readers_of(g, value);
-  if (readers.size() != 1 || returned(g, value)) return -1;
-  return g.nodes[readers[0]].op == OpId::permute ? readers[0] : -1;
+int only_permute_reader(const graph::Graph& g, const graph::Readers& readers, int value) {
+  int r = readers.sole_reader(value);
+  return r >= 0 && g.nodes[r].op == OpId::permute ? r : -1;
 }
 
-std::optional<OutputPlacement> plan_forward(const graph::Graph& g, int node) {
+std::optional<OutputPlacement> plan_forward(const graph::Graph& g, const graph::Readers& readers,
+                                            int node) {
   const graph::Node& n = g.nodes[node];
   // Any permute reading o: the others (the backward's saved o, say) read it through strides.
-  for (int r : readers_of(g, n.outputs[0]))
+  for (int r : readers.nodes(n.outputs[0]))
     if (g.nodes[r].op == OpId::permute) {
       OutputPlacement p;
       p.node = node;
@@ -66,21 +50,22 @@ std::optional<OutputPlacement> plan_forward(const graph::Graph& g, int node) {
   return std::nullopt;
 }
 
-std::optional<OutputPlacement> plan_backward(const graph::Graph& g, int node) {
+std::optional<OutputPlacement> plan_backward(const graph::Graph& g, const graph::Readers& readers,
+                                             int node) {
   const graph::Node& n = g.nodes[node];
   OutputPlacement p;
   p.node = node;
   for (int out : n.outputs) {
-    int permute = only_permute_reader(g, out);
+    int permute = only_permute_reader(g, readers, out);
     if (permute < 0) return std::nullopt;
     int moved = g.nodes[permute].output();
-    auto readers = readers_of(g, moved);
-    if (readers.size() != 1 || returned(g, moved)) return std::nullopt;
-    const graph::Node& cat = g.nodes[readers[0]];
+    int joined_by = readers.sole_reader(moved);
+    if (joined_by < 0) return std::nullopt;
+    const graph::Node& cat = g.nodes[joined_by];
     if (cat.op != OpId::cat || cat.inputs.size() != n.outputs.size() || cat.attrs.dim < 0)
       return std::nullopt;
-    if (p.cat_node >= 0 && p.cat_node != readers[0]) return std::nullopt;
-    p.cat_node = readers[0];
+    if (p.cat_node >= 0 && p.cat_node != joined_by) return std::nullopt;
+    p.cat_node = joined_by;
     p.cat_dim = cat.attrs.dim;
     int position = -1;
     for (std::size_t i = 0; i < cat.inputs.size(); ++i)
@@ -106,9 +91,9 @@ std::string OutputPlacement::str(const graph::Graph& g) const {
 
 std::optional<OutputPlacement> plan_output_placement(const graph::Graph& g, int node) {
   const graph::Node& n = g.nodes[node];
-  if (n.op == OpId::attention) return plan_forward(g, node);
-  if (n.op == OpId::attention_backward) return plan_backward(g, node);
-  return std::nullopt;
+  if (n.op != OpId::attention && n.op != OpId::attention_backward) return std::nullopt;
+  const graph::Readers readers(g);
+  return n.op == OpId::attention ? plan_forward(g, readers, node) : plan_backward(g, readers, node);
 }
 
 std::optional<PlacedOutputs> run_placed(const graph::Graph& g, const OutputPlacement& placement,
