@@ -32,7 +32,7 @@ StepAction kernel_action(Decisions& d, int group, std::string& note) {
 }
 
 std::string eager_note(const graph::FusionGroup& fg) {
-  return fmt::format("eager {} ({} ops have no generated kernel yet)", fg.name,
+  return fmt::format("eager {} (a {} op: one generated kernel or library call of its own)", fg.name,
                      graph::fusion_kind_name(fg.kind));
 }
 

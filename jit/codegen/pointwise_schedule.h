@@ -29,7 +29,8 @@ struct PointwiseLaunch {
 
 struct PointwiseSchedule {
   std::vector<PointwiseLaunch> launches;
-  std::string str() const;  // "1 launch: 4096 vectors of 4, offsets advance, 128 blocks of 256"
+  // "1 launch; 16384 elements, 4096 vectors (advancing), 128 blocks of 256"
+  std::string str() const;
 };
 
 // The schedule of one call over `space` (the domain and each read's strides, before merging),

@@ -149,7 +149,10 @@ ReductionLayout choose_layout(const ReductionKernel& kernel, const ReductionGeom
   }
   for (std::size_t i = 0; i < call.writes.size(); ++i) {
     if (!kernel.write_full[i]) continue;
-    if (!contiguous_over(call, call.out_strides.data())) return ReductionLayout::generic;
+    if (!contiguous_over(call, call.out_strides.data())) {
+      note(why, "layout generic: output {} does not store its rows contiguously", i);
+      return ReductionLayout::generic;
+    }
     writes.push_back(call.writes[i]);
   }
   if (most == ReductionLayout::flat || kernel.vector < 2 || call.cols % kernel.vector != 0) {
