@@ -40,4 +40,20 @@ Graph subgraph(const Graph& g, const SubgraphInputs& inputs, std::span<const int
   return out;
 }
 
+std::vector<bool> nodes_feeding(const Graph& g, std::span<const int> values) {
+  std::vector<bool> feeds(g.nodes.size(), false), seen(g.values.size(), false);
+  std::vector<int> stack(values.begin(), values.end());
+  while (!stack.empty()) {
+    int v = stack.back();
+    stack.pop_back();
+    if (seen[v]) continue;
+    seen[v] = true;
+    int p = g.values[v].producer;
+    if (p < 0) continue;
+    feeds[p] = true;
+    for (int u : g.nodes[p].inputs) stack.push_back(u);
+  }
+  return feeds;
+}
+
 }  // namespace kiln::graph

@@ -20,4 +20,7 @@ using SubgraphInputs = std::vector<std::pair<int, Input>>;
 Graph subgraph(const Graph& g, const SubgraphInputs& inputs, std::span<const int> nodes,
                std::span<const int> outputs);
 
+// The nodes `values` depend on, directly or through other nodes, as a mask over g.nodes.
+std::vector<bool> nodes_feeding(const Graph& g, std::span<const int> values);
+
 }  // namespace kiln::graph

@@ -1,6 +1,8 @@
 // The partitioner's first phase: what each joint node and value is (see partition_phases.h).
 #include "jit/aot/partition_phases.h"
 
+#include "graph/subgraph.h"
+
 namespace kiln::jit::partition_phases {
 
 using graph::Graph;
@@ -49,18 +51,8 @@ void mark_tangents(const JointGraph& joint, JointRoles& r) {
 // What the forward must compute: its outputs and everything they read.
 void mark_forward(const JointGraph& joint, JointRoles& r) {
   const Graph& g = joint.graph;
-  std::vector<int> stack(g.outputs.begin(), g.outputs.begin() + joint.num_forward_outputs);
-  std::vector<bool> seen(g.values.size(), false);
-  while (!stack.empty()) {
-    int v = stack.back();
-    stack.pop_back();
-    if (seen[v]) continue;
-    seen[v] = true;
-    int p = g.values[v].producer;
-    if (p < 0) continue;
-    r.forward_node[p] = true;
-    for (int u : g.nodes[p].inputs) stack.push_back(u);
-  }
+  r.forward_node = graph::nodes_feeding(
+      g, std::span(g.outputs).first(static_cast<std::size_t>(joint.num_forward_outputs)));
 }
 
 // What the backward reads of the forward's values.

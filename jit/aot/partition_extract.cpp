@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "graph/subgraph.h"
 #include "jit/aot/partition_phases.h"
 
 namespace kiln::jit::partition_phases {
@@ -124,19 +125,7 @@ ForwardSlice extract_forward(const JointGraph& joint, const JointRoles& roles,
   ForwardSlice slice;
   slice.outputs.assign(g.outputs.begin(), g.outputs.begin() + joint.num_forward_outputs);
   for (const auto& s : saved) slice.outputs.push_back(s.joint_value);
-  slice.node_set.assign(g.nodes.size(), false);
-  std::vector<bool> seen(g.values.size(), false);
-  std::vector<int> stack = slice.outputs;
-  while (!stack.empty()) {
-    int v = stack.back();
-    stack.pop_back();
-    if (seen[v]) continue;
-    seen[v] = true;
-    int p = g.values[v].producer;
-    if (p < 0) continue;
-    slice.node_set[p] = true;
-    for (int u : g.nodes[p].inputs) stack.push_back(u);
-  }
+  slice.node_set = graph::nodes_feeding(g, slice.outputs);
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
     if (slice.node_set[i]) slice.nodes.push_back(static_cast<int>(i));
   for (const auto& in : g.inputs)
