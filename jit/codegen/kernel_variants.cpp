@@ -13,9 +13,10 @@ struct KernelVariants::Slots {
   std::string name;
   std::vector<std::once_flag> once;
   std::vector<KernelHandle> handles;
-  std::vector<std::atomic<bool>> launched;
+  // Set once a slot's handle is made (read without the once flag: rendered() may race get()).
+  std::vector<std::atomic<bool>> made, launched;
   Slots(std::string n, int count)
-      : name(std::move(n)), once(count), handles(count), launched(count) {}
+      : name(std::move(n)), once(count), handles(count), made(count), launched(count) {}
 };
 
 KernelVariants::KernelVariants(std::string name, int count)
@@ -25,12 +26,16 @@ const KernelHandle& KernelVariants::get(int slot, const std::function<KernelHand
   KILN_CHECK(slots_ && slot >= 0 && slot < count(), "codegen: no variant {} of kernel '{}'", slot,
              slots_ ? slots_->name : std::string("(none)"));
   Slots& s = *slots_;
-  std::call_once(s.once[slot], [&] { s.handles[slot] = make(); });
+  std::call_once(s.once[slot], [&] {
+    s.handles[slot] = make();
+    s.made[slot].store(true, std::memory_order_release);
+  });
   return s.handles[slot];
 }
 
 bool KernelVariants::rendered(int slot) const {
-  return slots_ && slot >= 0 && slot < count() && !slots_->handles[slot].empty();
+  return slots_ && slot >= 0 && slot < count() &&
+         slots_->made[slot].load(std::memory_order_acquire);
 }
 
 bool KernelVariants::first_launch(int slot) const {
