@@ -13,6 +13,7 @@
 #include "graph/fusion.h"
 #include "jit/codegen/attention.h"
 #include "jit/codegen/kernel_variants.h"
+#include "jit/codegen/launch_stats.h"
 #include "jit/codegen/pointwise.h"
 #include "jit/codegen/pointwise_schedule.h"
 #include "jit/codegen/reduction.h"
@@ -239,12 +240,15 @@ BOOST_AUTO_TEST_CASE(scoped_limits_come_back_after_a_throw) {
 }
 
 BOOST_AUTO_TEST_CASE(kiln_log_kernels_names_each_schedule_and_why) {
-  test::ScopedEnv log("KILN_LOG", "kernels");
-  reload_log_settings();
-  std::string text = test::capture_output(2, [] {
-    auto f = jit::compile([](const Tensor& a) { return softmax(a * 3.0, 1) + 1.0; });
-    f(randn({37, 96}).to(Device::cuda())).to(Device::cpu());
-  });
+  std::string text;
+  {
+    test::ScopedEnv log("KILN_LOG", "kernels");
+    reload_log_settings();
+    text = test::capture_output(2, [] {
+      auto f = jit::compile([](const Tensor& a) { return softmax(a * 3.0, 1) + 1.0; });
+      f(randn({37, 96}).to(Device::cuda())).to(Device::cpu());
+    });
+  }
   reload_log_settings();
   BOOST_TEST(
       text.find("expected schedule warp_per_row/vector at the traced sizes") != std::string::npos,
@@ -255,26 +259,51 @@ BOOST_AUTO_TEST_CASE(kiln_log_kernels_names_each_schedule_and_why) {
 }
 
 BOOST_AUTO_TEST_CASE(kiln_log_kernels_names_gemm_and_attention_schedules) {
-  test::ScopedEnv log("KILN_LOG", "kernels");
-  reload_log_settings();
-  std::string text = test::capture_output(2, [] {
-    // A last dim with stride 2 is neither row- nor column-major: cuBLASLt's rules refuse it and
-    // the generated GEMM takes the call, on tensor cores, its a operand's rows strided.
-    Tensor a = randn({24, 96}).to(DType::bf16).to(Device::cuda()).slice(1, 0, 96, 2);
-    Tensor b = randn({48, 40}).to(DType::bf16).to(Device::cuda());
-    matmul(a, b).to(Device::cpu());
-    // Head dim 48 (padded to 48): a forward kernel of its own, rendered here first.
-    Tensor q = randn({1, 1, 20, 48}).to(DType::bf16).to(Device::cuda());
-    Tensor k = randn({1, 1, 30, 48}).to(DType::bf16).to(Device::cuda());
-    codegen::AttentionCall call{q, k, k, std::nullopt, 0.125, false};
-    codegen::attention_forward(call).out.to(Device::cpu());
-  });
+  std::string text;
+  {
+    test::ScopedEnv log("KILN_LOG", "kernels");
+    reload_log_settings();
+    text = test::capture_output(2, [] {
+      // A last dim with stride 2 is neither row- nor column-major: cuBLASLt's rules refuse it and
+      // the generated GEMM takes the call, on tensor cores, its a operand's rows strided.
+      Tensor a = randn({24, 96}).to(DType::bf16).to(Device::cuda()).slice(1, 0, 96, 2);
+      Tensor b = randn({48, 40}).to(DType::bf16).to(Device::cuda());
+      matmul(a, b).to(Device::cpu());
+      // Head dim 48 (padded to 48): a forward kernel of its own, rendered here first.
+      Tensor q = randn({1, 1, 20, 48}).to(DType::bf16).to(Device::cuda());
+      Tensor k = randn({1, 1, 30, 48}).to(DType::bf16).to(Device::cuda());
+      codegen::AttentionCall call{q, k, k, std::nullopt, 0.125, false};
+      codegen::attention_forward(call).out.to(Device::cpu());
+    });
+  }
   reload_log_settings();
   BOOST_TEST(text.find("schedule tensor-core (mma.m16n8k16) tiles of 64 x 64") != std::string::npos,
              text);
   BOOST_TEST(text.find("an operand's rows are strided or not 16-byte aligned") != std::string::npos,
              text);
   BOOST_TEST(text.find("warps (16 rows each), streamed") != std::string::npos, text);
+}
+
+BOOST_AUTO_TEST_CASE(a_warm_attention_launch_looks_nothing_up_by_name) {
+  // Head dim 24 (padded to 32): kernels no other case of this suite resolves. The first calls
+  // find them by name; later calls by their variant alone.
+  Tensor q = randn({1, 2, 20, 24}).to(DType::bf16).to(Device::cuda());
+  Tensor k = randn({1, 2, 30, 24}).to(DType::bf16).to(Device::cuda());
+  Tensor dout = randn({1, 2, 20, 24}).to(DType::bf16).to(Device::cuda());
+  codegen::AttentionCall call{q, k, k, std::nullopt, 0.2, true};
+  auto& lookups = codegen::launch_stats().named_lookups;
+  std::int64_t cold = lookups.load();
+  auto fwd = codegen::attention_forward(call);
+  auto grads = codegen::attention_backward(call, fwd.out, fwd.lse, dout);
+  BOOST_TEST(lookups.load() - cold == 2);  // the forward's kernel and the backward's
+  std::int64_t warm = lookups.load();
+  for (int i = 0; i < 3; ++i) {
+    auto again = codegen::attention_forward(call);
+    codegen::attention_backward(call, again.out, again.lse, dout);
+    BOOST_TEST(test::relative_error(again.out, fwd.out) == 0.0);
+  }
+  BOOST_TEST(lookups.load() == warm);
+  BOOST_TEST(grads.dq.defined());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

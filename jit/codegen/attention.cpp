@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -172,7 +174,7 @@ void log_tiling(const std::string& name, const Tiling& t) {
 
 // Each kernel is rendered once per process (its name says its dtype, head dims and tiles) and
 // resolved at its first launch.
-Launchable kernel_for(Kernel kind, const Variant& v) {
+Launchable named_kernel_for(Kernel kind, const Variant& v) {
   int elem = static_cast<int>(itemsize(v.dtype));
   Tiling t = tiling_for(kind, elem, padded(v.head_qk), padded(v.head_v));
   std::string name = kernel_name(kind, v, t);
@@ -182,6 +184,49 @@ Launchable kernel_for(Kernel kind, const Variant& v) {
                             return render(kind, v, t, name);
                           }),
           t};
+}
+
+// Every field of a kernel's variant in one word: what a warm launch looks its kernel up by.
+std::uint64_t variant_key(Kernel kind, const Variant& v) {
+  std::uint64_t key = kind == Kernel::backward;
+  auto put = [&](std::uint64_t value, int bits) { key = key << bits | value; };
+  put(static_cast<std::uint64_t>(v.dtype), 5);
+  put(static_cast<std::uint64_t>(v.head_qk), 12);
+  put(static_cast<std::uint64_t>(v.head_v), 12);
+  put(v.mask ? 1 + static_cast<std::uint64_t>(*v.mask) : 0, 6);
+  put(v.vector_loads, 1);
+  put(static_cast<std::uint64_t>(v.batch_rank), 8);
+  put(v.tf32, 1);
+  return key;
+}
+
+// A warm launch's kernel without a name, a string or a lock: the variants already resolved, by
+// key, in a table of atomic slots (open addressing; entries live as long as the process). A
+// variant that finds no slot, or none free, takes the named path.
+Launchable kernel_for(Kernel kind, const Variant& v) {
+  struct Entry {
+    std::uint64_t key;
+    Launchable launchable;
+  };
+  constexpr std::size_t kSlots = 256;
+  static std::array<std::atomic<const Entry*>, kSlots> table{};
+  const std::uint64_t key = variant_key(kind, v);
+  const std::size_t home = (key * 0x9E3779B97F4A7C15ull) >> 56;  // the top 8 bits: 256 slots
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    const Entry* e = table[(home + i) % kSlots].load(std::memory_order_acquire);
+    if (!e) break;
+    if (e->key == key) return e->launchable;
+  }
+  Launchable found = named_kernel_for(kind, v);
+  const Entry* entry = new Entry{key, found};
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    const Entry* expected = nullptr;
+    auto& slot = table[(home + i) % kSlots];
+    if (slot.compare_exchange_strong(expected, entry, std::memory_order_acq_rel)) return found;
+    if (expected->key == key) break;  // another thread published the same variant
+  }
+  delete entry;
+  return found;
 }
 
 Shape batch_of(const Tensor& t) {

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "jit/codegen/launch_stats.h"
 #include "runtime/error.h"
 
 namespace kiln::jit::codegen {
@@ -52,6 +53,7 @@ const KernelHandle& kernel_by_name(const std::string& name,
   // Never destroyed: handles outlive static destructors that may still launch.
   static auto* handles = new std::map<std::string, KernelHandle>;
   std::lock_guard lock(mutex);
+  ++launch_stats().named_lookups;
   auto it = handles->find(name);
   if (it == handles->end()) it = handles->emplace(name, KernelHandle(name, render())).first;
   return it->second;

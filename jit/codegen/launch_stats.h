@@ -28,6 +28,9 @@ struct LaunchStats {
   // Row-reduction launches per variant (reduction_schedule.h: ReductionVariant::index()): which
   // forms and layouts a workload's schedules took.
   std::array<std::atomic<std::int64_t>, 8> reduction_variants{};
+  // Lookups of kernels by name (kernel_by_name: a string key under a process-wide lock), which a
+  // warm attention launch makes none of.
+  std::atomic<std::int64_t> named_lookups{0};
 };
 
 LaunchStats& launch_stats();
