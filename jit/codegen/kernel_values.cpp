@@ -112,6 +112,8 @@ void LaunchScratch::clear() {
   pointers.clear();
   numbers.clear();
   params.clear();
+  read_access.clear();
+  write_access.clear();
 }
 
 LaunchScratch::Lease::Lease() {

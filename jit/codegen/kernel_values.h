@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "jit/codegen/pointwise_layout.h"
 #include "runtime/cuda/backend.h"
 
 namespace kiln::jit::codegen {
@@ -52,14 +53,16 @@ void domain_strides_into(const Tensor& t, const std::vector<int>& frame_dims,
                          std::span<long long> strides);
 
 // Buffers a launch fills with its arguments, one set per thread and reused, so a warm reduction
-// launch allocates nothing but its outputs (pointwise launches do not use them yet). A Lease hands this thread's set out (a fresh one if it is
-// in use: a launch inside a launch's argument building).
+// launch allocates nothing but its outputs (pointwise launches do not use them yet). A Lease hands
+// this thread's set out (a fresh one if it is in use: a launch inside a launch's argument
+// building).
 struct LaunchScratch {
   std::vector<int> kept, reduced;
   std::vector<long long> packed, strides, out_strides;
   std::vector<cuda::DevicePtr> pointers;
   std::vector<std::array<unsigned char, 8>> numbers;
   std::vector<void*> params;
+  std::vector<TensorAccess> read_access, write_access;  // where each tensor starts, for schedules
 
   class Lease {
    public:

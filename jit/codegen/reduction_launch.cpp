@@ -82,12 +82,8 @@ std::vector<Tensor> allocate_outputs(const graph::Graph& g, const ReductionKerne
   return outs;
 }
 
-std::vector<TensorAccess> accesses(const std::vector<Tensor>& tensors) {
-  std::vector<TensorAccess> out;
-  out.reserve(tensors.size());
-  for (const Tensor& t : tensors)
-    out.push_back({reinterpret_cast<std::uintptr_t>(t.raw_data()), itemsize(t.dtype())});
-  return out;
+TensorAccess access_of(const Tensor& t) {
+  return {reinterpret_cast<std::uintptr_t>(t.raw_data()), itemsize(t.dtype())};
 }
 
 // The handle of the variant `s` names, rendered on its first launch; KILN_LOG=kernels says
@@ -127,12 +123,10 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   for (int v : kernel.scalars) sc.numbers.push_back(number_argument(values.at(v)));
   std::vector<Tensor> outs = allocate_outputs(g, kernel, domain, sc);
 
-  std::vector<TensorAccess> read_access, write_access = accesses(outs);
-  for (const auto& r : kernel.reads)
-    read_access.push_back({reinterpret_cast<std::uintptr_t>(values.at(r.value).raw_data()),
-                           itemsize(values.at(r.value).dtype())});
-  const ReductionGeometry call{domain,     sc.kept,        sc.reduced,  rows,        cols,
-                               sc.strides, sc.out_strides, read_access, write_access};
+  for (const auto& r : kernel.reads) sc.read_access.push_back(access_of(values.at(r.value)));
+  for (const Tensor& o : outs) sc.write_access.push_back(access_of(o));
+  const ReductionGeometry call{domain,     sc.kept,        sc.reduced,     rows,           cols,
+                               sc.strides, sc.out_strides, sc.read_access, sc.write_access};
   const ScheduleLimits& limits = schedule_limits();
   const long long sms = cuda::backend().properties(0).sm_count;
   const ReductionSchedule s = schedule_reduction(kernel, call, sms, limits);
