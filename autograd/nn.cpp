@@ -177,6 +177,22 @@ void Module::to(Device device) {
   });
 }
 
+void Module::to(DType dtype) {
+  KILN_CHECK(is_floating(dtype), "Module::to: {} is not a floating dtype", dtype);
+  NoGradGuard no_grad;
+  std::map<const TensorImpl*, Tensor> converted;  // keeps tied slots tied
+  visit_slots("", [&](const std::string&, const Slot& s) {
+    if (!s.tensor->defined() || !is_floating(s.tensor->dtype()) || s.tensor->dtype() == dtype)
+      return;
+    auto [it, fresh] = converted.try_emplace(&s.tensor->impl());
+    if (fresh) {
+      it->second = s.tensor->to(dtype).detach();
+      if (s.parameter) it->second.requires_grad_(true);
+    }
+    *s.tensor = it->second;
+  });
+}
+
 void Module::register_parameter(const std::string& name, Tensor& slot) {
   KILN_CHECK(slot.defined(), "register_parameter: '{}' holds no tensor", name);
   slot.requires_grad_(true);

@@ -55,6 +55,9 @@ class Module {
   // Moves every parameter and buffer to `device` (new leaves in the same slots; tied tensors
   // stay tied). Build optimizers after moving, as in PyTorch: they hold the tensors.
   void to(Device device);
+  // Converts every floating parameter and buffer to the floating `dtype` (integer and bool
+  // buffers are left alone, as in PyTorch's Module.to(dtype)); the same new-leaf rules as above.
+  void to(DType dtype);
 
  protected:
   // Makes the tensor in `slot` a leaf that requires grad, and registers the slot as `name`.

@@ -258,6 +258,37 @@ BOOST_AUTO_TEST_CASE(tied_parameters_are_listed_once_but_saved_under_both_names)
   BOOST_TEST(!m.enc.weight.grad().defined());
 }
 
+BOOST_AUTO_TEST_CASE(to_dtype_converts_floating_state_keeps_integers_and_ties) {
+  Generator gen(7);
+  Net net(&gen);
+  std::vector<double> weight_before = values(net.block.fc.weight);
+  net.to(DType::f32);
+  for (const auto& [name, t] : net.state_dict())
+    BOOST_TEST(t.dtype() == (name == "steps" ? DType::i64 : DType::f32), name);
+  for (const Tensor& p : net.parameters()) {
+    BOOST_TEST(p.requires_grad());
+    BOOST_TEST(!p.grad_fn());
+  }
+  std::vector<double> weight_after = values(net.block.fc.weight);
+  BOOST_REQUIRE(weight_after.size() == weight_before.size());
+  for (std::size_t i = 0; i < weight_before.size(); ++i)
+    BOOST_TEST(weight_after[i] == static_cast<double>(static_cast<float>(weight_before[i])));
+
+  Tied tied;
+  tied.to(DType::f32);
+  BOOST_TEST(&tied.enc.weight.impl() == &tied.dec.weight.impl());
+  BOOST_TEST(tied.parameters().size() == 1u);
+
+  try {
+    net.to(DType::i32);
+    BOOST_FAIL("converting a module to i32 did not fail");
+  } catch (const Error& e) {
+    BOOST_TEST(
+        std::string(e.what()).find("Module::to: i32 is not a floating dtype") != std::string::npos,
+        e.what());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(an_empty_buffer_is_not_saved_not_required_and_filled_by_a_load) {
   TempDir dir;
   Lazy m;
