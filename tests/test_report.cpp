@@ -12,11 +12,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
 
 #include "autograd/ops.h"
+#include "cache/kernel_key.h"
 #include "demos/gpt_model.h"
 #include "jit/compile.h"
 #include "jit/report/html.h"
@@ -91,11 +93,16 @@ Tensor head(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& w2)
   return softmax(matmul(gelu(matmul(x, w) + b, GeluApproximation::tanh), w2), -1);
 }
 
-// The distinct kernel sources a plan launches, as its steps hold them.
+// The distinct kernels a plan launches (sources of the same code are one), one source each.
 std::set<std::string> kernel_sources(const jit::KernelPlan& plan) {
-  std::set<std::string> out;
+  std::map<std::string, std::string> by_code;
   for (const auto& s : plan.steps())
-    if (const auto* k = s.as<jit::KernelStep>()) out.insert(k->kernel.expected_kernel().source());
+    if (const auto* k = s.as<jit::KernelStep>()) {
+      const std::string& source = k->kernel.expected_kernel().source();
+      by_code.emplace(cache::kernel_code(source), source);
+    }
+  std::set<std::string> out;
+  for (const auto& [code, source] : by_code) out.insert(source);
   return out;
 }
 

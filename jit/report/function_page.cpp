@@ -13,6 +13,9 @@ namespace kiln::jit::report {
 
 namespace {
 
+// Larger group pictures are drawn when their section is opened.
+constexpr std::size_t kGroupsDrawnAtLoad = 200;
+
 std::string resource(long v) {
   return v < 0 ? std::string("<span class=\"muted\">n/a</span>") : std::to_string(v);
 }
@@ -51,7 +54,14 @@ std::string graph_section(const GraphFacts& g) {
       "library call (cuBLASLt), an octagon attention, a red border a fallback, dashed a host "
       "view. An edge is a value the fuser did not fuse, labelled with its reason (hover for all "
       "reasons). Click a group to list its nodes.</p>\n";
-  if (!g.groups_svg.empty()) {
+  if (!g.groups_svg.empty() && g.groups.size() > kGroupsDrawnAtLoad) {
+    // Drawn when opened: a page of a deep model opens without laying out thousands of boxes.
+    out += fmt::format(
+        "<details class=\"lazy-picture\" id=\"{}-picture\"><summary>the graph picture ({} "
+        "groups; drawn when opened)</summary><template>{}</template><div "
+        "class=\"picture\"></div></details>\n",
+        g.id, g.groups.size(), g.groups_svg);
+  } else if (!g.groups_svg.empty()) {
     out += "<div class=\"picture\">" + g.groups_svg + "</div>\n";
   } else {
     out += fmt::format("<p class=\"warn\">No picture: {}. The fusion as text:</p><pre>{}</pre>\n",
@@ -138,7 +148,9 @@ std::string plan_section(const ProgramFacts& p, const Profiles& profiles, const 
   std::string out = fmt::format(
       "<section class=\"plan\" id=\"{}-plan\"><h3>{} plan: {} steps, {} launches per call, {} "
       "generated kernels{}</h3>\n<p class=\"muted\">Intermediates at the traced sizes: {} at "
-      "peak. Bars: {}.</p>\n<table><tr><th>#</th><th>step</th><th>group</th><th>what</th><th "
+      "peak. Bars: {}.</p>\n<label><input type=\"checkbox\" class=\"show-views\"> show the {} "
+      "host views (stride changes on the host, no launch)</label>\n<table "
+      "class=\"hide-views\"><tr><th>#</th><th>step</th><th>group</th><th>what</th><th "
       "class=\"num\">ideal bytes</th>{}<th>cost</th></tr>\n",
       id, escape(p.title), p.steps.size(), p.launches(), p.kernels.size(),
       p.fallbacks() ? fmt::format(", <span class=\"warn\">{} fallbacks</span>", p.fallbacks()) : "",
@@ -146,6 +158,8 @@ std::string plan_section(const ProgramFacts& p, const Profiles& profiles, const 
       profiled ? "modeled H100 time per launch (KILN_PROFILE=1)"
                : "the bytes each step must move at least (run with KILN_PROFILE=1 for the "
                  "modeled time)",
+      std::count_if(p.steps.begin(), p.steps.end(),
+                    [](const StepFacts& s) { return s.kind == "host view"; }),
       profiled ? "<th class=\"num\">DRAM bytes</th><th class=\"num\">issue slots</th><th "
                  "class=\"num\">modeled</th><th>bound</th>"
                : "");
@@ -166,8 +180,12 @@ std::string plan_section(const ProgramFacts& p, const Profiles& profiles, const 
                       s.ideal_bytes ? pf->dram_bytes / static_cast<double>(s.ideal_bytes) : 0.0,
                       pf->issue_slots, pf->modeled_us, pf->bound)
                 : "<td></td><td></td><td></td><td></td>";
+    std::string row_class = s.kind == "host view" ? "step-view"
+                            : s.kernel >= 0       ? "step-kernel"
+                                                  : "step-other";
+    if (s.absorbed) row_class += " absorbed";
     out += fmt::format(
-        "<tr class=\"step step-{}{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td "
+        "<tr class=\"step {}{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td "
         "class=\"num\">{}</td>{}<td>{}</td></tr>\n",
         s.kernel >= 0 ? "kernel" : "other",
         max_cost > 0 && cost >= 0.5 * max_cost ? " expensive" : "", i, escape(s.kind), s.group,

@@ -27,6 +27,7 @@ code,pre{font-family:ui-monospace,Menlo,Consolas,monospace}
 .k-kw{color:#0033b3;font-weight:600}.k-ty{color:#00796b}.k-cm{color:#8c8c8c;font-style:italic}
 .k-nu{color:#1750eb}.k-pp{color:#9e880d}.k-st{color:#067d17}
 .bar{vertical-align:middle}tr.expensive td{background:#fff4e5}
+table.hide-views tr.step-view{display:none}tr.absorbed td{color:#999}
 nav a{margin-right:1em}
 )css";
 
@@ -35,8 +36,13 @@ nav a{margin-right:1em}
 constexpr std::string_view kScript = R"js(
 (function(){
   function toggle(id){var d=document.getElementById('detail-'+id);if(d)d.classList.toggle('open');}
-  document.querySelectorAll('.picture svg g.node').forEach(function(g){
-    if(!g.id)return;g.addEventListener('click',function(){toggle(g.id);});});
+  function clickable(root){root.querySelectorAll('svg g.node').forEach(function(g){
+    if(!g.id)return;g.addEventListener('click',function(){toggle(g.id);});});}
+  document.querySelectorAll('.picture').forEach(clickable);
+  document.querySelectorAll('details.lazy-picture').forEach(function(d){
+    d.addEventListener('toggle',function(){
+      var t=d.querySelector('template'),p=d.querySelector('.picture');
+      if(!d.open||!t||!p||p.firstChild)return;p.appendChild(t.content.cloneNode(true));clickable(p);});});
   var KW=/^(?:if|else|for|while|do|return|break|continue|switch|case|default|const|constexpr|static|inline|extern|template|typename|struct|using|namespace|__global__|__device__|__shared__|__restrict__|__forceinline__|__launch_bounds__|__syncthreads|volatile|sizeof|true|false)$/;
   var TY=/^(?:void|bool|char|short|int|long|unsigned|signed|float|double|half|__half|__nv_bfloat16|float2|float4|int2|int4|size_t|uint32_t|uint64_t|int32_t|int64_t|dim3|auto)$/;
   function esc(s){return s.replace(/&/g,'&amp;').replace(/</g,'&lt;').replace(/>/g,'&gt;');}
@@ -53,7 +59,11 @@ constexpr std::string_view kScript = R"js(
   document.querySelectorAll('details.kernel').forEach(function(d){
     d.addEventListener('toggle',function(){if(d.open)d.querySelectorAll('pre.src').forEach(highlight);});
     if(d.open)d.querySelectorAll('pre.src').forEach(highlight);});
+  document.querySelectorAll('input.show-views').forEach(function(box){
+    box.addEventListener('change',function(){
+      var t=box.parentNode.nextElementSibling;if(t)t.classList.toggle('hide-views',!box.checked);});});
   window.kilnHighlight=highlight;
+  document.body.setAttribute('data-ready-ms',String(Math.round(performance.now())));
   document.body.setAttribute('data-report-ready','1');
 })();
 )js";

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "cache/disk_cache.h"
+#include "cache/kernel_key.h"
 #include "cache/kernel_store.h"
 #include "jit/codegen/codegen_version.h"
 #include "jit/report/graph_svg.h"
@@ -170,8 +171,11 @@ ProgramFacts collect_program(const graph::Graph& g, const graph::Partition& fusi
     }
     if (const auto* k = s.as<KernelStep>()) {
       const auto& handle = k->kernel.expected_kernel();
+      // Kernels of the same code (sources that differ in comments only: the layers of a
+      // model) are one kernel, as the cache keys them.
+      std::string code = cache::kernel_code(handle.source());
       for (std::size_t j = 0; j < p.kernels.size() && st.kernel < 0; ++j)
-        if (p.kernels[j].source == handle.source()) st.kernel = static_cast<int>(j);
+        if (cache::kernel_code(p.kernels[j].source) == code) st.kernel = static_cast<int>(j);
       if (st.kernel < 0) {
         st.kernel = static_cast<int>(p.kernels.size());
         p.kernels.push_back(kernel_facts(handle.name(), handle.source()));
