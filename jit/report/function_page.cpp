@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "jit/report/graph_svg.h"
 #include "jit/report/html.h"
@@ -22,9 +24,18 @@ std::string resource(long v) {
 
 const ProfileFacts* profile_of(const Profiles& profiles, const ProgramFacts& p,
                                const StepFacts& s) {
-  if (s.kernel < 0) return nullptr;
-  auto it = profiles.find(p.kernels[s.kernel].name);
-  return it == profiles.end() ? nullptr : &it->second;
+  if (s.kernel >= 0) {
+    auto it = profiles.find(p.kernels[s.kernel].name);
+    return it == profiles.end() ? nullptr : &it->second;
+  }
+  if (s.kernel_prefix.empty()) return nullptr;
+  const ProfileFacts* found = nullptr;
+  for (auto it = profiles.lower_bound(s.kernel_prefix);
+       it != profiles.end() && it->first.starts_with(s.kernel_prefix); ++it) {
+    if (found) return nullptr;  // several: which one this step ran is not known here
+    found = &it->second;
+  }
+  return found;
 }
 
 std::string entries_section(const FunctionFacts& f) {
@@ -45,6 +56,25 @@ std::string entries_section(const FunctionFacts& f) {
   return out + "</table></section>\n";
 }
 
+// The cut edges counted by reason, values and shapes left out: what keeps the launch count up.
+std::string reasons_table(const GraphFacts& g) {
+  static const std::regex value("%\\d+"), shape("\\[[^\\]]*\\]");
+  std::map<std::string, int> counts;
+  for (const auto& c : g.cuts)
+    ++counts[std::regex_replace(std::regex_replace(c.reason, value, "%v"), shape, "[..]")];
+  std::vector<std::pair<int, std::string>> order;
+  for (const auto& [reason, n] : counts) order.push_back({n, reason});
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string out =
+      "<table class=\"cut-reasons\"><tr><th class=\"num\">cut edges</th><th>why "
+      "the fuser cut them</th></tr>\n";
+  for (const auto& [n, reason] : order)
+    out += fmt::format("<tr><td class=\"num\">{}</td><td class=\"reason\">{}</td></tr>\n", n,
+                       escape(reason));
+  return out + "</table>\n";
+}
+
 std::string graph_section(const GraphFacts& g) {
   std::string out = fmt::format(
       "<section class=\"graph\" id=\"{}-graph\"><h3>{} ({} nodes, {} groups, {} cut edges)</h3>\n",
@@ -54,6 +84,7 @@ std::string graph_section(const GraphFacts& g) {
       "library call (cuBLASLt), an octagon attention, a red border a fallback, dashed a host "
       "view. An edge is a value the fuser did not fuse, labelled with its reason (hover for all "
       "reasons). Click a group to list its nodes.</p>\n";
+  out += reasons_table(g);
   if (!g.groups_svg.empty() && g.groups.size() > kGroupsDrawnAtLoad) {
     // Drawn when opened: a page of a deep model opens without laying out thousands of boxes.
     out += fmt::format(
@@ -145,16 +176,23 @@ std::string plan_section(const ProgramFacts& p, const Profiles& profiles, const 
     profiled = profiled || pf;
     max_cost = std::max(max_cost, pf ? pf->modeled_us : static_cast<double>(s.ideal_bytes));
   }
+  std::map<std::string, int> kinds;
+  for (const auto& s : p.steps)
+    if (s.launches()) ++kinds[s.kind];
+  std::string breakdown;
+  for (const auto& [kind, n] : kinds)
+    breakdown += fmt::format("{}{} {}", breakdown.empty() ? "" : ", ", n, kind);
   std::string out = fmt::format(
       "<section class=\"plan\" id=\"{}-plan\"><h3>{} plan: {} steps, {} launches per call, {} "
-      "generated kernels{}</h3>\n<p class=\"muted\">Intermediates at the traced sizes: {} at "
+      "generated kernels{}</h3>\n<p>Launches: {}.</p>\n<p class=\"muted\">Intermediates at the "
+      "traced sizes: {} at "
       "peak. Bars: {}.</p>\n<label><input type=\"checkbox\" class=\"show-views\"> show the {} "
       "host views (stride changes on the host, no launch)</label>\n<table "
       "class=\"hide-views\"><tr><th>#</th><th>step</th><th>group</th><th>what</th><th "
       "class=\"num\">ideal bytes</th>{}<th>cost</th></tr>\n",
       id, escape(p.title), p.steps.size(), p.launches(), p.kernels.size(),
       p.fallbacks() ? fmt::format(", <span class=\"warn\">{} fallbacks</span>", p.fallbacks()) : "",
-      format_bytes(p.peak_bytes),
+      breakdown.empty() ? "none" : escape(breakdown), format_bytes(p.peak_bytes),
       profiled ? "modeled H100 time per launch (KILN_PROFILE=1)"
                : "the bytes each step must move at least (run with KILN_PROFILE=1 for the "
                  "modeled time)",
@@ -226,6 +264,45 @@ std::string kernels_section(const ProgramFacts& p, const Profiles& profiles,
   return out + "</section>\n";
 }
 
+// The steps that cost most, across the entry's plans: by modeled time when the profiler measured
+// them, else by the bytes they must move.
+std::string expensive_steps(const EntryFacts& e, const Profiles& profiles) {
+  struct Row {
+    double cost;
+    const ProgramFacts* program;
+    std::size_t step;
+  };
+  std::vector<Row> rows;
+  bool profiled = false;
+  for (const auto& p : e.programs)
+    for (const auto& s : p.steps) profiled = profiled || profile_of(profiles, p, s);
+  for (const auto& p : e.programs)
+    for (std::size_t i = 0; i < p.steps.size(); ++i) {
+      const StepFacts& s = p.steps[i];
+      if (!s.launches()) continue;
+      const ProfileFacts* pf = profile_of(profiles, p, s);
+      if (profiled && !pf) continue;
+      rows.push_back({pf ? pf->modeled_us : static_cast<double>(s.ideal_bytes), &p, i});
+    }
+  if (rows.empty()) return {};
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.cost > b.cost; });
+  std::string out = fmt::format(
+      "<section class=\"expensive-steps\" id=\"entry-{}-expensive\"><h3>Most expensive "
+      "steps</h3>\n<table><tr><th>plan</th><th>#</th><th>what</th><th class=\"num\">{}</th>"
+      "</tr>\n",
+      e.index, profiled ? "modeled H100 time per launch" : "ideal bytes");
+  for (std::size_t i = 0; i < rows.size() && i < 8; ++i) {
+    const StepFacts& s = rows[i].program->steps[rows[i].step];
+    out += fmt::format(
+        "<tr><td>{}</td><td><a href=\"#{}-plan\">{}</a></td><td>{}</td><td "
+        "class=\"num\">{}</td></tr>\n",
+        escape(rows[i].program->title), rows[i].program->graph.id, rows[i].step, escape(s.note),
+        profiled ? fmt::format("{:.2f} us", rows[i].cost) : format_bytes(s.ideal_bytes));
+  }
+  return out + "</table></section>\n";
+}
+
 std::string entry_section(const EntryFacts& e, const Profiles& profiles) {
   std::string out = fmt::format(
       "<section class=\"entry\" id=\"entry-{0}\"><h2>Entry {0}</h2>\n<p>Traced because: <span "
@@ -233,6 +310,7 @@ std::string entry_section(const EntryFacts& e, const Profiles& profiles) {
       "call.</p>\n<details class=\"guards\"><summary>guards</summary><pre>{5}</pre></details>\n",
       e.index, escape(e.reason), e.compile_ms, escape(e.runs_as), e.launches_per_call(),
       escape(e.guards));
+  out += expensive_steps(e, profiles);
   for (const auto& p : e.programs) out += graph_section(p.graph);
   if (e.training) out += partition_section(e);
   for (const auto& p : e.programs) {

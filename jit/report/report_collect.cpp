@@ -163,6 +163,9 @@ ProgramFacts collect_program(const graph::Graph& g, const graph::Partition& fusi
     st.note = s.note;
     st.absorbed = absorbed.contains(static_cast<int>(i));
     if (const auto* fb = s.as<FallbackStep>()) st.reason = fb->reason;
+    if (s.as<AttentionStep>() && !s.nodes.empty())
+      st.kernel_prefix =
+          g.nodes[s.nodes.front()].op == OpId::attention ? "k_attention_fwd_" : "k_attention_bwd_";
     for (int n : s.nodes) st.nodes.push_back(node_line(g, n));
     if (st.kind != "host view") {
       std::set<int> touched(group.inputs.begin(), group.inputs.end());
@@ -205,7 +208,7 @@ EntryFacts collect_entry(const EntryParts& parts) {
                                          "backward", fmt::format("e{}b", parts.index)));
   } else if (parts.plan) {
     e.runs_as = "generated kernels";
-    e.programs.push_back(collect_program(parts.graph, parts.fusion, *parts.plan, "plan",
+    e.programs.push_back(collect_program(parts.graph, parts.fusion, *parts.plan, "inference",
                                          fmt::format("e{}p", parts.index)));
   } else {
     e.runs_as = parts.aot_fallback.empty()

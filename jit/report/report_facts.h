@@ -24,9 +24,12 @@ struct KernelFacts {
 struct StepFacts {
   std::string kind;  // kernel, cuBLASLt, attention, host view, eager, fallback
   int group = -1;
-  std::string note;                // KernelPlan::str()'s line
-  std::string reason;              // a fallback's reason
-  int kernel = -1;                 // index into ProgramFacts::kernels, or -1
+  std::string note;    // KernelPlan::str()'s line
+  std::string reason;  // a fallback's reason
+  int kernel = -1;     // index into ProgramFacts::kernels, or -1
+  // An attention step's kernels are chosen per call: the prefix of their names, by which the
+  // profile finds them when one kernel of the process has it.
+  std::string kernel_prefix;
   bool absorbed = false;           // computed by a library call's epilogue: not launched
   std::int64_t ideal_bytes = 0;    // its group's inputs and outputs, once each, at traced sizes
   std::vector<std::string> nodes;  // "%3 = add(%1, %2)"

@@ -54,14 +54,16 @@ std::string page_name(Registry& r, const std::string& dir, const std::string& na
 Profiles gather_profiles() {
   Profiles out;
   std::map<std::string, cuda::vgpu::KernelProfile> sums;
+  std::map<std::string, double> modeled;  // summed per record: each launch pays its latency
   for (const auto& p : cuda::vgpu::profiles()) {
     auto [it, fresh] = sums.emplace(p.kernel, p);
     if (!fresh) it->second.add(p);
+    modeled[p.kernel] += p.modeled_h100_us();
   }
   for (const auto& [name, p] : sums) {
     double n = static_cast<double>(std::max<std::uint64_t>(p.launches, 1));
     out[name] = {p.launches, static_cast<double>(p.dram_bytes()) / n, p.issue_slots() / n,
-                 p.modeled_h100_us() / n, cuda::vgpu::bound_name(p.bound())};
+                 modeled[name] / n, cuda::vgpu::bound_name(p.bound())};
   }
   return out;
 }
