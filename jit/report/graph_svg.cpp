@@ -148,7 +148,7 @@ std::string nodes_dot(const graph::Graph& g, const graph::Partition& fusion) {
 }
 
 std::optional<std::string> render_svg(const std::string& dot, std::string& problem) {
-  static const std::optional<std::string> dot_program = find_dot();
+  std::optional<std::string> dot_program = find_dot();  // PATH may change (tests change it)
   if (!dot_program) {
     problem = "Graphviz's `dot` is not on PATH (Debian: apt-get install graphviz)";
     return std::nullopt;
