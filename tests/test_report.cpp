@@ -24,7 +24,9 @@
 #include "jit/report/html.h"
 #include "jit/report/report_index.h"
 #include "jit/report/report_writer.h"
+#include "runtime/cuda/virtual/profiler.h"
 #include "runtime/cuda_backend.h"
+#include "support/profiling_scope.h"
 #include "support/skip_if.h"
 
 using namespace kiln;
@@ -256,6 +258,40 @@ BOOST_AUTO_TEST_CASE(a_training_step_shows_its_partition_and_kiln_report_rebuild
   std::string err = run(fmt::format("'{}' report '{}' 2>&1", KILN_TOOL, missing), &status);
   BOOST_TEST(status == 1);
   BOOST_TEST(contains(err, missing), err);
+}
+
+BOOST_AUTO_TEST_CASE(with_the_profiler_on_the_plan_shows_each_kernels_profile) {
+  ReportDir rd("profile");
+  auto f = jit::compile(&head, head_options());
+  Tensor w = randn({16, 12}).to(Device::cuda()), b = randn({12}).to(Device::cuda());
+  Tensor w2 = randn({12, 8}).to(Device::cuda()), x = randn({4, 16}).to(Device::cuda());
+  std::string page;
+  std::map<std::string, int> launches;  // as the profiler recorded them
+  {
+    test::ProfilingScope profiling;
+    f(x, w, b, w2);
+    f(x, w, b, w2);
+    profiling.stop();
+    for (const auto& p : cuda::vgpu::profiles()) launches[p.kernel] += p.launches;
+    jit::report::finish_report();
+    page = read(page_of(rd.dir, "report_head"));
+    cuda::vgpu::clear_profiles();
+  }
+  std::string plan = section(page, "e0p-plan");
+  BOOST_TEST(contains(plan, "modeled H100 time per launch"), plan);
+  // The softmax kernel reads the [4, 8] f32 matmul output and writes [4, 8] f32: 256 bytes.
+  BOOST_TEST(contains(plan, "<td class=\"num\">256</td>"), plan);
+  std::string kernels = section(page, "e0p-kernels");
+  int listed = 0;
+  for (const auto& [name, n] : launches) {
+    if (!contains(kernels, "<code>" + name + "</code>")) continue;
+    ++listed;
+    BOOST_TEST(contains(kernels, fmt::format("<tr><th>profile</th><td>{} launches;", n)), name);
+  }
+  // The softmax kernel; the bias + GELU kernel is listed but never launched (cuBLASLt's epilogue
+  // computes it), so it has no profile.
+  BOOST_TEST(listed == 1);
+  BOOST_TEST(kernel_sources(*f.core().plan(0)).size() == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(without_graphviz_a_page_shows_the_fusion_as_text) {
