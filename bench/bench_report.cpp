@@ -70,6 +70,8 @@ int main() {
 
   std::printf("GPT demo model, %lld layers: 2 training steps + 1 evaluation in %.0f ms\n",
               static_cast<long long>(model.layers), run_ms);
+  std::printf("of which recording the entries for the report (facts, Graphviz, pages): %.0f ms\n",
+              jit::report::recording_ms());
   std::printf("report finished at exit (pages with the profile + index) in %.0f ms\n", finish_ms);
   std::printf("%-28s %12s %16s %16s\n", "page", "bytes", "opened (script)", "chromium wall");
   bool have_chromium = std::system("command -v chromium > /dev/null 2>&1") == 0;

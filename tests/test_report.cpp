@@ -361,6 +361,34 @@ BOOST_AUTO_TEST_CASE(the_page_loads_in_headless_chromium, *test::skip_if([] {
       }
     }
   }
+  // What a reader does: a click on a group box lists its nodes; an opened kernel is highlighted.
+  if (have_dot()) {
+    std::string html = read(page);
+    std::string probe = R"(<script>
+      var g = document.querySelector('.picture svg g.node[id]');
+      g.dispatchEvent(new MouseEvent('click', {bubbles: true}));
+      var k = document.querySelector('details.kernel');
+      k.open = true;
+      setTimeout(function() {
+        document.body.setAttribute('data-probe', g.id + ' ' +
+            document.getElementById('detail-' + g.id).classList.contains('open') + ' ' +
+            k.querySelectorAll('span.k-kw').length);
+      }, 100);
+    </script></body>)";
+    html.replace(html.rfind("</body>"), 7, probe);
+    fs::path probed = rd.dir / "probed.html";
+    std::ofstream(probed) << html;
+    std::string dom =
+        run(fmt::format("timeout 120 {} {} --virtual-time-budget=5000 --dump-dom "
+                        "'file://{}' 2>/dev/null",
+                        chromium(), flags, probed.string()));
+    std::smatch m;
+    BOOST_TEST_REQUIRE(
+        std::regex_search(dom, m, std::regex(R"re(data-probe="e0pg\d+ (\w+) (\d+)")re")),
+        dom.substr(0, 400));
+    BOOST_TEST(m[1].str() == "true");
+    BOOST_TEST(std::stoi(m[2].str()) > 0);
+  }
   int status = -1;
   run(fmt::format("timeout 120 {} {} --screenshot='{}' --window-size=1400,2000 'file://{}' 2>&1",
                   chromium(), flags, shot.string(), page.string()),

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -34,6 +35,7 @@ struct Registry {
   std::set<std::string> pages;                 // file names taken, per dir + name
   std::set<std::string> warned;
   bool exit_hook = false;
+  double recording_ms = 0;
 };
 
 Registry& registry() {
@@ -114,6 +116,7 @@ void record_entry(const void* function, const std::string& name, const EntryPart
   if (dir.empty()) return;
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
+  auto started = std::chrono::steady_clock::now();
   try {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -138,6 +141,14 @@ void record_entry(const void* function, const std::string& name, const EntryPart
   } catch (const std::exception& err) {
     warn_once(r, fmt::format("no report for '{}': {}", name, err.what()));
   }
+  r.recording_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+}
+
+double recording_ms() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.recording_ms;
 }
 
 void finish_report() {

@@ -20,4 +20,7 @@ void record_entry(const void* function, const std::string& name, const EntryPart
 // process does at exit (tests call it to look at the report before then).
 void finish_report();
 
+// Time this process spent recording entries (gathering, Graphviz, writing pages), in ms.
+double recording_ms();
+
 }  // namespace kiln::jit::report
