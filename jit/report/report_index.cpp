@@ -51,7 +51,8 @@ std::string index_page(const std::vector<std::string>& summaries, const std::str
       "<table><tr><th>function</th><th class=\"num\">entries</th><th class=\"num\">launches per "
       "call (per entry)</th><th class=\"num\">compile time</th><th "
       "class=\"num\">recompiles</th><th class=\"num\">generated kernels</th><th "
-      "class=\"num\">modeled time per call</th><th>recompile reasons</th></tr>\n{}"
+      "class=\"num\">modeled kernel time (one call of each entry)</th><th>recompile "
+      "reasons</th></tr>\n{}"
       "<tr class=\"totals\"><th>total ({} functions)</th><th class=\"num\">{}</th><th></th><th "
       "class=\"num\">{:.1f} ms</th><th class=\"num\">{}</th><th class=\"num\">{}</th><th "
       "class=\"num\">{}</th><th></th></tr></table></section>\n{}",
