@@ -119,10 +119,6 @@ struct FunctionFacts {
   std::vector<EntryFacts> entries;
 };
 
-}  // namespace kiln::jit::report
-
-namespace kiln::jit::report {
-
 // What the virtual GPU's profiler (KILN_PROFILE=1) measured of one kernel, per launch.
 struct ProfileFacts {
   std::uint64_t launches = 0;
