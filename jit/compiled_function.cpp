@@ -7,6 +7,7 @@
 // dims are specialized instead. Symbols are shared by dims of equal size ("duck sizing").
 #include "jit/compiled_function.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -19,6 +20,7 @@
 #include "jit/aot/joint_graph.h"
 #include "jit/codegen/kernel_coverage.h"
 #include "jit/reference_executor.h"
+#include "jit/report/report_writer.h"
 #include "runtime/log.h"
 
 namespace kiln::jit {
@@ -381,6 +383,10 @@ void CompiledFunctionCore::report(const Entry& e, std::size_t index) const {
     out << e.fusion.dot(e.graph);
     if (!out) log_line(fmt::format("kiln: cannot write {} (KILN_DUMP_DIR)", path));
   }
+  if (!report::report_dir().empty())
+    report::record_entry(this, options_.name,
+                         {static_cast<int>(index), e.reason, e.guards, e.graph, e.fusion,
+                          e.plan ? &*e.plan : nullptr, e.aot.get(), e.aot_fallback, e.compile_ms});
 }
 
 std::shared_ptr<const CompiledFunctionCore::Entry> CompiledFunctionCore::find_entry(
@@ -466,7 +472,11 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
               candidates.insert(key);
           }
         }
+        auto started = std::chrono::steady_clock::now();
         auto e = std::make_shared<Entry>(make_entry(args, invoke, std::move(candidates)));
+        e->compile_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+                .count();
         e->reason = entries_.empty() ? "first call" : last_reason_;
         KILN_CHECK(e->guards.check(args, symbol_values),
                    "compile: internal error: a new entry of '{}' rejects the call it was traced "

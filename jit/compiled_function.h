@@ -103,7 +103,8 @@ class CompiledFunctionCore {
     std::string aot_fallback;
     std::vector<std::vector<int>> arg_symbols;
     Counter hits;
-    std::string reason;  // why it was traced
+    std::string reason;     // why it was traced
+    double compile_ms = 0;  // tracing through compiling its kernels
   };
   using DimSet = std::set<std::pair<int, int>>;  // (argument, dim)
   struct Trace;

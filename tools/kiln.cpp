@@ -1,6 +1,6 @@
 // The `kiln` command-line tool: inspect and maintain the kernel cache (list, show, stats,
-// verify, prune, clear) and check the environment (doctor). Argument parsing only, on CLI11;
-// cache/cache_report.h and cache/disk_cache.h do the work.
+// verify, prune, clear), check the environment (doctor) and rebuild a KILN_REPORT index (report).
+// Argument parsing only, on CLI11; cache/cache_report.h and cache/disk_cache.h do the work.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -12,6 +12,7 @@
 
 #include "cache/cache_report.h"
 #include "cache/disk_cache.h"
+#include "jit/report/report_index.h"
 #include "runtime/cuda/backends.h"
 #include "runtime/cuda/driver/driver_api.h"
 #include "runtime/error.h"
@@ -102,6 +103,11 @@ int main(int argc, char** argv) {
   doctor->add_flag("--gpu", gpu_only,
                    "only whether the driver opens a GPU: its name, or why not (exit 1), in a line");
 
+  CLI::App* report_cmd = app.add_subcommand(
+      "report", "rebuild the index.html of a KILN_REPORT directory from the pages in it");
+  std::string report_dir;
+  report_cmd->add_option("DIR", report_dir, "the report directory")->required();
+
   // CLI11 reports a misspelt subcommand as a missing one; name it instead.
   auto check_command = [&](int i, const std::vector<std::string>& known, const char* where) {
     if (argc <= i || argv[i][0] == '-') return true;
@@ -110,7 +116,7 @@ int main(int argc, char** argv) {
                  fmt::format("{}", fmt::join(known, ", ")).c_str());
     return false;
   };
-  if (!check_command(1, {"cache", "doctor"}, "command")) return 2;
+  if (!check_command(1, {"cache", "doctor", "report"}, "command")) return 2;
   if (argc > 1 && std::string(argv[1]) == "cache" &&
       !check_command(2, {"list", "show", "stats", "verify", "prune", "clear"}, "cache command"))
     return 2;
@@ -124,6 +130,9 @@ int main(int argc, char** argv) {
   try {
     if (doctor->parsed() && gpu_only) {
       return print_gpu() ? 0 : 1;
+    } else if (report_cmd->parsed()) {
+      int n = jit::report::rebuild_index(report_dir);
+      std::printf("%s/index.html: %d compiled functions\n", report_dir.c_str(), n);
     } else if (doctor->parsed()) {
       std::fputs(cache::doctor_report().c_str(), stdout);
     } else if (list->parsed()) {

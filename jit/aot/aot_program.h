@@ -28,6 +28,8 @@ class AotProgram : public std::enable_shared_from_this<AotProgram> {
   const AotPartition& partition() const { return partition_; }
   const KernelPlan& forward_plan() const { return forward_plan_; }
   const KernelPlan& backward_plan() const { return backward_plan_; }
+  const graph::Partition& forward_fusion() const { return forward_fusion_; }
+  const graph::Partition& backward_fusion() const { return backward_fusion_; }
   // Both graphs, their fusion and launches (explain()).
   std::string str() const;
 
