@@ -201,9 +201,8 @@ int main(int argc, char** argv) {
   std::printf(
       "\nCompiled per warm forward + backward (launches: compiled/eager) and its ratio to eager;\n"
       "targets: launches <= 0.20x (5x fewer), DRAM <= 0.50x, held for the backward <= 1.00x\n");
-  std::printf("%-12s %9s %9s %-5s %11s %11s %-5s %11s %11s %-5s\n", "model", "launches", "c/e", "",
-              "DRAM", "c/e", "", "held", "c/e", "");
-  std::printf("%-12s %9s\n", "", "c/e");
+  std::printf("%-12s %9s %9s %-5s %11s %11s %-5s %11s %11s %-5s\n", "model", "launches", "ratio",
+              "", "DRAM", "ratio", "", "held", "ratio", "");
   int misses = 0;
   for (const Result& r : results) {
     auto verdict = [&](double x, double bound) {
