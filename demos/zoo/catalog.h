@@ -100,13 +100,13 @@ inline CatalogEntry gpt2_entry(std::int64_t layers = 1) {
           catalog_detail::starter<gpt::Gpt>(build, 1, 1e-2)};
 }
 
-// d_model 32 throughout: head_dim 8 with 4 query heads over 2 key / value heads, head_dim 16 with
-// 2 over 1; two micro-batches of gradient accumulation.
+// head_dim 8: 4 query heads over 2 key / value heads, d_model 32; head_dim 16 and above: 2 over 1,
+// d_model 2 * head_dim. Two micro-batches of gradient accumulation.
 inline CatalogEntry llama_entry(std::int64_t head_dim, std::int64_t layers = 1) {
   LlamaConfig config;
   config.head_dim = head_dim;
-  config.heads = 32 / head_dim;
-  config.kv_heads = std::max<std::int64_t>(1, config.heads / 2);
+  config.heads = std::max<std::int64_t>(2, 32 / head_dim);
+  config.kv_heads = config.heads / 2;
   config.layers = layers;
   auto build = [config](std::uint64_t seed) { return std::make_unique<Llama>(config, seed); };
   return {"llama-hd" + std::to_string(head_dim), 2, 1e-2,
