@@ -1,0 +1,125 @@
+// The pieces of the model zoo (demos/zoo/) against hand-written references on the CPU: patchify's
+// layout, rotate_half, RMSNorm's formula, the rotary tables, grouped-query repetition (through
+// attention with one key / value head equalling attention with that head copied), and the
+// errors that bad configurations and inputs get.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "demos/zoo/catalog.h"
+#include "demos/zoo/llama.h"
+#include "demos/zoo/patchify.h"
+
+using namespace kiln;
+
+BOOST_AUTO_TEST_SUITE(model_zoo_parts)
+
+// Element [b, n, (c, y, x)] of the patches is image [b, c, py * P + y, px * P + x] for patch
+// n = py * (W / P) + px.
+BOOST_AUTO_TEST_CASE(patchify_cuts_row_major_patches_each_flattened_channel_major) {
+  const std::int64_t B = 2, C = 3, H = 4, W = 6, P = 2;
+  std::vector<double> pixels(B * C * H * W);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<double>(i);
+  Tensor images = from_vector(pixels, {B, C, H, W});
+  Tensor patches = zoo::patchify(images, P);
+  BOOST_TEST_REQUIRE(patches.shape() == (Shape{B, (H / P) * (W / P), C * P * P}));
+  std::vector<double> got = patches.contiguous().to_vector<double>();
+  const std::int64_t N = (H / P) * (W / P), D = C * P * P;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t c = 0; c < C; ++c)
+        for (std::int64_t y = 0; y < P; ++y)
+          for (std::int64_t x = 0; x < P; ++x) {
+            const std::int64_t row = n / (W / P) * P + y, col = n % (W / P) * P + x;
+            const double want = pixels[((b * C + c) * H + row) * W + col];
+            BOOST_TEST(got[(b * N + n) * D + (c * P + y) * P + x] == want);
+          }
+}
+
+BOOST_AUTO_TEST_CASE(rotate_half_negates_and_swaps_the_halves) {
+  Tensor x = from_vector(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
+  BOOST_TEST(
+      zoo::rotate_half(x).to_vector<double>() == (std::vector<double>{-3, -4, 1, 2, -7, -8, 5, 6}),
+      boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(rms_norm_scales_by_the_root_mean_square) {
+  zoo::RmsNorm norm(4, 1e-5);
+  {
+    NoGradGuard no_grad;
+    norm.weight.copy_(from_vector(std::vector<float>{1, 2, 3, 4}, {4}));
+  }
+  std::vector<double> x = {1, -2, 3, 0.5};
+  Tensor y = norm(from_vector(std::vector<float>(x.begin(), x.end()), {1, 4}));
+  const double rms = std::sqrt((1 + 4 + 9 + 0.25) / 4 + 1e-5);
+  std::vector<double> got = y.to(DType::f64).to_vector<double>();
+  for (int i = 0; i < 4; ++i)
+    BOOST_TEST(got[i] == x[i] / rms * (i + 1), boost::test_tools::tolerance(1e-6));
+}
+
+// cos / sin at position p, dim i: frequency base^(-2 (i mod d/2) / d); the mask 0 on and below
+// the diagonal, -inf above.
+BOOST_AUTO_TEST_CASE(llama_buffers_hold_the_rotary_tables_and_the_additive_causal_mask) {
+  zoo::LlamaConfig c;
+  zoo::Llama model(c, 1);
+  std::vector<float> cos = model.rope_cos.to_vector<float>(),
+                     sin = model.rope_sin.to_vector<float>();
+  std::vector<float> mask = model.causal_mask.to_vector<float>();
+  const std::int64_t d = c.head_dim;
+  for (std::int64_t p = 0; p < c.seq_len; ++p) {
+    for (std::int64_t i = 0; i < d; ++i) {
+      const double angle = p * std::pow(c.rope_base, -2.0 * (i % (d / 2)) / d);
+      BOOST_TEST(cos[p * d + i] == std::cos(angle), boost::test_tools::tolerance(1e-6));
+      BOOST_TEST(sin[p * d + i] == std::sin(angle), boost::test_tools::tolerance(1e-6));
+    }
+    for (std::int64_t j = 0; j < c.seq_len; ++j)
+      BOOST_TEST((j <= p ? mask[p * c.seq_len + j] == 0
+                         : std::isinf(mask[p * c.seq_len + j]) && mask[p * c.seq_len + j] < 0));
+  }
+}
+
+// Grouped-query attention with kv_heads = 1 gives what the same layer gives with every key /
+// value head a copy of that one (the projection's rows repeated): repeat_kv is a copy per head.
+BOOST_AUTO_TEST_CASE(grouped_query_attention_equals_attention_over_copied_heads) {
+  zoo::LlamaConfig grouped;
+  grouped.head_dim = 8, grouped.heads = 4, grouped.kv_heads = 1;
+  zoo::LlamaConfig full = grouped;
+  full.kv_heads = 4;
+  Generator gen(3);
+  zoo::LlamaAttention a(grouped, &gen), b(full, &gen);
+  {
+    NoGradGuard no_grad;
+    b.wq.weight.copy_(a.wq.weight);
+    b.wo.weight.copy_(a.wo.weight);
+    b.wk.weight.copy_(cat({a.wk.weight, a.wk.weight, a.wk.weight, a.wk.weight}, 0));
+    b.wv.weight.copy_(cat({a.wv.weight, a.wv.weight, a.wv.weight, a.wv.weight}, 0));
+  }
+  zoo::Llama buffers(grouped, 1);
+  const std::int64_t t = 5;
+  Tensor x = randn({2, t, grouped.d_model()}, DType::f32, &gen);
+  Tensor cos = buffers.rope_cos.slice(0, 0, t), sin = buffers.rope_sin.slice(0, 0, t);
+  Tensor mask = buffers.causal_mask.slice(0, 0, t).slice(1, 0, t);
+  BOOST_TEST(allclose(a(x, cos, sin, mask), b(x, cos, sin, mask), 1e-5, 1e-6));
+}
+
+BOOST_AUTO_TEST_CASE(bad_configurations_and_inputs_are_errors_that_say_what_is_wrong) {
+  auto message_has = [](const char* word) {
+    return [word](const Error& e) { return std::string(e.what()).find(word) != std::string::npos; };
+  };
+  zoo::LlamaConfig uneven;
+  uneven.heads = 3, uneven.kv_heads = 2;
+  BOOST_CHECK_EXCEPTION(zoo::Llama(uneven, 1), Error, message_has("kv_heads 2"));
+  zoo::LlamaConfig odd;
+  odd.head_dim = 7;
+  BOOST_CHECK_EXCEPTION(zoo::Llama(odd, 1), Error, message_has("head_dim, not 7"));
+  BOOST_CHECK_EXCEPTION(zoo::patchify(zeros({1, 3, 6, 8}), 4), Error, message_has("[1, 3, 6, 8]"));
+  BOOST_CHECK_EXCEPTION(zoo::patchify(zeros({3, 8, 8}), 4), Error, message_has("[3, 8, 8]"));
+  zoo::CatalogEntry llama = zoo::llama_entry(16);
+  auto run = llama.start(1, DType::f32, Device::cpu(), {});
+  Generator data(2);
+  BOOST_CHECK_EXCEPTION(run->step({llama.make_batch(data)}), Error,
+                        message_has("1 micro-batches, configured for 2"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
