@@ -13,7 +13,6 @@
 #include "demos/zoo/batch.h"
 #include "demos/zoo/llama.h"
 #include "demos/zoo/mixer.h"
-#include "demos/zoo/state_dtype.h"
 #include "demos/zoo/tasks.h"
 #include "demos/zoo/trainer.h"
 #include "demos/zoo/vit.h"
@@ -74,7 +73,7 @@ auto starter(Build build, std::int64_t micro_batches, double lr) {
   return [build, micro_batches, lr](std::uint64_t seed, DType dtype, Device device,
                                     TrainOptions options) -> std::unique_ptr<Run> {
     std::unique_ptr<Model> model = build(seed);
-    if (dtype != DType::f32) convert_floating_state(*model, dtype);
+    if (dtype != DType::f32) model->to(dtype);
     model->to(device);
     options.micro_batches = micro_batches;
     options.lr = lr;
