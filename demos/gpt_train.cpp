@@ -192,14 +192,16 @@ template <typename Run>
 Dram measure_dram(Run&& run) {
   namespace vgpu = cuda::vgpu;
   WorkCounters before = WorkCounters::now();
+  const bool was_profiling = vgpu::profiling();
+  // Profiles already recorded are kept: KILN_PROFILE's table and KILN_REPORT's pages read them.
+  const std::size_t first = vgpu::profiles().size();
   vgpu::set_profiling(true);
-  vgpu::clear_profiles();
   run();
-  vgpu::set_profiling(false);
+  vgpu::set_profiling(was_profiling);
   Dram d;
-  for (const auto& p : vgpu::profiles())
-    d.kernel_bytes += static_cast<std::int64_t>(p.dram_bytes());
-  vgpu::clear_profiles();
+  const auto& profiles = vgpu::profiles();
+  for (std::size_t i = first; i < profiles.size(); ++i)
+    d.kernel_bytes += static_cast<std::int64_t>(profiles[i].dram_bytes());
   d.library_bytes = (WorkCounters::now() - before).library_bytes;
   return d;
 }
