@@ -188,11 +188,20 @@ class Partitioner {
            computed_in(g_.nodes[p].inputs.at(0), inside);
   }
 
-  // Whether the kernel made of `inside` moves data of values it computes (an index-aware kernel).
+  // A reshape of an expanded view (grouped-query heads repeated): a copy on the host, read by
+  // index in a pointwise kernel instead.
+  bool reshapes_expanded(const Node& node) const {
+    if (node.op != OpId::reshape) return false;
+    const Node* p = producer_of(g_, node.inputs.at(0));
+    return p && p->op == OpId::expand && constant_sizes(g_.values[node.inputs[0]].sizes) &&
+           constant_sizes(g_.values[node.output()].sizes);
+  }
+
+  // Whether the kernel made of `inside` moves data by index (an index-aware kernel).
   bool moves_data(const std::set<int>& inside) const {
     return std::any_of(inside.begin(), inside.end(), [&](int n) {
       const Node& node = g_.nodes[n];
-      return moves_by_index(node.op) ||
+      return moves_by_index(node.op) || reshapes_expanded(node) ||
              (op_class(node.op) == OpClass::view && computed_in(node.inputs.at(0), inside));
     });
   }

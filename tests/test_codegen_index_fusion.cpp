@@ -140,7 +140,45 @@ BOOST_AUTO_TEST_CASE(an_expand_of_a_computed_value_stays_cut_with_its_reason) {
   Tensor got = f(x.to(Device::cuda()), y.to(Device::cuda())).to(Device::cpu());
   BOOST_TEST(relative_error(got, want) <= 1e-6);
   BOOST_TEST(kernels_of(f) == 2, f.explain());
-  BOOST_TEST(contains(f.explain(), "fusing would recompute its producers for every element"), f.explain());
+  BOOST_TEST(contains(f.explain(), "fusing would recompute its producers for every element"),
+             f.explain());
+}
+
+BOOST_AUTO_TEST_CASE(grouped_query_heads_read_by_a_pointwise_kernel_in_training) {
+  // k's 2 heads repeated for 4 query heads: an index map where the product reads it.
+  auto fn = [](const Tensor& q, const Tensor& k) {
+    Tensor rep = reshape(expand(unsqueeze(k, 2), {2, 2, 2, 3, 4}), {2, 4, 3, 4});
+    return q * rep + rep;
+  };
+  Tensor q0 = random_cpu({2, 4, 3, 4}, 17), k0 = random_cpu({2, 2, 3, 4}, 18);
+  Tensor seed = random_cpu({2, 4, 3, 4}, 19);
+  Tensor q = leaf(q0, DType::f64, Device::cpu()), k = leaf(k0, DType::f64, Device::cpu());
+  Tensor want = fn(q, k);
+  want.backward(seed.to(DType::f64));
+  auto f = jit::compile(fn);
+  Tensor qd = leaf(q0, DType::f32, Device::cuda()), kd = leaf(k0, DType::f32, Device::cuda());
+  Tensor gd = seed.to(Device::cuda());
+  f(qd, kd).backward(gd);
+  qd = leaf(q0, DType::f32, Device::cuda());
+  kd = leaf(k0, DType::f32, Device::cuda());
+  std::int64_t before = test::launches();
+  Tensor got = f(qd, kd);
+  std::int64_t forward = test::launches() - before;
+  before = test::launches();
+  got.backward(gd);
+  std::int64_t backward = test::launches() - before;
+  BOOST_TEST_MESSAGE("gqa training launches: forward " << forward << ", backward " << backward);
+  BOOST_TEST_MESSAGE(f.explain());
+  BOOST_TEST(relative_error(got.to(Device::cpu()).to(DType::f64), want) <= 1e-6);
+  BOOST_TEST(relative_error(qd.grad().to(Device::cpu()).to(DType::f64), q.grad()) <= 1e-5);
+  BOOST_TEST(relative_error(kd.grad().to(Device::cpu()).to(DType::f64), k.grad()) <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(an_upper_triangle_minus_its_row_mean) {
+  auto fn = [](const Tensor& x) { return triu(x, 1) - mean(x, {-1}, true); };
+  Tensor x = random_cpu({3, 5, 6}, 20);
+  int kernels = compare(fn, 1e-6, x);
+  BOOST_TEST_MESSAGE("triu - mean kernels: " << kernels);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

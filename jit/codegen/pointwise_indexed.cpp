@@ -87,7 +87,9 @@ class IndexedRenderer {
     k_.rank = std::max<int>(1, static_cast<int>(group_.domain.size()));
     for (int n : group_.nodes) {
       const graph::Node& node = g_.nodes[n];
-      if (op_class(node.op) != OpClass::view || computed_inside(node.inputs.at(0))) continue;
+      if (op_class(node.op) != OpClass::view || computed_inside(node.inputs.at(0)) ||
+          reshapes_expanded(g_, n))
+        continue;
       k_.host_views.push_back(n);
       host_view_.insert(n);
     }
@@ -245,9 +247,10 @@ class IndexedRenderer {
         for (std::size_t k = 0; k < node.attrs.dims.size(); ++k)
           r.at[static_cast<std::size_t>(normalized(node.attrs.dims[k], in.size()))] = c.at[k];
         return r;
+      case OpId::reshape:
+        if (!is_unit_reshape(g_, n)) return relinearized(c, out, in);
+        [[fallthrough]];
       default: {  // reshape adding or dropping size-1 dims, detach
-        KILN_CHECK(is_unit_reshape(g_, n), "codegen: '{}': the view {} is not an index map",
-                   group_.name, node_text(g_, n));
         std::vector<std::string> kept;
         for (std::size_t d = 0; d < out.size(); ++d)
           if (!(out[d].is_constant() && out[d].constant_value() == 1)) kept.push_back(c.at[d]);
@@ -258,6 +261,31 @@ class IndexedRenderer {
         return r;
       }
     }
+  }
+
+  // A reshape in general: the element's linear index in the output's sizes, decomposed in the
+  // input's (constant sizes: multiplies and shifts).
+  static Coords relinearized(const Coords& c, const std::vector<SymExpr>& out,
+                             const std::vector<SymExpr>& in) {
+    std::vector<std::string> terms;
+    std::int64_t inner = 1;
+    for (std::size_t d = out.size(); d-- > 0;) {
+      if (c.at[d] != "0")
+        terms.push_back(inner == 1 ? c.at[d] : fmt::format("{} * {}LL", c.at[d], inner));
+      inner *= size_at(out, d);
+    }
+    std::string linear = terms.empty() ? "0LL" : fmt::format("({})", fmt::join(terms, " + "));
+    Coords r{{}, c.guard};
+    inner = 1;
+    std::vector<std::string> at(in.size());
+    for (std::size_t d = in.size(); d-- > 0;) {
+      auto size = size_at(in, d);
+      std::string q = inner == 1 ? linear : fmt::format("({} / {}LL)", linear, inner);
+      at[d] = size == 1 ? "0" : d == 0 ? q : fmt::format("({} % {}LL)", q, size);
+      inner *= size;
+    }
+    r.at = std::move(at);
+    return r;
   }
 
   // Each output element takes the input whose range along the dim holds it.
@@ -357,14 +385,22 @@ bool renders_view_by_index(const graph::Graph& g, int n) {
   if (!all_constant(g.values[node.inputs.at(0)].sizes) ||
       !all_constant(g.values[node.output()].sizes))
     return false;
-  return node.op == OpId::slice || node.op == OpId::permute || is_unit_reshape(g, n);
+  return node.op == OpId::slice || node.op == OpId::permute || node.op == OpId::reshape ||
+         node.op == OpId::detach;
+}
+
+bool reshapes_expanded(const graph::Graph& g, int n) {
+  const graph::Node& node = g.nodes[n];
+  if (node.op != OpId::reshape || is_unit_reshape(g, n)) return false;
+  int p = g.values[node.inputs.at(0)].producer;
+  return p >= 0 && g.nodes[p].op == OpId::expand && renders_view_by_index(g, n);
 }
 
 bool is_indexed_group(const graph::Graph& g, const graph::FusionGroup& group) {
   std::set<int> inside(group.nodes.begin(), group.nodes.end());
   for (int n : group.nodes) {
     const graph::Node& node = g.nodes[n];
-    if (node.op == OpId::cat || node.op == OpId::pad) return true;
+    if (node.op == OpId::cat || node.op == OpId::pad || reshapes_expanded(g, n)) return true;
     if (op_class(node.op) != OpClass::view) continue;
     int p = g.values[node.inputs.at(0)].producer;
     if (p >= 0 && inside.count(p) && op_class(g.nodes[p].op) != OpClass::view) return true;

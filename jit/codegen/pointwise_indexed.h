@@ -17,10 +17,15 @@
 namespace kiln::jit::codegen {
 
 // Whether view node `n` of a value computed in a kernel renders there as an index map: slice,
-// permute, detach, or a reshape that only adds or drops size-1 dims, over constant sizes.
+// permute, detach or reshape (by linear index), over constant sizes.
 bool renders_view_by_index(const graph::Graph& g, int n);
 
-// Whether `group` holds a cat or pad, or a view of a value computed in the group: such a group
+// Whether view node `n` reshapes an expanded view (grouped-query heads repeated for the query
+// heads): a copy on the host, so an index-aware kernel reads the expanded tensor through it.
+bool reshapes_expanded(const graph::Graph& g, int n);
+
+// Whether `group` holds a cat or pad, a view of a value computed in the group, or a reshape of
+// an expanded view: such a group
 // renders through render_indexed.
 bool is_indexed_group(const graph::Graph& g, const graph::FusionGroup& group);
 
