@@ -127,6 +127,7 @@ class Partitioner {
       if (!groups_[w].fusible)
         return groups_[w].unrendered.empty() ? boundary_reason(g_.nodes[groups_[w].nodes[0]].op)
                                              : groups_[w].unrendered;
+    if (auto why = lone_movement_reason(a, b)) return why;
     if (!computes(a))
       for (int n : groups_[a].nodes)
         for (int v : g_.nodes[n].outputs) {
@@ -169,12 +170,48 @@ class Partitioner {
     }
     if (d.reduces)
       for (int n : members)
-        if (!rows_reason_[n].empty()) return rows_reason_[n];
+        if (!rows_reason_[n].empty() && !position_in_rows(n, d)) return rows_reason_[n];
     if (auto why = view_reason(members, inside, d)) return why;
     if (auto why = index_reason(members, inside, d)) return why;
     if (auto why = row_reason(members, inside, d)) return why;
     if (auto why = alignment_reason(members, inside, d)) return why;
     return bound_reason(members, inside);
+  }
+
+  // An op reading its element's row and column (tril) in a kernel with reductions: the element's
+  // linear index is row * cols + col there when the reduced dims are the trailing ones, so it
+  // renders over full values whose last two dims are the domain's (constant sizes).
+  bool position_in_rows(int n, const Domain& d) const {
+    if (!coverage_ || !coverage_->reads_position(g_, n) || d.sizes.size() < 2) return false;
+    auto rank = static_cast<std::int64_t>(d.sizes.size());
+    std::vector<std::int64_t> dims = d.dims;
+    std::sort(dims.begin(), dims.end());
+    for (std::size_t i = 0; i < dims.size(); ++i)
+      if (dims[i] != rank - static_cast<std::int64_t>(dims.size() - i)) return false;
+    const auto& out = g_.values[g_.nodes[n].output()].sizes;
+    if (out.size() < 2 || level_in(d, out) != Level::full) return false;
+    for (std::size_t k = 1; k <= 2; ++k)
+      if (!out[out.size() - k].is_constant() ||
+          !(out[out.size() - k] == d.sizes[d.sizes.size() - k]))
+        return false;
+    return true;
+  }
+
+  // A cat or pad that would compute nothing else (with only views of what it reads) stays a
+  // movement kernel of its own: it copies its inputs where they lie, and a plan may have their
+  // producers write into it (attention's placed gradients).
+  std::optional<std::string> lone_movement_reason(int a, int b) const {
+    int computing = 0, moving = -1;
+    for (int n : nodes_of(a, b)) {
+      if (op_class(g_.nodes[n].op) == OpClass::view) continue;
+      ++computing;
+      if (moves_by_index(g_.nodes[n].op)) moving = n;
+    }
+    if (computing != 1 || moving < 0) return std::nullopt;
+    return fmt::format(
+        "{} computes nothing else in the kernel: it copies its inputs where they lie, a kernel of "
+        "its own",
+        g_.nodes[moving].op);
   }
 
   static bool moves_by_index(OpId op) { return op == OpId::cat || op == OpId::pad; }
@@ -518,8 +555,9 @@ class Partitioner {
           auto members = nodes_of(a, b);
           std::set<int> inside(members.begin(), members.end());
           if (bound_reason(members, inside)) continue;
-          if (da.reduces && std::any_of(members.begin(), members.end(),
-                                        [&](int n) { return !rows_reason_[n].empty(); }))
+          if (da.reduces && std::any_of(members.begin(), members.end(), [&](int n) {
+                return !rows_reason_[n].empty() && !position_in_rows(n, da);
+              }))
             continue;
           merge(a, b, da);
         }

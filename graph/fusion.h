@@ -5,8 +5,9 @@
 // The rules, in the order they are checked (each is tested in tests/test_fusion.cpp):
 //  1. Only elementwise, reduction, normalization and view nodes fuse, and only those the code
 //     generator can render: it says so per node (KernelCoverage). A node it cannot render is a
-//     group of its own whose reason names the op while its neighbours still fuse; one it renders
-//     in pointwise kernels only (tril) stays out of kernels with reductions, and a view of a
+//     group of its own whose reason names the op while its neighbours still fuse; one that
+//     reads its element's place (tril) joins a kernel with reductions only over full values
+//     whose rows are the trailing dims (constant sizes); cat, pad, and a view of a
 //     value computed in the kernel joins it only where the generator can render that view
 //     (otherwise the value is written and the view reads it). Matmul is a library
 //     call (its epilogue is the cuBLASLt lowering's), index, scan and movement ops and device
@@ -112,6 +113,9 @@ class KernelCoverage {
   // (rather than to a tensor it reads, whose strides the host changes); nullopt when it can.
   virtual std::optional<std::string> unrendered_view(const Graph& graph, int node,
                                                      FusionKind kind) const = 0;
+  // Whether node `node` reads its element's row and column (tril, triu): a kernel with
+  // reductions over the trailing dims renders it over its full values (rule 1).
+  virtual bool reads_position(const Graph& /*graph*/, int /*node*/) const { return false; }
 };
 
 // Without `coverage`, every node of a fusible class counts as renderable (the pure IR rules).

@@ -35,9 +35,11 @@ class TemplateCoverage final : public graph::KernelCoverage {
       return fmt::format("{} ({} -> {}) has no CUDA expression{}: it runs alone, as an eager op",
                          node.op, fmt::join(in_names, ", "), dtype_name(out),
                          t == out ? "" : fmt::format(" in {}", dtype_name(t)));
-    if (kind != graph::FusionKind::pointwise && reads_position(node.op))
+    if (kind != graph::FusionKind::pointwise && codegen::reads_position(node.op))
       return fmt::format(
-          "{} reads its element's row and column, which only pointwise kernels provide", node.op);
+          "{} reads its element's row and column, which a kernel with reductions has only for "
+          "full values of rows over the trailing dims",
+          node.op);
     if (kind != graph::FusionKind::pointwise && reports_errors(node.op, t))
       return fmt::format("{} ({}) reports errors through a flag, which only pointwise kernels take",
                          node.op, dtype_name(t));
@@ -61,6 +63,10 @@ class TemplateCoverage final : public graph::KernelCoverage {
         "{} of %{}, a value computed in the same kernel, is not rendered in {} kernels: the "
         "value is written and the view reads it",
         node.op, node.inputs.at(0), graph::fusion_kind_name(kind));
+  }
+
+  bool reads_position(const graph::Graph& g, int n) const override {
+    return codegen::reads_position(g.nodes.at(n).op);
   }
 
  private:

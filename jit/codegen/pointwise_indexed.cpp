@@ -397,13 +397,17 @@ bool reshapes_expanded(const graph::Graph& g, int n) {
 }
 
 bool is_indexed_group(const graph::Graph& g, const graph::FusionGroup& group) {
-  std::set<int> inside(group.nodes.begin(), group.nodes.end());
+  // Values the group computes in registers: outputs of its compute nodes, and views of them
+  // (through chains of views); group.nodes is in graph order.
+  std::set<int> computed;
   for (int n : group.nodes) {
     const graph::Node& node = g.nodes[n];
     if (node.op == OpId::cat || node.op == OpId::pad || reshapes_expanded(g, n)) return true;
-    if (op_class(node.op) != OpClass::view) continue;
-    int p = g.values[node.inputs.at(0)].producer;
-    if (p >= 0 && inside.count(p) && op_class(g.nodes[p].op) != OpClass::view) return true;
+    if (op_class(node.op) != OpClass::view) {
+      computed.insert(node.outputs.begin(), node.outputs.end());
+      continue;
+    }
+    if (computed.count(node.inputs.at(0))) return true;
   }
   return false;
 }
