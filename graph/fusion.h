@@ -16,8 +16,12 @@
 //     reduction over that dim, a row select, and fuses as one.
 //  2. A group iterates one domain: the shape of its largest values. Elementwise chains fuse when
 //     their values cover the same number of elements (views are index arithmetic); a computed
-//     value broadcast to a larger shape or sliced to a smaller one is a boundary, since fusing
-//     would recompute its producers per element or compute elements nobody reads.
+//     value broadcast to a larger shape is a boundary, since fusing would recompute its
+//     producers per element. In a pointwise kernel that moves data by index (a cat, pad, slice,
+//     permute or reshape of a value it computes; constant sizes), a value of another shape is
+//     computed where such a map reads it, if only the kernel reads it; the kernel writes only
+//     values of its domain's shape. A cat or pad that would compute nothing else stays a
+//     movement kernel of its own.
 //  3. A group with reductions has rows: every reduction in it folds the same dims of the same
 //     domain. Its values are either full (the domain's shape) or reduced (the rows' shape): an
 //     elementwise prologue, several reductions over the same rows, epilogues over the reduced

@@ -112,6 +112,26 @@ BOOST_AUTO_TEST_CASE(rotary_embedding_is_one_kernel_in_f32_and_bf16) {
   BOOST_TEST(compare(rope, 1e-2, xb, cb, sb) == 1);
 }
 
+BOOST_AUTO_TEST_CASE(symbolic_sizes_keep_data_movement_out_of_kernels_and_stay_right) {
+  // Symbolic sizes: kernels that bake sizes in give way to the cat kernel and written
+  // intermediates, with the same results at every size.
+  auto fn = [](const Tensor& a, const Tensor& b) {
+    return slice(exp(a), 1, 1, 3) * slice(b * 2.0, 1, 1, 3);
+  };
+  auto f = jit::compile(fn);  // the rows that change become symbolic
+  for (std::int64_t n : {3, 5, 6}) {
+    Tensor a = random_cpu({n, 3}, 30 + static_cast<std::uint32_t>(n)), b = random_cpu({n, 5}, 40);
+    Tensor want = fn(a, b);
+    Tensor got = f(a.to(Device::cuda()), b.to(Device::cuda()));
+    BOOST_TEST(relative_error(got.to(Device::cpu()), want) <= 1e-6, f.explain());
+  }
+  // The first entry has constant sizes and one kernel; the second (symbolic rows) cuts the
+  // slices of computed values with the reason rule 2 gives.
+  BOOST_TEST(f.core().num_entries() == 2u);
+  BOOST_TEST(contains(f.explain(), "does not cover the same elements as the domain [s0, 2]"),
+             f.explain());
+}
+
 BOOST_AUTO_TEST_CASE(rotary_embedding_trains_with_one_kernel_forward_and_one_backward) {
   Tensor x0 = random_cpu({2, 4, 16}, 11);
   Tensor cos = random_cpu({4, 16}, 12), sin = random_cpu({4, 16}, 13);
