@@ -43,6 +43,7 @@ class Partitioner {
       for (int v : g_.nodes[n].inputs) try_edge(v, static_cast<int>(n));
     merge_siblings();
     pull_views();
+    retry_index_maps();
     return finish();
   }
 
@@ -53,6 +54,12 @@ class Partitioner {
     w.nodes = {n};
     OpClass c = fusion_class(g_, node);
     w.fusible = is_fusible(c);
+    // cat and pad join pointwise kernels as index arithmetic where the code generator says so.
+    if (coverage_ && moves_by_index(node.op)) {
+      w.fusible = !coverage_->unrendered_reason(g_, n, FusionKind::pointwise);
+      if (auto in_rows = coverage_->unrendered_reason(g_, n, FusionKind::reduction))
+        rows_reason_[n] = std::move(*in_rows);
+    }
     // Rule 1: what the code generator cannot render runs alone (views: when they join, below).
     if (w.fusible && coverage_ && c != OpClass::view) {
       bool rows = c == OpClass::reduction || c == OpClass::normalization;
@@ -120,6 +127,7 @@ class Partitioner {
       if (!groups_[w].fusible)
         return groups_[w].unrendered.empty() ? boundary_reason(g_.nodes[groups_[w].nodes[0]].op)
                                              : groups_[w].unrendered;
+    if (auto why = lone_movement_reason(a, b)) return why;
     if (!computes(a))
       for (int n : groups_[a].nodes)
         for (int v : g_.nodes[n].outputs) {
@@ -157,15 +165,137 @@ class Partitioner {
       if (recompute_a && p >= 0 && group_of_[p] == a) continue;
       // A cast of inputs that an earlier merge accepted for recomputation.
       if (p >= 0 && is_input_cast(p) && groups_[group_of_[p]].nodes.size() > 1) continue;
-      if (level_in(d, g_.values[v].sizes) == Level::none) return level_reason(v, d);
+      if (level_in(d, g_.values[v].sizes) == Level::none && !index_mapped(v, inside, d))
+        return level_reason(v, d);
     }
     if (d.reduces)
       for (int n : members)
-        if (!rows_reason_[n].empty()) return rows_reason_[n];
+        if (!rows_reason_[n].empty() && !position_in_rows(n, d)) return rows_reason_[n];
     if (auto why = view_reason(members, inside, d)) return why;
+    if (auto why = index_reason(members, inside, d)) return why;
     if (auto why = row_reason(members, inside, d)) return why;
     if (auto why = alignment_reason(members, inside, d)) return why;
     return bound_reason(members, inside);
+  }
+
+  // An op reading its element's row and column (tril) in a kernel with reductions: the element's
+  // linear index is row * cols + col there when the reduced dims are the trailing ones, so it
+  // renders over full values whose last two dims are the domain's (constant sizes).
+  bool position_in_rows(int n, const Domain& d) const {
+    if (!coverage_ || !coverage_->reads_position(g_, n) || d.sizes.size() < 2) return false;
+    auto rank = static_cast<std::int64_t>(d.sizes.size());
+    std::vector<std::int64_t> dims = d.dims;
+    std::sort(dims.begin(), dims.end());
+    for (std::size_t i = 0; i < dims.size(); ++i)
+      if (dims[i] != rank - static_cast<std::int64_t>(dims.size() - i)) return false;
+    const auto& out = g_.values[g_.nodes[n].output()].sizes;
+    if (out.size() < 2 || level_in(d, out) != Level::full) return false;
+    for (std::size_t k = 1; k <= 2; ++k)
+      if (!out[out.size() - k].is_constant() ||
+          !(out[out.size() - k] == d.sizes[d.sizes.size() - k]))
+        return false;
+    return true;
+  }
+
+  // A cat or pad that would compute nothing else (with only views of what it reads) stays a
+  // movement kernel of its own: it copies its inputs where they lie, and a plan may have their
+  // producers write into it (attention's placed gradients).
+  std::optional<std::string> lone_movement_reason(int a, int b) const {
+    int computing = 0, moving = -1;
+    for (int n : nodes_of(a, b)) {
+      if (op_class(g_.nodes[n].op) == OpClass::view) continue;
+      ++computing;
+      if (moves_by_index(g_.nodes[n].op)) moving = n;
+    }
+    if (computing != 1 || moving < 0) return std::nullopt;
+    return fmt::format(
+        "{} computes nothing else in the kernel: it copies its inputs where they lie, a kernel of "
+        "its own",
+        g_.nodes[moving].op);
+  }
+
+  static bool moves_by_index(OpId op) { return op == OpId::cat || op == OpId::pad; }
+
+  // Whether value `v` is computed in registers by a kernel of `inside` (not a host-side view of
+  // what it reads).
+  bool computed_in(int v, const std::set<int>& inside) const {
+    int p = g_.values[v].producer;
+    if (p < 0 || !inside.count(p)) return false;
+    return op_class(g_.nodes[p].op) != OpClass::view ||
+           computed_in(g_.nodes[p].inputs.at(0), inside);
+  }
+
+  // A reshape of an expanded view (grouped-query heads repeated): a copy on the host, read by
+  // index in a pointwise kernel instead.
+  bool reshapes_expanded(const Node& node) const {
+    if (node.op != OpId::reshape) return false;
+    const Node* p = producer_of(g_, node.inputs.at(0));
+    return p && p->op == OpId::expand && constant_sizes(g_.values[node.inputs[0]].sizes) &&
+           constant_sizes(g_.values[node.output()].sizes);
+  }
+
+  // Whether the kernel made of `inside` moves data by index (an index-aware kernel).
+  bool moves_data(const std::set<int>& inside) const {
+    return std::any_of(inside.begin(), inside.end(), [&](int n) {
+      const Node& node = g_.nodes[n];
+      return moves_by_index(node.op) || reshapes_expanded(node) ||
+             (op_class(node.op) == OpClass::view && computed_in(node.inputs.at(0), inside));
+    });
+  }
+
+  static bool constant_sizes(const std::vector<SymExpr>& sizes) {
+    return std::all_of(sizes.begin(), sizes.end(),
+                       [](const SymExpr& s) { return s.is_constant(); });
+  }
+
+  // Rule 2 for index-aware pointwise kernels: a value that does not cover the domain is computed
+  // where an index map (cat, pad, slice, permute, unit reshape) reads it, at the coordinates the
+  // map gives, so each of its elements is computed once per map that reads it. Allowed where it
+  // is read only inside the kernel, by such maps or by elementwise ops of its own sizes (never
+  // broadcast: that would recompute it for every element).
+  bool index_mapped(int v, const std::set<int>& inside, const Domain& d) const {
+    if (!coverage_ || d.reduces || !constant_sizes(g_.values[v].sizes) || readers_.returned(v))
+      return false;
+    for (int r : readers_.nodes(v)) {
+      if (!inside.count(r)) return false;
+      const Node& node = g_.nodes[r];
+      if (moves_by_index(node.op) || op_class(node.op) == OpClass::view) continue;
+      if (fusion_class(g_, node) != OpClass::elementwise ||
+          !same_sizes(g_.values[node.output()].sizes, g_.values[v].sizes))
+        return false;
+    }
+    return true;
+  }
+
+  // An index-aware kernel bakes its sizes into its code and writes only values of the domain's
+  // shape (every other value is computed at mapped coordinates, never in its own order).
+  std::optional<std::string> index_reason(const std::vector<int>& members,
+                                          const std::set<int>& inside, const Domain& d) const {
+    if (!coverage_ || d.reduces || !moves_data(inside)) return std::nullopt;
+    if (!constant_sizes(d.sizes))
+      return fmt::format(
+          "a kernel that moves data by index needs constant sizes, and its domain {} is symbolic",
+          sizes_str(d.sizes));
+    auto squeezed = [](const std::vector<SymExpr>& sizes) {
+      std::size_t k = 0;
+      while (k < sizes.size() && sizes[k].is_constant() && sizes[k].constant_value() == 1) ++k;
+      return std::vector<SymExpr>(sizes.begin() + static_cast<std::ptrdiff_t>(k), sizes.end());
+    };
+    for (int n : members)
+      for (int v : g_.nodes[n].outputs) {
+        if (!computed_in(v, inside)) continue;
+        const auto& sizes = g_.values[v].sizes;
+        bool outside =
+            readers_.returned(v) || std::any_of(readers_.nodes(v).begin(), readers_.nodes(v).end(),
+                                                [&](int c) { return !inside.count(c); });
+        if (!outside) continue;
+        if (!constant_sizes(sizes) || !same_sizes(squeezed(sizes), squeezed(d.sizes)))
+          return fmt::format(
+              "%{} {} is read outside a kernel that moves data by index over {}: such a kernel "
+              "writes only values of its domain's shape",
+              v, sizes_str(sizes), sizes_str(d.sizes));
+      }
+    return std::nullopt;
   }
 
   // Rule 1: a view of a value the kernel computes, where the code generator cannot render it.
@@ -380,6 +510,17 @@ class Partitioner {
     }
   }
 
+  // An index map of a computed value tried while other maps of it were still on the host (so
+  // it looked read elsewhere) is tried again once they share one kernel.
+  void retry_index_maps() {
+    if (!coverage_) return;
+    for (std::size_t n = 0; n < g_.nodes.size(); ++n) {
+      const Node& node = g_.nodes[n];
+      if (!moves_by_index(node.op) && op_class(node.op) != OpClass::view) continue;
+      for (int v : node.inputs) try_edge(v, static_cast<int>(n));
+    }
+  }
+
   // Rule 7: groups over the same domain and rows that are independent and read a common tensor,
   // or tensors one group writes (a norm backward's weight and input-gradient column sums).
   void merge_siblings() {
@@ -414,8 +555,9 @@ class Partitioner {
           auto members = nodes_of(a, b);
           std::set<int> inside(members.begin(), members.end());
           if (bound_reason(members, inside)) continue;
-          if (da.reduces && std::any_of(members.begin(), members.end(),
-                                        [&](int n) { return !rows_reason_[n].empty(); }))
+          if (da.reduces && std::any_of(members.begin(), members.end(), [&](int n) {
+                return !rows_reason_[n].empty() && !position_in_rows(n, da);
+              }))
             continue;
           merge(a, b, da);
         }
@@ -508,7 +650,11 @@ class Partitioner {
     OpId first = g_.nodes[wg.nodes[0]].op;
     // A row select alone runs as the gather kernel; fused, it is one of the group's reductions.
     bool fused_select = wg.nodes.size() > 1 && is_row_select(g_, g_.nodes[wg.nodes[0]]);
-    switch (fused_select ? OpClass::reduction : op_class(first)) {
+    // A cat or pad with other nodes is index arithmetic in a pointwise kernel.
+    bool fused_move = wg.nodes.size() > 1 && moves_by_index(first);
+    switch (fused_select ? OpClass::reduction
+            : fused_move ? OpClass::elementwise
+                         : op_class(first)) {
       case OpClass::matmul:
         return FusionKind::matmul;
       case OpClass::index:

@@ -5,8 +5,9 @@
 // The rules, in the order they are checked (each is tested in tests/test_fusion.cpp):
 //  1. Only elementwise, reduction, normalization and view nodes fuse, and only those the code
 //     generator can render: it says so per node (KernelCoverage). A node it cannot render is a
-//     group of its own whose reason names the op while its neighbours still fuse; one it renders
-//     in pointwise kernels only (tril) stays out of kernels with reductions, and a view of a
+//     group of its own whose reason names the op while its neighbours still fuse; one that
+//     reads its element's place (tril) joins a kernel with reductions only over full values
+//     whose rows are the trailing dims (constant sizes); cat, pad, and a view of a
 //     value computed in the kernel joins it only where the generator can render that view
 //     (otherwise the value is written and the view reads it). Matmul is a library
 //     call (its epilogue is the cuBLASLt lowering's), index, scan and movement ops and device
@@ -15,8 +16,12 @@
 //     reduction over that dim, a row select, and fuses as one.
 //  2. A group iterates one domain: the shape of its largest values. Elementwise chains fuse when
 //     their values cover the same number of elements (views are index arithmetic); a computed
-//     value broadcast to a larger shape or sliced to a smaller one is a boundary, since fusing
-//     would recompute its producers per element or compute elements nobody reads.
+//     value broadcast to a larger shape is a boundary, since fusing would recompute its
+//     producers per element. In a pointwise kernel that moves data by index (a cat, pad, slice,
+//     permute or reshape of a value it computes; constant sizes), a value of another shape is
+//     computed where such a map reads it, if only the kernel reads it; the kernel writes only
+//     values of its domain's shape. A cat or pad that would compute nothing else stays a
+//     movement kernel of its own.
 //  3. A group with reductions has rows: every reduction in it folds the same dims of the same
 //     domain. Its values are either full (the domain's shape) or reduced (the rows' shape): an
 //     elementwise prologue, several reductions over the same rows, epilogues over the reduced
@@ -112,6 +117,9 @@ class KernelCoverage {
   // (rather than to a tensor it reads, whose strides the host changes); nullopt when it can.
   virtual std::optional<std::string> unrendered_view(const Graph& graph, int node,
                                                      FusionKind kind) const = 0;
+  // Whether node `node` reads its element's row and column (tril, triu): a kernel with
+  // reductions over the trailing dims renders it over its full values (rule 1).
+  virtual bool reads_position(const Graph& /*graph*/, int /*node*/) const { return false; }
 };
 
 // Without `coverage`, every node of a fusible class counts as renderable (the pure IR rules).

@@ -41,6 +41,91 @@ void drop_broadcast_expands(Graph& g) {
   }
 }
 
+// A reshape read only by reductions, of a tree of elementwise ops that nothing else reads (the
+// gradient of a repeated view, such as grouped-query k/v heads, reshaped so that its sum over
+// the repeats is a reduction): the ops over reshaped operands instead. The reduction's kernel
+// then computes them over its rows rather than reading a value another kernel wrote.
+class ReshapeIntoReduction {
+ public:
+  explicit ReshapeIntoReduction(Graph& g) : g_(g), readers_(g) {}
+
+  // Rewrites the first such reshape; false when there is none.
+  bool apply_once() {
+    for (std::size_t r = 0; r < g_.nodes.size(); ++r) {
+      const Node& n = g_.nodes[r];
+      if (n.op != OpId::reshape || !n.grad || !read_by_reductions(n.output())) continue;
+      int v = n.inputs[0];
+      if (!sinks(v, static_cast<int>(r), n.grad) ||
+          !contiguous_leaves(v, static_cast<int>(r), n.grad))
+        continue;
+      at_ = static_cast<int>(r);
+      Node reshape = n;
+      int replacement = rebuilt(v, static_cast<int>(r), reshape);
+      replace_all_uses(g_, g_.nodes[at_].output(), replacement);
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  bool read_by_reductions(int v) const {
+    if (readers_.returned(v) || readers_.nodes(v).empty()) return false;
+    for (int r : readers_.nodes(v))
+      if (op_class(g_.nodes[r].op) != OpClass::reduction) return false;
+    return true;
+  }
+
+  // Whether `v` is made by an elementwise op that only `reader` reads, over operands of v's
+  // sizes (or 0-dim).
+  bool sinks(int v, int reader, bool grad) const {
+    const Node* p = producer_of(g_, v);
+    if (!p || op_class(p->op) != OpClass::elementwise || p->outputs.size() != 1 ||
+        p->grad != grad || readers_.sole_reader(v) != reader)
+      return false;
+    for (int u : p->inputs)
+      if (!g_.values[u].sizes.empty() && g_.values[u].sizes != g_.values[v].sizes) return false;
+    return true;
+  }
+
+  // `v` reshaped as `reshape` does: its tree (read by `reader`) rebuilt over reshaped leaves,
+  // inserted before the reshape, whose index at_ follows the insertions. A leaf must be
+  // contiguous, so that its reshape is a view rather than a copy.
+  int rebuilt(int v, int reader, const Node& reshape) {
+    if (!sinks(v, reader, reshape.grad))
+      return inserted(OpId::reshape, {v}, reshape.attrs, reshape);
+    int p = g_.values[v].producer;
+    Node op = g_.nodes[p];  // a copy: insertions move the vector
+    std::vector<int> operands;
+    for (int u : op.inputs)
+      operands.push_back(g_.values[u].sizes.empty() ? u : rebuilt(u, p, reshape));
+    return inserted(op.op, operands, op.attrs, op);
+  }
+
+  // Whether every leaf of the tree under `v` is contiguous.
+  bool contiguous_leaves(int v, int reader, bool grad) const {
+    if (!sinks(v, reader, grad)) return g_.values[v].strides == StrideClass::contiguous;
+    int p = g_.values[v].producer;
+    for (int u : g_.nodes[p].inputs)
+      if (!g_.values[u].sizes.empty() && !contiguous_leaves(u, p, grad)) return false;
+    return true;
+  }
+
+  int inserted(OpId op, std::vector<int> inputs, const OpAttrs& attrs, const Node& like) {
+    int i = insert_op_before(g_, at_, op, std::move(inputs), attrs, like);
+    ++at_;
+    return g_.nodes[i].output();
+  }
+
+  Graph& g_;
+  const Readers readers_;  // as the graph was before this rewrite's insertions
+  int at_ = 0;
+};
+
+void reshapes_into_reductions(Graph& g) {
+  for (int round = 0; round < 64 && ReshapeIntoReduction(g).apply_once(); ++round) {
+  }
+}
+
 // A no_grad node is a stop-gradient even where it computes nothing.
 bool simplifiable(const Node& n) {
   return n.outputs.size() == 1 && n.grad;
@@ -183,6 +268,7 @@ void simplify(Graph& g) {
   static const std::vector<Rule> rules = make_rules();
   drop_broadcast_expands(g);
   rewrite_to_fixed_point(g, rules);
+  reshapes_into_reductions(g);
 }
 
 }  // namespace kiln::graph

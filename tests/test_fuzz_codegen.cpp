@@ -201,7 +201,7 @@ BOOST_AUTO_TEST_CASE(random_programs_compiled_on_the_device_match_eager_cpu) {
   int failures = 0;
   std::uint64_t valid = 0, run = 0;
   for (std::uint64_t seed = first; seed < first + iters && failures < 3; ++seed) {
-    Program p = random_program(seed);
+    Program p = random_program(seed, true);
     ++run;
     Outcome o = run_and_compare(p, seed);
     valid += o.valid;

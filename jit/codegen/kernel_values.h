@@ -84,8 +84,9 @@ struct LaunchScratch {
 
 // Whether view node `n` only adds or removes size-1 dims: inside a kernel, the same values.
 bool is_unit_reshape(const graph::Graph& g, int n);
-// Raises unless view node `n` of a kernel made of `inside` reads only values from outside it
-// (a view of a value the kernel computes would need index arithmetic in registers).
+// Raises unless view node `n` of a kernel made of `inside` reads only values from outside it,
+// directly or through other views of the kernel (a view of a value the kernel computes would
+// need index arithmetic in registers).
 void check_host_view(const graph::Graph& g, const std::set<int>& inside, int n,
                      const std::string& kernel);
 

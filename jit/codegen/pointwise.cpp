@@ -21,6 +21,7 @@
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/kernel_values.h"
 #include "jit/codegen/launch_stats.h"
+#include "jit/codegen/pointwise_indexed.h"
 #include "jit/codegen/pointwise_layout.h"
 #include "jit/codegen/pointwise_pair.h"
 #include "jit/codegen/pointwise_schedule.h"
@@ -422,6 +423,7 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   KILN_CHECK(group.kind == graph::FusionKind::pointwise,
              "codegen: group '{}' is a {} group, not pointwise", group.name,
              graph::fusion_kind_name(group.kind));
+  if (is_indexed_group(g, group)) return render_indexed(g, group);
   return PointwiseRenderer(g, group).render();
 }
 
@@ -429,6 +431,7 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
                                   const Shape& domain, std::vector<Tensor>& values,
                                   std::span<const std::int64_t> symbol_values,
                                   const KernelHandle* handle) {
+  if (kernel.indexed) return run_indexed(g, kernel, domain, values, symbol_values, handle);
   apply_host_views(g, kernel.host_views, values, symbol_values);
   Shape dom = domain.empty() ? Shape{1} : domain;
   IterSpace space;

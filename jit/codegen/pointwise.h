@@ -38,6 +38,8 @@ struct PointwiseKernel {
   // Whether an expression reports errors (cuda_expr.h: reports_errors): the kernel takes an
   // error flag after its outputs, reserved per call (runtime/device_checks.h).
   bool checks_errors = false;
+  // Rendered index-aware (pointwise_indexed.h): it moves data of values it computes.
+  bool indexed = false;
   // Set by the first launch that KILN_LOG=kernels reported (shared by copies of the kernel).
   std::shared_ptr<std::atomic<bool>> logged;
 };

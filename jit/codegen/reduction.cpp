@@ -235,8 +235,19 @@ class ReductionRenderer {
     floor_div_ = floor_div_ || n.op == OpId::floor_divide;
     DType out = info_.at(n.outputs[0]).dtype;
     note_dtype(out);
-    return node_expr(n.op, n.attrs, in_types, args, out,
-                     fmt::format("'{}': {}", group_.name, n.op));
+    std::string expr =
+        node_expr(n.op, n.attrs, in_types, args, out, fmt::format("'{}': {}", group_.name, n.op));
+    if (!reads_position(n.op)) return expr;
+    // The fuser keeps such an op to full values over rows that are the trailing dims (constant
+    // last two sizes): the element's linear index is row * cols + col.
+    auto rank = group_.domain.size();
+    KILN_CHECK(full_frame && rank >= 2 && group_.domain[rank - 1].is_constant() &&
+                   group_.domain[rank - 2].is_constant(),
+               "codegen: '{}': {} needs the element's row and column", group_.name, n.op);
+    return fmt::format(
+        "[&]() {{ const long long kiln_rows = {}LL, kiln_cols = {}LL, kiln_index = row * cols + "
+        "col; return {}; }}()",
+        group_.domain[rank - 2].constant_value(), group_.domain[rank - 1].constant_value(), expr);
   }
 
   // Full values the given targets need, in kernel order (computed inside a column loop).

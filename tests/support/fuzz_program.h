@@ -1,6 +1,7 @@
 // The differential fuzzers' random programs: elementwise ops, broadcasts, views, casts,
 // triangles, reductions and normalizations over x [rows, cols], y [cols] and z [rows, 1], drawn
-// from a seed, run by plain calls to kiln ops (so eagerly, traced or compiled alike).
+// from a seed, run by plain calls to kiln ops (so eagerly, traced or compiled alike); on request
+// also data movement that keeps each value's shape (cat, pad, slices, an expand + reshape).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +37,16 @@ enum class Step {
   transpose2,
   scale,
   triangle,
+  // Data movement (drawn only where random_program is asked for it).
+  roll_cols,
+  rotate_half,
+  shift_pad,
+  shift_rows,
+  stride_split,
+  repeat_rows,
   count
 };
+inline constexpr int kStepsWithoutMovement = static_cast<int>(Step::roll_cols);
 
 inline const char* step_name(Step s) {
   static const char* names[] = {"exp(tanh(a))",
@@ -61,7 +70,13 @@ inline const char* step_name(Step s) {
                                 "where(a > b, a, b)",
                                 "a.t().t() * 0.5",
                                 "a * k + 1",
-                                "triu(a, 4k - 5) if 4k - 5 is even, else tril"};
+                                "triu(a, 4k - 5) if 4k - 5 is even, else tril",
+                                "cat(a[..., s:], a[..., :s]) with s = 4k mod cols",
+                                "cat(-a[..., h:], a[..., :h]) with h = cols / 2 (rotary)",
+                                "pad(a, [-1, 1], k): crop the first column, pad the last",
+                                "cat(a[1:], a[:1]) along rows",
+                                "cat(a[..., 0::2], a[..., 1::2])",
+                                "reshape(expand(a[:rows/2] unsqueezed), a's shape): rows twice"};
   return names[static_cast<int>(s)];
 }
 
@@ -77,7 +92,9 @@ struct Program {
   std::vector<int> outputs;
 };
 
-inline Program random_program(std::uint64_t seed) {
+// With `moves_data`, data-movement steps are drawn too; without, a seed gives the program it
+// gave before they existed.
+inline Program random_program(std::uint64_t seed, bool moves_data = false) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); };
   const std::int64_t sizes[] = {1, 2, 3, 7, 16, 33, 64};
@@ -87,11 +104,13 @@ inline Program random_program(std::uint64_t seed) {
   int n_ops = 1 + pick(7);
   int values = 3;  // x [r, c], y [c] (broadcast over rows), z [r, 1] (broadcast over cols)
   for (int i = 0; i < n_ops; ++i) {
-    Op op{static_cast<Step>(pick(static_cast<int>(Step::count))), pick(values), pick(values),
-          0.25 * (1 + pick(8))};
+    int steps = moves_data ? static_cast<int>(Step::count) : kStepsWithoutMovement;
+    Op op{static_cast<Step>(pick(steps)), pick(values), pick(values), 0.25 * (1 + pick(8))};
     // Row ops need a full [r, c] operand: value 0 is one, and so is every op's result.
     if (op.step >= Step::row_sum && op.step <= Step::col_mean && (op.a == 1 || op.a == 2)) op.a = 0;
-    if ((op.step == Step::transpose2 || op.step == Step::triangle) && (op.a == 1 || op.a == 2))
+    if ((op.step == Step::transpose2 || op.step == Step::triangle || op.step == Step::shift_rows ||
+         op.step == Step::repeat_rows) &&
+        (op.a == 1 || op.a == 2))
       op.a = 0;
     p.ops.push_back(op);
     ++values;
@@ -188,6 +207,36 @@ inline std::vector<Tensor> run_program(const Program& p, const Tensor& x, const 
       case Step::triangle: {
         auto diagonal = static_cast<std::int64_t>(op.k * 4) - 5;  // -4 .. 3
         r = diagonal % 2 == 0 ? triu(a, diagonal) : tril(a, diagonal);
+        break;
+      }
+      case Step::roll_cols: {
+        std::int64_t n = a.shape().back(), at = static_cast<std::int64_t>(op.k * 4) % n;
+        r = at == 0 ? a * 1.0 : cat({slice(a, -1, at, n), slice(a, -1, 0, at)}, -1);
+        break;
+      }
+      case Step::rotate_half: {
+        std::int64_t n = a.shape().back(), h = n / 2;
+        r = n < 2 ? -a : cat({-slice(a, -1, h, n), slice(a, -1, 0, h)}, -1);
+        break;
+      }
+      case Step::shift_pad:
+        r = pad(a, {-1, 1}, op.k);
+        break;
+      case Step::shift_rows: {
+        std::int64_t n = a.shape().front();
+        r = n < 2 ? a * 1.0 : cat({slice(a, 0, 1, n), slice(a, 0, 0, 1)}, 0);
+        break;
+      }
+      case Step::stride_split: {
+        std::int64_t n = a.shape().back();
+        r = n < 2 ? a * 1.0 : cat({slice(a, -1, 0, n, 2), slice(a, -1, 1, n, 2)}, -1);
+        break;
+      }
+      case Step::repeat_rows: {
+        std::int64_t n = a.shape().front(), c = a.shape().back();
+        r = n % 2 != 0
+                ? a * 1.0
+                : reshape(expand(unsqueeze(slice(a, 0, 0, n / 2), 1), {n / 2, 2, c}), {n, c});
         break;
       }
       case Step::count:
