@@ -14,6 +14,7 @@
 #include "jit/codegen/kernel_variants.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/templates.h"
+#include "runtime/attention_heads.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -68,7 +69,7 @@ Stream stream_for(Role role, int elem, int dk, int dv, int warps) {
   return {};
 }
 
-Tiling tiling_for(Kernel kind, int elem, int dk, int dv) {
+std::optional<Tiling> fitting_tiling(Kernel kind, int elem, int dk, int dv) {
   for (int warps : {4, 2, 1}) {
     Tiling t;
     t.warps = warps;
@@ -85,8 +86,14 @@ Tiling tiling_for(Kernel kind, int elem, int dk, int dv) {
     }
     return t;
   }
-  throw Error(
-      fmt::format("attention: no tiling fits head dims {} and {}", dk, dv));  // not for <= 128
+  return std::nullopt;
+}
+
+Tiling tiling_for(Kernel kind, int elem, int dk, int dv) {
+  auto t = fitting_tiling(kind, elem, dk, dv);
+  KILN_CHECK(t, "attention: no tiling of {} KB of shared memory fits head dims {} and {}",
+             kSharedLimit / 1024, dk, dv);
+  return *t;
 }
 
 struct Variant {
@@ -243,14 +250,43 @@ std::string shapes_of(const AttentionCall& c) {
   return s;
 }
 
-// The broadcast batch shape of q, k and v, or nullopt.
+// The broadcast batch shape of q, k and v (k and v's heads counted as q's under grouped-query
+// attention), or nullopt.
 std::optional<Shape> batch_shape(const AttentionCall& c) {
   try {
-    return broadcast_shapes(broadcast_shapes(batch_of(c.q), batch_of(c.k), "attention"),
-                            batch_of(c.v), "attention");
+    std::int64_t group = attention_group(c.q.shape(), c.k.shape(), c.v.shape(), "attention");
+    auto kv_batch = [&](const Tensor& x) {
+      Shape b = batch_of(x);
+      if (group > 1 && !b.empty() && b.back() > 1) b.back() *= group;
+      return b;
+    };
+    return broadcast_shapes(broadcast_shapes(batch_of(c.q), kv_batch(c.k), "attention"),
+                            kv_batch(c.v), "attention");
   } catch (const Error&) {
     return std::nullopt;
   }
+}
+
+std::int64_t group_of(const AttentionCall& c) {
+  return attention_group(c.q.shape(), c.k.shape(), c.v.shape(), "attention");
+}
+
+// Grouped-query attention as the broadcast call the kernels take (runtime/attention_heads.h):
+// q and the mask split [..., Hkv, g, T, .], k and v given a size-1 group dim; all views, so each
+// kv head is read in place by the g query heads of its group.
+Tensor query_view(const Tensor& x, std::int64_t group, std::size_t trailing) {
+  return x.reshape(grouped_query_shape(x.shape(), group, trailing));
+}
+AttentionCall grouped_call(const AttentionCall& c, std::int64_t group) {
+  AttentionCall g = c;
+  g.q = query_view(c.q, group, 2);
+  g.k = c.k.reshape(grouped_kv_shape(c.k.shape(), 2));
+  g.v = c.v.reshape(grouped_kv_shape(c.v.shape(), 2));
+  if (c.mask) g.mask = query_view(*c.mask, group, 2);
+  return g;
+}
+Tensor ungrouped(const Tensor& x, std::size_t trailing) {
+  return x.reshape(ungrouped_shape(x.shape(), trailing));
 }
 
 // The kernels' layout arguments: batch sizes, then per operand its batch strides (right-aligned,
@@ -393,8 +429,23 @@ std::string attention_unsupported(const AttentionCall& c) {
     if (h < kAttentionMinHeadDim || h > kAttentionMaxHeadDim)
       return fail(fmt::format("head dim {} is outside the kernels' range [{}, {}]", h,
                               kAttentionMinHeadDim, kAttentionMaxHeadDim));
+  for (Kernel kind : {Kernel::forward, Kernel::backward})
+    if (!fitting_tiling(kind, static_cast<int>(itemsize(t)), padded(static_cast<int>(d)),
+                        padded(static_cast<int>(dv))))
+      return fail(
+          fmt::format("no {} tiling fits head dims {} and {} at {} in {} KB of shared "
+                      "memory",
+                      kind == Kernel::forward ? "forward" : "backward", d, dv, dtype_name(t),
+                      kSharedLimit / 1024));
   auto batch = batch_shape(c);
-  if (!batch) return fail("the batch dims of q, k and v do not broadcast");
+  if (!batch) {
+    try {
+      group_of(c);
+    } catch (const Error& e) {
+      return fail(e.what());
+    }
+    return fail("the batch dims of q, k and v do not broadcast");
+  }
   if (c.mask) {
     DType m = c.mask->dtype();
     if (m != DType::bool_ && !is_floating(m)) return fail("the mask must be bool or floating");
@@ -450,6 +501,12 @@ Variant variant_of(const AttentionCall& c, const Geometry& g, const Layout& l, b
 
 AttentionForward attention_forward(const AttentionCall& c, const std::optional<Tensor>& out_into) {
   check(c);
+  if (std::int64_t group = group_of(c); group > 1) {
+    std::optional<Tensor> into;
+    if (out_into) into = query_view(*out_into, group, 2);
+    AttentionForward r = attention_forward(grouped_call(c, group), into);
+    return {out_into ? *out_into : ungrouped(r.out, 2), ungrouped(r.lse, 1)};
+  }
   Geometry g = geometry_of(c);
   const std::int64_t t = g.t;
   AttentionForward r{placed_output(out_into, "out", g.out_shape, c.q.dtype(), c),
@@ -476,6 +533,23 @@ AttentionForward attention_forward(const AttentionCall& c, const std::optional<T
 AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, const Tensor& lse,
                                   const Tensor& dout, const AttentionGradsInto& into) {
   check(c);
+  if (std::int64_t group = group_of(c); group > 1) {
+    // dq in place; dk and dv per query head, summed over each group by one reduction each.
+    AttentionGradsInto grouped_into;
+    if (into.dq) grouped_into.dq = query_view(*into.dq, group, 2);
+    AttentionGrads r =
+        attention_backward(grouped_call(c, group), query_view(out, group, 2),
+                           query_view(lse, group, 1), query_view(dout, group, 2), grouped_into);
+    auto back = [](const Tensor& grad, const Tensor& like, const std::optional<Tensor>& placed) {
+      Tensor g = grad.reshape(like.shape());
+      if (!placed) return g;
+      Tensor p = *placed;
+      p.copy_(g);
+      return p;
+    };
+    return {into.dq ? *into.dq : r.dq.reshape(c.q.shape()), back(r.dk, c.k, into.dk),
+            back(r.dv, c.v, into.dv)};
+  }
   Geometry g = geometry_of(c);
   const Shape &batch = g.batch, &out_shape = g.out_shape, &lse_shape = g.lse_shape;
   const std::int64_t t = g.t, s = g.s;

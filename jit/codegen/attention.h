@@ -28,9 +28,11 @@ struct AttentionCall {
 // [, mask]) node makes with these operands.
 AttentionCall attention_call(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs);
 
-// Head dims the kernels are specialized for (each a compile-time constant of its kernel).
-inline constexpr int kAttentionMinHeadDim = 16;
-inline constexpr int kAttentionMaxHeadDim = 128;
+// Head dims the kernels are specialized for (each a compile-time constant of its kernel; one that
+// is not a multiple of 16 is zero-padded inside the kernel). Above 128 the tiles shrink, and f32
+// head dims whose smallest tiles exceed the 48 KB of static shared memory are refused.
+inline constexpr int kAttentionMinHeadDim = 1;
+inline constexpr int kAttentionMaxHeadDim = 256;
 
 // Why the fused kernels cannot take this call (dtype, head dim out of range, shapes that do not
 // match, ...), or "". Names the op and the shapes.
