@@ -284,4 +284,93 @@ BOOST_AUTO_TEST_CASE(the_compiled_gpt_gets_the_rewrite_with_no_change_to_the_mod
                "parameter " << i << " after the profiled step");
 }
 
+// Grouped-query attention as users write the repetition of k and v over the query heads
+// (q [1, 4, T, D] against k, v [1, 2, T, D]): each becomes one attention node fed the
+// un-repeated k and v, so that no repeated copy is made; results and gradients equal eager's.
+BOOST_AUTO_TEST_CASE(grouped_query_repetitions_are_undone_and_fed_to_one_attention_node) {
+  const std::int64_t B = 1, H = 4, Hkv = 2, G = 2, T = 16, D = 16;
+  const double s = 0.25;
+  auto repeated_by_expand = [=](const Tensor& x) {
+    return x.unsqueeze(2).expand({B, Hkv, G, T, D}).reshape({B, H, T, D});
+  };
+  auto repeated_by_index = [=](const Tensor& x) {
+    Tensor index = test::i64s({0, 0, 1, 1}, {4});  // repeat_interleave's order
+    if (x.device().is_cuda()) index = index.to(Device::cuda());
+    return index_select(x, 1, index);
+  };
+  struct Form {
+    std::string label;
+    Fn3 fn;
+    OpId gone;  // the repetition's op, absent from the compiled graph
+    bool unrepeats = true;
+  };
+  std::vector<Form> forms = {
+      {"expand + reshape",
+       [=](const Tensor& q, const Tensor& k, const Tensor& v) {
+         Tensor kr = repeated_by_expand(k), vr = repeated_by_expand(v);
+         return matmul(softmax(matmul(q, kr.transpose(-2, -1)) * s, -1), vr);
+       },
+       OpId::expand},
+      {"index_select (repeat_interleave)",
+       [=](const Tensor& q, const Tensor& k, const Tensor& v) {
+         Tensor kr = repeated_by_index(k), vr = repeated_by_index(v);
+         return matmul(softmax(matmul(q, kr.transpose(-2, -1)) * s, -1), vr);
+       },
+       OpId::index_select},
+      {"broadcasting q [B, Hkv, g, T, D] against k [B, Hkv, 1, T, D]",
+       [=](const Tensor& q, const Tensor& k, const Tensor& v) {
+         Tensor qg = q.reshape({B, Hkv, G, T, D});
+         Tensor scores = matmul(qg, k.unsqueeze(2).transpose(-2, -1)) * s;
+         return matmul(softmax(scores, -1), v.unsqueeze(2)).reshape({B, H, T, D});
+       },
+       OpId::expand, false},
+  };
+  Tensor q = make({B, H, T, D}, DType::f32, 71).to(Device::cuda());
+  Tensor k = make({B, Hkv, T, D}, DType::f32, 72).to(Device::cuda());
+  Tensor v = make({B, Hkv, T, D}, DType::f32, 73).to(Device::cuda());
+  Tensor seed = make({B, H, T, D}, DType::f32, 74).to(Device::cuda());
+  for (const Form& form : forms) {
+    BOOST_TEST_CONTEXT(form.label) {
+      Tensor eager = form.fn(q, k, v);
+      Compiled c = compile_and_run(form.fn, q, k, v);
+      BOOST_TEST(c.attention == 1, c.log);
+      BOOST_TEST(c.softmax == 0);
+      // The broadcast form needs nothing undone: the op broadcasts k and v itself.
+      BOOST_TEST((c.log.find("un-repeated") != std::string::npos) == form.unrepeats, c.log);
+      BOOST_TEST(allclose(c.out.to(Device::cpu()), eager.to(Device::cpu()), 1e-4, 1e-5));
+      // Gradients through the compiled function against eager's.
+      Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(),
+             vg = v.detach().requires_grad_();
+      auto want = autograd::grad({form.fn(qg, kg, vg)}, {qg, kg, vg}, {seed});
+      jit::CompileOptions options;
+      options.dynamic = jit::DynamicMode::never;
+      auto f = jit::compile(
+          [&](const Tensor& a, const Tensor& b, const Tensor& d) { return form.fn(a, b, d); },
+          options);
+      auto got = autograd::grad({f(qg, kg, vg)}, {qg, kg, vg}, {seed});
+      BOOST_TEST(count(f.core().graph(0), form.gone) == 0);
+      for (std::size_t i = 0; i < 3; ++i)
+        BOOST_TEST(allclose(got[i].to(Device::cpu()), want[i].to(Device::cpu()), 1e-4, 1e-5),
+                   "input " << i);
+    }
+  }
+}
+
+// A call the fused kernels refuse (f32 at head dim 256 needs more than 48 KB of shared memory)
+// keeps its primitive ops, which fuse as usual, and says why.
+BOOST_AUTO_TEST_CASE(a_call_the_kernels_refuse_keeps_its_ops) {
+  Tensor q = make({1, 2, 8, 256}, DType::f32, 81).to(Device::cuda());
+  Tensor k = make({1, 2, 8, 256}, DType::f32, 82).to(Device::cuda());
+  Tensor v = make({1, 2, 8, 256}, DType::f32, 83).to(Device::cuda());
+  Fn3 fn = [](const Tensor& a, const Tensor& b, const Tensor& c) {
+    return matmul(softmax(matmul(a, b.transpose(-2, -1)) * 0.0625, -1), c);
+  };
+  Compiled c = compile_and_run(fn, q, k, v);
+  BOOST_TEST(c.attention == 0);
+  BOOST_TEST(c.softmax == 1);
+  BOOST_TEST(c.log.find("the fused kernels refuse the call") != std::string::npos, c.log);
+  BOOST_TEST(c.log.find("head dims 256") != std::string::npos, c.log);
+  BOOST_TEST(allclose(c.out.to(Device::cpu()), fn(q, k, v).to(Device::cpu()), 1e-5, 1e-6));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

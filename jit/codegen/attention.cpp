@@ -236,8 +236,12 @@ Launchable kernel_for(Kernel kind, const Variant& v) {
   return found;
 }
 
-Shape batch_of(const Tensor& t) {
-  return Shape(t.shape().begin(), t.shape().end() - 2);
+std::string shapes_of(const graph::AttentionSignature& c) {
+  std::string s =
+      fmt::format("q {} {}, k {} {}, v {} {}", shape_str(c.q), dtype_name(c.q_dtype),
+                  shape_str(c.k), dtype_name(c.k_dtype), shape_str(c.v), dtype_name(c.v_dtype));
+  if (c.mask) s += fmt::format(", mask {} {}", shape_str(*c.mask), dtype_name(*c.mask_dtype));
+  return s;
 }
 
 std::string shapes_of(const AttentionCall& c) {
@@ -250,21 +254,21 @@ std::string shapes_of(const AttentionCall& c) {
   return s;
 }
 
-// The broadcast batch shape of q, k and v (k and v's heads counted as q's under grouped-query
-// attention), or nullopt.
-std::optional<Shape> batch_shape(const AttentionCall& c) {
-  try {
-    std::int64_t group = attention_group(c.q.shape(), c.k.shape(), c.v.shape(), "attention");
-    auto kv_batch = [&](const Tensor& x) {
-      Shape b = batch_of(x);
-      if (group > 1 && !b.empty() && b.back() > 1) b.back() *= group;
-      return b;
-    };
-    return broadcast_shapes(broadcast_shapes(batch_of(c.q), kv_batch(c.k), "attention"),
-                            kv_batch(c.v), "attention");
-  } catch (const Error&) {
-    return std::nullopt;
-  }
+Shape batch_of(const Shape& s) {
+  return Shape(s.begin(), s.end() - 2);
+}
+
+// The broadcast batch shape of q, k and v, k and v's heads counted as q's under grouped-query
+// attention; kiln::Error naming the shapes when they do not broadcast.
+Shape batch_shape(const Shape& q, const Shape& k, const Shape& v) {
+  std::int64_t group = attention_group(q, k, v, "attention");
+  auto kv_batch = [&](const Shape& x) {
+    Shape b = batch_of(x);
+    if (group > 1 && !b.empty() && b.back() > 1) b.back() *= group;
+    return b;
+  };
+  return broadcast_shapes(broadcast_shapes(batch_of(q), kv_batch(k), "attention"), kv_batch(v),
+                          "attention");
 }
 
 std::int64_t group_of(const AttentionCall& c) {
@@ -406,24 +410,47 @@ AttentionCall attention_call(OpId op, std::span<const Tensor> inputs, const OpAt
   return call;
 }
 
+graph::AttentionSignature signature_of(const AttentionCall& c) {
+  graph::AttentionSignature s;
+  s.q = c.q.shape();
+  s.k = c.k.shape();
+  s.v = c.v.shape();
+  s.q_dtype = c.q.dtype();
+  s.k_dtype = c.k.dtype();
+  s.v_dtype = c.v.dtype();
+  if (c.mask) {
+    s.mask = c.mask->shape();
+    s.mask_dtype = c.mask->dtype();
+  }
+  s.scale = c.scale;
+  s.causal = c.causal;
+  return s;
+}
+
 std::string attention_unsupported(const AttentionCall& c) {
+  if (!c.q.defined() || !c.k.defined() || !c.v.defined()) return "attention: q, k or v missing";
+  for (const Tensor* x : {&c.q, &c.k, &c.v})
+    if (!x->device().is_cuda())
+      return fmt::format("attention: the fused kernels take CUDA tensors ({})", shapes_of(c));
+  if (c.mask && !c.mask->device().is_cuda())
+    return fmt::format("attention: the fused kernels take a CUDA mask ({})", shapes_of(c));
+  return attention_unsupported(signature_of(c));
+}
+
+std::string attention_unsupported(const graph::AttentionSignature& c) {
   auto fail = [&](const std::string& what) {
     return fmt::format("attention: {} ({})", what, shapes_of(c));
   };
-  if (!c.q.defined() || !c.k.defined() || !c.v.defined()) return "attention: q, k or v missing";
-  for (const Tensor* x : {&c.q, &c.k, &c.v})
-    if (!x->device().is_cuda()) return fail("the fused kernels take CUDA tensors");
-  if (c.mask && !c.mask->device().is_cuda()) return fail("the fused kernels take a CUDA mask");
-  if (c.q.dim() < 2 || c.k.dim() < 2 || c.v.dim() < 2)
+  if (c.q.size() < 2 || c.k.size() < 2 || c.v.size() < 2)
     return fail("q, k and v need rank 2 or more");
-  if (c.q.dtype() != c.k.dtype() || c.q.dtype() != c.v.dtype())
+  if (c.q_dtype != c.k_dtype || c.q_dtype != c.v_dtype)
     return fail("q, k and v must share a dtype");
-  DType t = c.q.dtype();
+  DType t = c.q_dtype;
   if (!is_floating(t)) return fail("q, k and v must be floating point");
   if (t == DType::f64) return fail("no f64 kernel (f64 runs the decomposition)");
-  std::int64_t d = c.q.shape().back(), dv = c.v.shape().back();
-  if (c.k.shape().back() != d) return fail("q and k head dims differ");
-  if (c.v.shape()[c.v.dim() - 2] != c.k.shape()[c.k.dim() - 2])
+  std::int64_t d = c.q.back(), dv = c.v.back();
+  if (c.k.back() != d) return fail("q and k head dims differ");
+  if (c.v[c.v.size() - 2] != c.k[c.k.size() - 2])
     return fail("k and v have different numbers of keys");
   for (auto h : {d, dv})
     if (h < kAttentionMinHeadDim || h > kAttentionMaxHeadDim)
@@ -437,24 +464,21 @@ std::string attention_unsupported(const AttentionCall& c) {
                       "memory",
                       kind == Kernel::forward ? "forward" : "backward", d, dv, dtype_name(t),
                       kSharedLimit / 1024));
-  auto batch = batch_shape(c);
-  if (!batch) {
-    try {
-      group_of(c);
-    } catch (const Error& e) {
-      return fail(e.what());
-    }
-    return fail("the batch dims of q, k and v do not broadcast");
+  Shape batch;
+  try {
+    batch = batch_shape(c.q, c.k, c.v);
+  } catch (const Error& e) {
+    return fail(e.what());
   }
   if (c.mask) {
-    DType m = c.mask->dtype();
+    DType m = *c.mask_dtype;
     if (m != DType::bool_ && !is_floating(m)) return fail("the mask must be bool or floating");
-    Shape full = *batch;
-    full.push_back(c.q.shape()[c.q.dim() - 2]);
-    full.push_back(c.k.shape()[c.k.dim() - 2]);
-    bool fits = c.mask->dim() <= static_cast<std::int64_t>(full.size());
-    for (std::int64_t i = 1; fits && i <= c.mask->dim(); ++i) {
-      auto ms = c.mask->shape()[c.mask->dim() - i];
+    Shape full = batch;
+    full.push_back(c.q[c.q.size() - 2]);
+    full.push_back(c.k[c.k.size() - 2]);
+    bool fits = c.mask->size() <= full.size();
+    for (std::size_t i = 1; fits && i <= c.mask->size(); ++i) {
+      auto ms = (*c.mask)[c.mask->size() - i];
       fits = ms == 1 || ms == full[full.size() - i];
     }
     if (!fits) return fail(fmt::format("the mask does not broadcast to {}", shape_str(full)));
@@ -475,7 +499,7 @@ struct Geometry {
 
 Geometry geometry_of(const AttentionCall& c) {
   Geometry g;
-  g.batch = *batch_shape(c);
+  g.batch = batch_shape(c.q.shape(), c.k.shape(), c.v.shape());
   g.t = c.q.shape()[c.q.dim() - 2];
   g.s = c.k.shape()[c.k.dim() - 2];
   g.d = static_cast<int>(c.q.shape().back());
@@ -605,6 +629,25 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
   }
   return {reduce_to(dq, c.q.shape()), reduce_to(dk, c.k.shape()), reduce_to(dvt, c.v.shape())};
 }
+
+namespace {
+
+// What the attention rewrite asks before it replaces a match (graph/attention_rewrite.h).
+class FusedAttentionKernels final : public graph::AttentionKernels {
+ public:
+  std::optional<std::string> refusal(const graph::AttentionSignature& call) const override {
+    std::string why = attention_unsupported(call);
+    return why.empty() ? std::nullopt : std::optional(why);
+  }
+};
+
+[[maybe_unused]] const bool kernels_registered = [] {
+  static const FusedAttentionKernels kernels;
+  graph::set_attention_kernels(&kernels);
+  return true;
+}();
+
+}  // namespace
 
 std::vector<KernelHandle> render_attention_kernels(DType dtype, int head_qk, int head_v,
                                                    std::optional<DType> mask, bool vector_loads,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/attention_rewrite.h"
 #include "jit/codegen/kernel_cache.h"
 #include "runtime/op.h"
 #include "runtime/tensor.h"
@@ -37,6 +38,9 @@ inline constexpr int kAttentionMaxHeadDim = 256;
 // Why the fused kernels cannot take this call (dtype, head dim out of range, shapes that do not
 // match, ...), or "". Names the op and the shapes.
 std::string attention_unsupported(const AttentionCall& call);
+// The same from shapes and dtypes alone (devices aside): what the attention rewrite asks before
+// replacing a match, through graph::AttentionKernels, which this library registers.
+std::string attention_unsupported(const graph::AttentionSignature& call);
 
 // out [..., T, dv] in q's dtype and lse [..., T] in f32 (natural log of each row's sum of
 // exponentials of the scaled, masked scores); a fully masked row gives out 0 and lse -inf.
