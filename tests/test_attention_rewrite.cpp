@@ -373,4 +373,40 @@ BOOST_AUTO_TEST_CASE(a_call_the_kernels_refuse_keeps_its_ops) {
   BOOST_TEST(allclose(c.out.to(Device::cpu()), fn(q, k, v).to(Device::cpu()), 1e-5, 1e-6));
 }
 
+// A compiled call whose attention step falls back to primitive ops at run time (the op called
+// directly, f32 at head dim 256: no tiling fits) is not a kernel call, and explain() names the
+// step and why; the same function at head dim 16 is.
+BOOST_AUTO_TEST_CASE(a_step_that_falls_back_at_run_time_is_not_a_kernel_call) {
+  for (std::int64_t d : {16, 256}) {
+    BOOST_TEST_CONTEXT("head dim " << d) {
+      Tensor q = make({1, 2, 8, d}, DType::f32, 91).to(Device::cuda());
+      Tensor k = make({1, 2, 8, d}, DType::f32, 92).to(Device::cuda());
+      Tensor v = make({1, 2, 8, d}, DType::f32, 93).to(Device::cuda());
+      jit::CompileOptions options;
+      options.dynamic = jit::DynamicMode::never;
+      auto f = jit::compile(
+          [](const Tensor& a, const Tensor& b, const Tensor& c) {
+            return scaled_dot_product_attention(a, b, c, {}, true);
+          },
+          options);
+      Tensor out = f(q, k, v);
+      f(q, k, v);
+      BOOST_TEST(allclose(out.to(Device::cpu()),
+                          scaled_dot_product_attention(q.to(Device::cpu()), k.to(Device::cpu()),
+                                                       v.to(Device::cpu()), {}, true),
+                          1e-4, 1e-5));
+      std::string explained = f.explain();
+      if (d == 16) {
+        BOOST_TEST(f.core().stats().kernel_calls == 2);
+        BOOST_TEST(explained.find("fell back") == std::string::npos, explained);
+      } else {
+        BOOST_TEST(f.core().stats().kernel_calls == 0);
+        BOOST_TEST(explained.find("fell back to primitive ops at run time: attention: no forward "
+                                  "tiling fits head dims 256") != std::string::npos,
+                   explained);
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
