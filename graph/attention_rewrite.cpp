@@ -25,6 +25,7 @@ struct Match {
   int q = -1, kt = -1, v = -1;  // values; kt is the first matmul's right operand
   int mask = -1;
   bool negate_mask = false;  // where(mask, -inf, scores): the mask names what is dropped
+  bool additive_mask = false;
   double scale = 1.0;
   std::vector<std::string> steps;  // forward order
 };
@@ -155,6 +156,7 @@ class Matcher {
       return m.negate_mask ? p.inputs[2] : p.inputs[1];
     }
     w.additive = true;
+    m.additive_mask = true;
     const Value& out = g_.values[cur];
     int first = p.inputs[0], second = p.inputs[1];
     bool first_is_scores = producer_of(g_, first) &&
@@ -343,15 +345,52 @@ std::optional<Unrepeated> unrepeated(const Graph& g, int x) {
   return std::nullopt;
 }
 
+// The mask of `m` proven to be the causal triangle (key j visible to query i iff j <= i) of the
+// scores' last two dims [T, S], in the form the match reads it: a constant whose values are
+// checked here, once (nothing can change a constant after the trace), or tril(·, 0) / triu(·, 1)
+// of an all-true constant. Captured and state tensors can be updated in place: never proven.
+bool proven_causal(const Graph& g, const Match& m, std::int64_t t, std::int64_t s) {
+  if (m.mask < 0 || t <= 0 || s <= 0 || g.values[m.mask].is_symbolic()) return false;
+  const Shape& ms = g.values[m.mask].meta.shape;
+  if (ms.size() < 2 || ms[ms.size() - 2] != t || ms.back() != s) return false;
+  auto expected = [&](std::int64_t i, std::int64_t j) {
+    bool visible = j <= i;
+    if (m.additive_mask) return visible ? 0.0 : -kInf;
+    return (m.negate_mask ? !visible : visible) ? 1.0 : 0.0;
+  };
+  if (auto values = constant_values(g, m.mask)) {
+    for (std::size_t k = 0; k < values->size(); ++k) {
+      auto at = static_cast<std::int64_t>(k);
+      if ((*values)[k] != expected(at / s % t, at % s)) return false;
+    }
+    return !values->empty();
+  }
+  if (m.additive_mask) return false;
+  int v = m.mask;
+  const Node* p = producer_of(g, v);
+  while (p && (p->op == OpId::to_device || p->op == OpId::detach))
+    p = producer_of(g, v = p->inputs[0]);
+  if (!p || g.values[p->inputs[0]].meta.shape != g.values[v].meta.shape) return false;
+  const bool keeps = p->op == OpId::tril && p->attrs.diagonal == 0;
+  const bool drops = p->op == OpId::triu && p->attrs.diagonal == 1;
+  if (!(m.negate_mask ? drops : keeps)) return false;
+  auto base = constant_values(g, p->inputs[0]);
+  if (!base || g.values[p->inputs[0]].meta.dtype != DType::bool_) return false;
+  for (double x : *base)
+    if (x != 1.0) return false;
+  return true;
+}
+
 // The attention node inserted for a match, or why none was.
 struct Inserted {
   int value = -1;
   std::string why;
-  bool grouped = false;
+  bool grouped = false, causal = false;
 };
 
 // The kernels' refusal of the call `m` would make on a CUDA graph, or "".
-std::string kernel_refusal(const Graph& g, const Match& m, const Shape& k, const Shape& v) {
+std::string kernel_refusal(const Graph& g, const Match& m, const Shape& k, const Shape& v,
+                           bool causal) {
   const AttentionKernels* kernels = attention_kernels();
   if (!kernels || !g.values[m.q].device.is_cuda()) return "";
   AttentionSignature call;
@@ -361,11 +400,12 @@ std::string kernel_refusal(const Graph& g, const Match& m, const Shape& k, const
   call.q_dtype = g.values[m.q].meta.dtype;
   call.k_dtype = g.values[m.kt].meta.dtype;
   call.v_dtype = g.values[m.v].meta.dtype;
-  if (m.mask >= 0) {
+  if (m.mask >= 0 && !causal) {
     call.mask = g.values[m.mask].meta.shape;
     call.mask_dtype = g.values[m.mask].meta.dtype;
   }
   call.scale = m.scale;
+  call.causal = causal;
   auto why = kernels->refusal(call);
   return why ? "the fused kernels refuse the call: " + *why : "";
 }
@@ -392,9 +432,12 @@ Inserted insert_attention(Graph& g, const Match& m, int old) {
   const bool grouped = uk && uv && uk->kv_heads == uv->kv_heads;
   Shape k_shape = g.values[m.kt].meta.shape;
   std::swap(k_shape[k_shape.size() - 1], k_shape[k_shape.size() - 2]);
-  std::string why = grouped ? kernel_refusal(g, m, uk->shape, uv->shape)
-                            : kernel_refusal(g, m, k_shape, g.values[m.v].meta.shape);
-  if (!why.empty()) return {-1, why, false};
+  // A causal mask is the kernels' causal flag: no mask read, no tiles past the diagonal.
+  const Shape& scores = g.values[g.nodes[m.softmax].inputs[0]].meta.shape;
+  const bool causal = proven_causal(g, m, scores[scores.size() - 2], scores[scores.size() - 1]);
+  std::string why = grouped ? kernel_refusal(g, m, uk->shape, uv->shape, causal)
+                            : kernel_refusal(g, m, k_shape, g.values[m.v].meta.shape, causal);
+  if (!why.empty()) return {-1, why, false, false};
   auto plain = [&](const Unrepeated& u) {
     OpAttrs attrs;
     attrs.shape = u.shape;
@@ -412,16 +455,18 @@ Inserted insert_attention(Graph& g, const Match& m, int old) {
     k = insert(OpId::permute, {m.kt}, t);
   }
   std::vector<int> inputs{m.q, k, v};
-  if (m.mask >= 0)
+  if (m.mask >= 0 && !causal)
     inputs.push_back(m.negate_mask ? insert(OpId::logical_not, {m.mask}, {}) : m.mask);
   OpAttrs attrs;
   attrs.scale = m.scale;
+  attrs.causal = causal;
   int out = insert(OpId::attention, inputs, attrs);
   const Value &a = g.values[out], &b = g.values[old];
-  if (a.meta.shape == b.meta.shape && a.meta.dtype == b.meta.dtype) return {out, "", grouped};
+  if (a.meta.shape == b.meta.shape && a.meta.dtype == b.meta.dtype)
+    return {out, "", grouped, causal};
   // The op's batch broadcasting disagrees with the matmuls': leave them.
   erase_nodes(g, inserted);
-  return {-1, "the fused op's output shape differs", false};
+  return {-1, "the fused op's output shape differs", false, false};
 }
 
 std::atomic<const AttentionKernels*> registered_kernels{nullptr};
@@ -452,8 +497,9 @@ AttentionRewriteReport rewrite_attention(Graph& g) {
       continue;
     }
     replaced.emplace_back(m.result, in.value);
-    patterns.push_back(fmt::format("{}{}", fmt::join(m.steps, "."),
-                                   in.grouped ? ", k and v un-repeated (grouped-query)" : ""));
+    patterns.push_back(fmt::format("{}{}{}", fmt::join(m.steps, "."),
+                                   in.grouped ? ", k and v un-repeated (grouped-query)" : "",
+                                   in.causal ? ", the mask proven causal" : ""));
   }
   for (std::size_t r = 0; r < replaced.size(); ++r) {
     auto [old, out] = replaced[r];

@@ -409,4 +409,83 @@ BOOST_AUTO_TEST_CASE(a_step_that_falls_back_at_run_time_is_not_a_kernel_call) {
   }
 }
 
+// A causal mask made in the trace (a constant, or tril/triu of one) is proven causal once, at
+// trace time, and becomes the op's causal flag: three operands, no mask read. A captured mask
+// (which may be updated in place) or a constant that is not exactly the triangle stays a mask.
+BOOST_AUTO_TEST_CASE(a_mask_proven_causal_becomes_the_causal_flag) {
+  Tensor q = make({2, 4, 3}, DType::f64, 21), k = make({2, 5, 3}, DType::f64, 22);
+  Tensor v = make({2, 5, 2}, DType::f64, 23);
+  Tensor captured = triu(ones({4, 5}, DType::bool_), 1);
+  std::vector<double> nearly(20, 0.0);
+  for (int i = 0; i < 4; ++i)
+    for (int j = i + 1; j < 5; ++j) nearly[i * 5 + j] = -kInf;
+  struct Form {
+    std::string label;
+    Fn3 fn;
+    bool causal;
+  };
+  auto scores = [](const Tensor& a, const Tensor& b) { return matmul(a, b.transpose(-2, -1)); };
+  std::vector<Form> forms = {
+      {"masked_fill with triu(ones, 1) made in the trace",
+       [=](const Tensor& a, const Tensor& b, const Tensor& c) {
+         Tensor drop = triu(ones({4, 5}, DType::bool_), 1);
+         return matmul(softmax(masked_fill(scores(a, b) * 0.5, drop, -kInf), -1), c);
+       },
+       true},
+      {"where(tril(ones), scores, -inf) made in the trace",
+       [=](const Tensor& a, const Tensor& b, const Tensor& c) {
+         Tensor keep = tril(ones({4, 5}, DType::bool_));
+         return matmul(softmax(where(keep, scores(a, b), -kInf) * 0.5, -1), c);
+       },
+       true},
+      {"an additive constant, -inf above the diagonal",
+       [=](const Tensor& a, const Tensor& b, const Tensor& c) {
+         Tensor additive = test::f64s(nearly, {4, 5});
+         return matmul(softmax(scores(a, b) * 0.5 + additive, -1), c);
+       },
+       true},
+      {"an additive constant with one entry off the triangle",
+       [=](const Tensor& a, const Tensor& b, const Tensor& c) {
+         std::vector<double> off = nearly;
+         off[1] = 0.0;  // row 0 sees key 1 too
+         off[4] = -kInf;
+         return matmul(softmax(scores(a, b) * 0.5 + test::f64s(off, {4, 5}), -1), c);
+       },
+       false},
+      {"a captured triu mask (can be updated in place)",
+       [=](const Tensor& a, const Tensor& b, const Tensor& c) {
+         return matmul(softmax(masked_fill(scores(a, b) * 0.5, captured, -kInf), -1), c);
+       },
+       false},
+  };
+  for (const Form& form : forms) {
+    BOOST_TEST_CONTEXT(form.label) {
+      jit::CompileOptions options;
+      options.dynamic = jit::DynamicMode::never;
+      auto f = jit::compile(
+          [&](const Tensor& a, const Tensor& b, const Tensor& c) { return form.fn(a, b, c); },
+          options);
+      Tensor out = f(q, k, v);
+      BOOST_TEST(allclose(out, form.fn(q, k, v), 1e-12, 1e-12));
+      const graph::Graph& g = f.core().graph(0);
+      int attention = -1;
+      for (std::size_t i = 0; i < g.nodes.size(); ++i)
+        if (g.nodes[i].op == OpId::attention) attention = static_cast<int>(i);
+      BOOST_TEST_REQUIRE(attention >= 0);
+      BOOST_TEST(g.nodes[attention].attrs.causal == form.causal);
+      BOOST_TEST(g.nodes[attention].inputs.size() == (form.causal ? 3u : 4u));
+      if (form.causal) BOOST_TEST(count(g, OpId::logical_not) == 0);
+    }
+  }
+  // The captured mask's in-place update is seen: its call reads the mask.
+  jit::CompileOptions options;
+  options.dynamic = jit::DynamicMode::never;
+  auto f = jit::compile(
+      [&](const Tensor& a, const Tensor& b, const Tensor& c) { return forms[4].fn(a, b, c); },
+      options);
+  f(q, k, v);
+  captured.copy_(triu(ones({4, 5}, DType::bool_), 2));
+  BOOST_TEST(allclose(f(q, k, v), forms[4].fn(q, k, v), 1e-12, 1e-12));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
