@@ -238,10 +238,14 @@ BOOST_AUTO_TEST_CASE(the_compiled_gpt_gets_the_rewrite_with_no_change_to_the_mod
     });
   }
   reload_log_settings();
-  BOOST_TEST(log.find("rewritten (matmul.mul.where.softmax.matmul)") != std::string::npos, log);
+  BOOST_TEST(log.find("rewritten (matmul.mul.where.softmax.matmul, the mask proven causal)") !=
+                 std::string::npos,
+             log);
   const auto& core = *compiled.compiled();
   BOOST_TEST(count(core.graph(0), OpId::attention) == model.layers);
   BOOST_TEST(count(core.graph(0), OpId::softmax) == 0);
+  // The future mask, made in the trace, is the causal flag: no mask read, no logical_not.
+  BOOST_TEST(count(core.graph(0), OpId::logical_not) == 0);
   // The compiled backward differentiates the op: one backward op per layer, no softmax.
   const jit::AotProgram* aot = core.aot(0);
   BOOST_TEST_REQUIRE(aot != nullptr);
