@@ -466,10 +466,11 @@ BOOST_AUTO_TEST_CASE(bad_calls_name_the_op_and_shapes) {
   into.dk = cuda({2, 5, 16}, DType::bf16);
   raises_from([&] { codegen::attention_backward(ok, fwd.out, fwd.lse, fwd.out, into); },
               "dk must be f32 [2, 5, 16]");
+  // k and v shared along an outer batch dim (the dk/dv blocks sum only the innermost one).
   codegen::AttentionCall shared_kv{
-      cuda({2, 4, 16}), cuda({1, 5, 16}), cuda({1, 5, 16}), std::nullopt, 0.25, false};
+      cuda({2, 3, 4, 16}), cuda({1, 3, 5, 16}), cuda({1, 3, 5, 16}), std::nullopt, 0.25, false};
   auto fwd_shared = codegen::attention_forward(shared_kv);
-  into.dk = cuda({1, 5, 16});
+  into.dk = cuda({1, 3, 5, 16});
   raises_from(
       [&] {
         codegen::attention_backward(shared_kv, fwd_shared.out, fwd_shared.lse, fwd_shared.out,

@@ -363,9 +363,19 @@ cuda::DevicePtr address(const Tensor& t) {
   return reinterpret_cast<cuda::DevicePtr>(t.raw_data());
 }
 
+// The innermost batch dim's size when k and v do not move along it (size 1 or absent there)
+// and q does, else 1.
+std::int64_t kv_group_of(const AttentionCall& c, const Shape& batch) {
+  if (batch.empty() || batch.back() <= 1) return 1;
+  for (const Tensor* x : {&c.k, &c.v})
+    if (x->dim() >= 3 && x->shape()[x->dim() - 3] != 1) return 1;
+  return batch.back();
+}
+
 // The gradient computed at the broadcast batch shape, summed back to the operand's shape.
 Tensor reduce_to(const Tensor& full, const Shape& target) {
   if (full.shape() == target) return full;
+  if (full.numel() == numel(target)) return full.reshape(target);  // size-1 dims only
   auto extra = full.dim() - static_cast<std::int64_t>(target.size());
   std::vector<std::int64_t> dims;
   for (std::int64_t d = 0; d < full.dim(); ++d)
@@ -558,7 +568,7 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
                                   const Tensor& dout, const AttentionGradsInto& into) {
   check(c);
   if (std::int64_t group = group_of(c); group > 1) {
-    // dq in place; dk and dv per query head, summed over each group by one reduction each.
+    // dq in place; dk and dv summed over each group by the dk/dv blocks themselves.
     AttentionGradsInto grouped_into;
     if (into.dq) grouped_into.dq = query_view(*into.dq, group, 2);
     AttentionGrads r =
@@ -581,7 +591,11 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
   require_tensor(out, "attention_backward: out", out_shape, c.q.dtype(), c);
   require_tensor(dout, "attention_backward: dout", out_shape, c.q.dtype(), c);
   require_tensor(lse, "attention_backward: lse", lse_shape, DType::f32, c);
+  // k and v broadcast along the innermost batch dim (multi-query attention, or grouped queries
+  // viewed [.., Hkv, g]): the dk/dv blocks sum its query rows, so dk and dv are written once.
+  const std::int64_t kv_group = kv_group_of(c, batch);
   Shape dq_shape = batch, dk_shape = batch, dv_shape = batch;
+  if (kv_group > 1) dk_shape.back() = dv_shape.back() = 1;
   dq_shape.insert(dq_shape.end(), {t, d});
   dk_shape.insert(dk_shape.end(), {s, d});
   dv_shape.insert(dv_shape.end(), {s, dv});
@@ -616,10 +630,11 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
     auto [k, tl] = kernel_for(Kernel::backward, v);
     long long rows = 16 * tl.warps;
     long long q_blocks = l.batches * ((t + rows - 1) / rows);
-    long long kv_blocks = l.batches * ((s + rows - 1) / rows);
-    void* params[] = {&pq,    &pk,     &pv,      &po,  &pdo,           &pl,
-                      &pm,    &pdq,    &pdk,     &pdv, l.words.data(), &scale_log2,
-                      &scale, &causal, &q_blocks};
+    long long group = kv_group;
+    long long kv_blocks = l.batches / group * ((s + rows - 1) / rows);
+    void* params[] = {&pq,    &pk,     &pv,       &po,   &pdo,           &pl,
+                      &pm,    &pdq,    &pdk,      &pdv,  l.words.data(), &scale_log2,
+                      &scale, &causal, &q_blocks, &group};
     k->launch({static_cast<unsigned>(q_blocks + kv_blocks), 1, 1},
               {static_cast<unsigned>(32 * tl.warps), 1, 1}, params,
               tensor_bytes(c.q) + tensor_bytes(c.k) + tensor_bytes(c.v) +
