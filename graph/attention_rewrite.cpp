@@ -455,8 +455,14 @@ Inserted insert_attention(Graph& g, const Match& m, int old) {
     k = insert(OpId::permute, {m.kt}, t);
   }
   std::vector<int> inputs{m.q, k, v};
-  if (m.mask >= 0 && !causal)
-    inputs.push_back(m.negate_mask ? insert(OpId::logical_not, {m.mask}, {}) : m.mask);
+  // The op takes what attends: a dropped mask is negated, or un-negated where the user wrote
+  // masked_fill(logical_not(keep), -inf).
+  auto attending = [&](int dropped) {
+    const Node* p = producer_of(g, dropped);
+    return p && p->op == OpId::logical_not ? p->inputs[0]
+                                           : insert(OpId::logical_not, {dropped}, {});
+  };
+  if (m.mask >= 0 && !causal) inputs.push_back(m.negate_mask ? attending(m.mask) : m.mask);
   OpAttrs attrs;
   attrs.scale = m.scale;
   attrs.causal = causal;
