@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/op.h"
 #include "runtime/attention_heads.h"
+#include "runtime/op.h"
 
 namespace kiln {
 
