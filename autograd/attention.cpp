@@ -7,6 +7,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/record.h"
+#include "runtime/attention_heads.h"
 #include "runtime/trace_hooks.h"
 
 namespace kiln {
@@ -75,11 +76,29 @@ Probabilities probabilities(const Tensor& s) {
   return {p, lse};
 }
 
+std::int64_t group_of(const Tensor& q, const Tensor& k, const Tensor& v, std::string_view op) {
+  return attention_group(q.impl().shape, k.impl().shape, v.impl().shape, op);
+}
+
+// Grouped-query attention as broadcast attention over views (runtime/attention_heads.h).
+Tensor query_view(const Tensor& x, std::int64_t group, std::size_t trailing) {
+  return x.defined() ? reshape(x, grouped_query_shape(x.impl().shape, group, trailing)) : x;
+}
+Tensor kv_view(const Tensor& x) {
+  return reshape(x, grouped_kv_shape(x.impl().shape, 2));
+}
+
 }  // namespace
 
 AttentionOutputs attention_decomposed(const Tensor& q, const Tensor& k, const Tensor& v,
                                       const Tensor& mask, double scale, bool causal) {
   KILN_OP_SCOPE;
+  if (std::int64_t g = group_of(q, k, v, "attention"); g > 1) {
+    AttentionOutputs r = attention_decomposed(query_view(q, g, 2), kv_view(k), kv_view(v),
+                                              query_view(mask, g, 2), scale, causal);
+    return {reshape(r.out, ungrouped_shape(r.out.impl().shape, 2)),
+            reshape(r.lse, ungrouped_shape(r.lse.impl().shape, 1))};
+  }
   DType acc = accumulation_dtype(q);
   Tensor s = masked_scores(cast(q, acc), cast(k, acc), mask, scale, causal);
   Probabilities pr = probabilities(s);
@@ -90,6 +109,16 @@ AttentionGradients attention_gradients_decomposed(const Tensor& q, const Tensor&
                                                   const Tensor& mask, const Tensor& dout,
                                                   const Tensor& dlse, double scale, bool causal) {
   KILN_OP_SCOPE;
+  if (std::int64_t g = group_of(q, k, v, "attention_backward"); g > 1) {
+    // Each gradient at its operand's grouped view (dk, dv summed over the group), then back.
+    AttentionGradients r = attention_gradients_decomposed(
+        query_view(q, g, 2), kv_view(k), kv_view(v), query_view(mask, g, 2), query_view(dout, g, 2),
+        query_view(dlse, g, 1), scale, causal);
+    auto back = [](const Tensor& grad, const Tensor& like) {
+      return grad.defined() ? reshape(grad, like.impl().shape) : grad;
+    };
+    return {back(r.dq, q), back(r.dk, k), back(r.dv, v), back(r.dmask, mask)};
+  }
   DType acc = accumulation_dtype(q);
   Tensor qa = cast(q, acc), ka = cast(k, acc), va = cast(v, acc);
   Tensor p = probabilities(masked_scores(qa, ka, mask, scale, causal)).p;

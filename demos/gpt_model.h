@@ -59,12 +59,8 @@ class CausalSelfAttention : public nn::Module {
         heads_(config.heads) {
     KILN_CHECK(config.d_model % config.heads == 0, "gpt: d_model {} is not a multiple of heads {}",
                config.d_model, config.heads);
-    // True above the diagonal: position t may not look at positions after t. A buffer, so it
-    // moves with the model and a compiled function reads it as declared state.
-    future_mask = triu(ones({config.seq_len, config.seq_len}, DType::bool_), 1);
     register_module("qkv", qkv);
     register_module("proj", proj);
-    register_buffer("future_mask", future_mask);
   }
 
   // x [batch, time, d_model] -> [batch, time, d_model]
@@ -79,7 +75,10 @@ class CausalSelfAttention : public nn::Module {
     };
     Tensor q = split_heads(0), k = split_heads(1), v = split_heads(2);
     Tensor scores = matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
-    Tensor mask = future_mask.slice(0, 0, time).slice(1, 0, time);
+    // True above the diagonal: position t may not look at positions after t. Made here rather
+    // than kept as a buffer, so that a compiled step sees a constant it can prove causal (and
+    // runs the causal attention kernel, which reads no mask); a buffer may change in place.
+    Tensor mask = triu(ones({time, time}, DType::bool_), 1).to(x.device());
     scores = masked_fill(scores, mask, -std::numeric_limits<double>::infinity());
     Tensor mixed = matmul(softmax(scores, -1), v);  // [batch, heads, time, head_dim]
     return proj(mixed.transpose(1, 2).reshape({batch, time, d_model}));
@@ -88,7 +87,6 @@ class CausalSelfAttention : public nn::Module {
 
   nn::Linear qkv;
   nn::Linear proj;
-  Tensor future_mask;  // bool [seq_len, seq_len]
 
  private:
   std::int64_t heads_;

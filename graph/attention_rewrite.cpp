@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -24,6 +25,7 @@ struct Match {
   int q = -1, kt = -1, v = -1;  // values; kt is the first matmul's right operand
   int mask = -1;
   bool negate_mask = false;  // where(mask, -inf, scores): the mask names what is dropped
+  bool additive_mask = false;
   double scale = 1.0;
   std::vector<std::string> steps;  // forward order
 };
@@ -154,6 +156,7 @@ class Matcher {
       return m.negate_mask ? p.inputs[2] : p.inputs[1];
     }
     w.additive = true;
+    m.additive_mask = true;
     const Value& out = g_.values[cur];
     int first = p.inputs[0], second = p.inputs[1];
     bool first_is_scores = producer_of(g_, first) &&
@@ -266,10 +269,151 @@ std::vector<Match> find_matches(const Graph& g, AttentionRewriteReport& report) 
   return matches;
 }
 
+// A value repeated over heads for grouped-query attention ([.., Hkv * g, T, D], kv head j's rows
+// at heads j*g .. j*g+g-1), and its un-repeated form [.., Hkv, T, D].
+struct Unrepeated {
+  int value = -1;  // the un-repeated tensor, or its [.., Hkv, 1, T, D] form (needs_reshape)
+  Shape shape;
+  bool needs_reshape = false;
+  std::int64_t kv_heads = 0;
+};
+
+// A constant's values (through device transfers and detach), or nullopt.
+std::optional<std::vector<double>> constant_values(const Graph& g, int v) {
+  for (const Node* p = producer_of(g, v); p; p = producer_of(g, v)) {
+    if (p->op != OpId::to_device && p->op != OpId::detach) return std::nullopt;
+    v = p->inputs[0];
+  }
+  const Input* in = g.input_of(v);
+  if (!in || in->kind != InputKind::constant || !in->tensor.defined()) return std::nullopt;
+  return in->tensor.to_vector<double>();
+}
+
+// reshape(expand(k [.., Hkv, 1, T, D] to [.., Hkv, g, T, D]) to [.., Hkv * g, T, D]), the
+// unsqueeze being usually a reshape of k itself.
+std::optional<Unrepeated> unrepeated_expand(const Graph& g, const Node& reshape, const Shape& xs) {
+  const std::size_t r = xs.size();
+  const Node* e = producer_of(g, reshape.inputs[0]);
+  if (!e || e->op != OpId::expand) return std::nullopt;
+  const Shape &es = g.values[reshape.inputs[0]].meta.shape, &bs = g.values[e->inputs[0]].meta.shape;
+  if (es.size() != r + 1 || bs.size() != r + 1) return std::nullopt;
+  for (std::size_t i = 0; i + 3 < r; ++i)
+    if (es[i] != xs[i] || bs[i] != xs[i]) return std::nullopt;
+  const std::int64_t kv = es[r - 3], group = es[r - 2];
+  if (bs[r - 3] != kv || bs[r - 2] != 1 || group <= 1 || kv * group != xs[r - 3])
+    return std::nullopt;
+  for (std::size_t i = r - 1; i <= r; ++i)
+    if (es[i] != xs[i - 1] || bs[i] != xs[i - 1]) return std::nullopt;
+  Unrepeated u;
+  u.kv_heads = kv;
+  u.shape = xs;
+  u.shape[r - 3] = kv;
+  const Node* unsqueeze = producer_of(g, e->inputs[0]);
+  if (unsqueeze && unsqueeze->op == OpId::reshape &&
+      g.values[unsqueeze->inputs[0]].meta.shape == u.shape) {
+    u.value = unsqueeze->inputs[0];
+  } else {
+    u.value = e->inputs[0];
+    u.needs_reshape = true;
+  }
+  return u;
+}
+
+// index_select(k [.., Hkv, T, D], dim -3, index) with a constant index [0 .. 0, 1 .. 1, ...]
+// (each head g times, repeat_interleave's order).
+std::optional<Unrepeated> unrepeated_index(const Graph& g, const Node& sel, const Shape& xs) {
+  const auto r = static_cast<std::int64_t>(xs.size());
+  if (normalize_dim(sel.attrs.dim, r, "index_select") != r - 3) return std::nullopt;
+  const Shape& src = g.values[sel.inputs[0]].meta.shape;
+  const std::int64_t heads = xs[r - 3], kv = src[r - 3];
+  if (kv <= 0 || heads % kv != 0 || heads == kv) return std::nullopt;
+  auto index = constant_values(g, sel.inputs[1]);
+  if (!index || static_cast<std::int64_t>(index->size()) != heads) return std::nullopt;
+  for (std::int64_t h = 0; h < heads; ++h)
+    if ((*index)[h] != static_cast<double>(h / (heads / kv))) return std::nullopt;
+  return Unrepeated{sel.inputs[0], src, false, kv};
+}
+
+// k or v as a grouped-query attention user repeats it, un-repeated; nullopt for anything else.
+std::optional<Unrepeated> unrepeated(const Graph& g, int x) {
+  const Value& xv = g.values[x];
+  if (xv.meta.shape.size() < 3 || xv.is_symbolic()) return std::nullopt;
+  const Node* p = producer_of(g, x);
+  if (!p) return std::nullopt;
+  if (p->op == OpId::reshape) return unrepeated_expand(g, *p, xv.meta.shape);
+  if (p->op == OpId::index_select) return unrepeated_index(g, *p, xv.meta.shape);
+  return std::nullopt;
+}
+
+// The mask of `m` proven to be the causal triangle (key j visible to query i iff j <= i) of the
+// scores' last two dims [T, S], in the form the match reads it: a constant whose values are
+// checked here, once (nothing can change a constant after the trace), or tril(·, 0) / triu(·, 1)
+// of an all-true constant. Captured and state tensors can be updated in place: never proven.
+bool proven_causal(const Graph& g, const Match& m, std::int64_t t, std::int64_t s) {
+  if (m.mask < 0 || t <= 0 || s <= 0 || g.values[m.mask].is_symbolic()) return false;
+  const Shape& ms = g.values[m.mask].meta.shape;
+  if (ms.size() < 2 || ms[ms.size() - 2] != t || ms.back() != s) return false;
+  auto expected = [&](std::int64_t i, std::int64_t j) {
+    bool visible = j <= i;
+    if (m.additive_mask) return visible ? 0.0 : -kInf;
+    return (m.negate_mask ? !visible : visible) ? 1.0 : 0.0;
+  };
+  if (auto values = constant_values(g, m.mask)) {
+    for (std::size_t k = 0; k < values->size(); ++k) {
+      auto at = static_cast<std::int64_t>(k);
+      if ((*values)[k] != expected(at / s % t, at % s)) return false;
+    }
+    return !values->empty();
+  }
+  if (m.additive_mask) return false;
+  int v = m.mask;
+  const Node* p = producer_of(g, v);
+  while (p && (p->op == OpId::to_device || p->op == OpId::detach))
+    p = producer_of(g, v = p->inputs[0]);
+  if (!p || g.values[p->inputs[0]].meta.shape != g.values[v].meta.shape) return false;
+  const bool keeps = p->op == OpId::tril && p->attrs.diagonal == 0;
+  const bool drops = p->op == OpId::triu && p->attrs.diagonal == 1;
+  if (!(m.negate_mask ? drops : keeps)) return false;
+  auto base = constant_values(g, p->inputs[0]);
+  if (!base || g.values[p->inputs[0]].meta.dtype != DType::bool_) return false;
+  for (double x : *base)
+    if (x != 1.0) return false;
+  return true;
+}
+
+// The attention node inserted for a match, or why none was.
+struct Inserted {
+  int value = -1;
+  std::string why;
+  bool grouped = false, causal = false;
+};
+
+// The kernels' refusal of the call `m` would make on a CUDA graph, or "".
+std::string kernel_refusal(const Graph& g, const Match& m, const Shape& k, const Shape& v,
+                           bool causal) {
+  const AttentionKernels* kernels = attention_kernels();
+  if (!kernels || !g.values[m.q].device.is_cuda()) return "";
+  AttentionSignature call;
+  call.q = g.values[m.q].meta.shape;
+  call.k = k;
+  call.v = v;
+  call.q_dtype = g.values[m.q].meta.dtype;
+  call.k_dtype = g.values[m.kt].meta.dtype;
+  call.v_dtype = g.values[m.v].meta.dtype;
+  if (m.mask >= 0 && !causal) {
+    call.mask = g.values[m.mask].meta.shape;
+    call.mask_dtype = g.values[m.mask].meta.dtype;
+  }
+  call.scale = m.scale;
+  call.causal = causal;
+  auto why = kernels->refusal(call);
+  return why ? "the fused kernels refuse the call: " + *why : "";
+}
+
 // Inserts the attention node for `m` (and the views of its operands it needs) before the second
-// matmul, whose value is `old`; returns the attention's value, or -1 (nothing inserted) when the
-// op would not give the matmul's shape and dtype.
-int insert_attention(Graph& g, const Match& m, int old) {
+// matmul, whose value is `old`; inserts nothing when the kernels would refuse the call or the op
+// would not give the matmul's shape and dtype.
+Inserted insert_attention(Graph& g, const Match& m, int old) {
   const Node like = g.nodes[g.values[old].producer];
   std::vector<int> inserted;
   auto insert = [&](OpId op, std::vector<int> inputs, const OpAttrs& attrs) {
@@ -277,30 +421,70 @@ int insert_attention(Graph& g, const Match& m, int old) {
         insert_op_before(g, g.values[old].producer, op, std::move(inputs), attrs, like));
     return g.nodes[inserted.back()].output();
   };
-  // k: the value kᵀ transposes, or a transposing view of the right operand.
-  int k = -1;
-  if (const Node* p = producer_of(g, m.kt);
-      p && p->op == OpId::permute && swaps_last_two(p->attrs.dims)) {
-    k = p->inputs[0];
+  // k: the value kᵀ transposes (un-repeated when the heads were repeated for grouped-query
+  // attention, and v with it), or a transposing view of the right operand.
+  const Node* kt = producer_of(g, m.kt);
+  const bool transposed = kt && kt->op == OpId::permute && swaps_last_two(kt->attrs.dims);
+  const int k_repeated = transposed ? kt->inputs[0] : -1;
+  std::optional<Unrepeated> uk, uv;
+  if (transposed) uk = unrepeated(g, k_repeated);
+  if (uk) uv = unrepeated(g, m.v);
+  const bool grouped = uk && uv && uk->kv_heads == uv->kv_heads;
+  Shape k_shape = g.values[m.kt].meta.shape;
+  std::swap(k_shape[k_shape.size() - 1], k_shape[k_shape.size() - 2]);
+  // A causal mask is the kernels' causal flag: no mask read, no tiles past the diagonal.
+  const Shape& scores = g.values[g.nodes[m.softmax].inputs[0]].meta.shape;
+  const bool causal = proven_causal(g, m, scores[scores.size() - 2], scores[scores.size() - 1]);
+  std::string why = grouped ? kernel_refusal(g, m, uk->shape, uv->shape, causal)
+                            : kernel_refusal(g, m, k_shape, g.values[m.v].meta.shape, causal);
+  if (!why.empty()) return {-1, why, false, false};
+  auto plain = [&](const Unrepeated& u) {
+    OpAttrs attrs;
+    attrs.shape = u.shape;
+    return u.needs_reshape ? insert(OpId::reshape, {u.value}, attrs) : u.value;
+  };
+  int k = -1, v = m.v;
+  if (grouped) {
+    k = plain(*uk);
+    v = plain(*uv);
+  } else if (transposed) {
+    k = k_repeated;
   } else {
     OpAttrs t;
     t.dims = last_two_swapped(g.values[m.kt].meta.shape.size());
     k = insert(OpId::permute, {m.kt}, t);
   }
-  std::vector<int> inputs{m.q, k, m.v};
-  if (m.mask >= 0)
-    inputs.push_back(m.negate_mask ? insert(OpId::logical_not, {m.mask}, {}) : m.mask);
+  std::vector<int> inputs{m.q, k, v};
+  // The op takes what attends: a dropped mask is negated, or un-negated where the user wrote
+  // masked_fill(logical_not(keep), -inf).
+  auto attending = [&](int dropped) {
+    const Node* p = producer_of(g, dropped);
+    return p && p->op == OpId::logical_not ? p->inputs[0]
+                                           : insert(OpId::logical_not, {dropped}, {});
+  };
+  if (m.mask >= 0 && !causal) inputs.push_back(m.negate_mask ? attending(m.mask) : m.mask);
   OpAttrs attrs;
   attrs.scale = m.scale;
+  attrs.causal = causal;
   int out = insert(OpId::attention, inputs, attrs);
   const Value &a = g.values[out], &b = g.values[old];
-  if (a.meta.shape == b.meta.shape && a.meta.dtype == b.meta.dtype) return out;
+  if (a.meta.shape == b.meta.shape && a.meta.dtype == b.meta.dtype)
+    return {out, "", grouped, causal};
   // The op's batch broadcasting disagrees with the matmuls': leave them.
   erase_nodes(g, inserted);
-  return -1;
+  return {-1, "the fused op's output shape differs", false, false};
 }
 
+std::atomic<const AttentionKernels*> registered_kernels{nullptr};
+
 }  // namespace
+
+void set_attention_kernels(const AttentionKernels* kernels) {
+  registered_kernels.store(kernels, std::memory_order_release);
+}
+const AttentionKernels* attention_kernels() {
+  return registered_kernels.load(std::memory_order_acquire);
+}
 
 AttentionRewriteReport rewrite_attention(Graph& g) {
   AttentionRewriteReport report;
@@ -310,13 +494,18 @@ AttentionRewriteReport rewrite_attention(Graph& g) {
   std::vector<std::pair<int, int>> replaced;  // (old output, attention output)
   std::vector<std::string> patterns;
   for (const Match& m : matches) {
-    int out = insert_attention(g, m, m.result);
-    if (out < 0) {
-      report.near_misses.push_back({m.softmax, "the fused op's output shape differs"});
+    Inserted in = insert_attention(g, m, m.result);
+    if (in.value < 0) {
+      report.near_misses.push_back({m.softmax, in.why});
+      if (log_enabled(LogTopic::fusion))
+        log_line(fmt::format("kiln: fusion: attention in '{}' not rewritten at softmax node {}: {}",
+                             g.name, m.softmax, in.why));
       continue;
     }
-    replaced.emplace_back(m.result, out);
-    patterns.push_back(fmt::format("{}", fmt::join(m.steps, ".")));
+    replaced.emplace_back(m.result, in.value);
+    patterns.push_back(fmt::format("{}{}{}", fmt::join(m.steps, "."),
+                                   in.grouped ? ", k and v un-repeated (grouped-query)" : "",
+                                   in.causal ? ", the mask proven causal" : ""));
   }
   for (std::size_t r = 0; r < replaced.size(); ++r) {
     auto [old, out] = replaced[r];

@@ -6,7 +6,11 @@
 //   + additive mask] [cast to f32] softmax(-1) [cast back] matmul(·, v)
 //
 // where kᵀ is a transpose of k (any other right operand is transposed back by a view) and a
-// constant factor on q instead of the scores is left on q. Every intermediate value must be
+// constant factor on q instead of the scores is left on q. Grouped-query attention's repetition
+// of k and v over the query heads (reshape(expand(unsqueeze(k))), or index_select on the head
+// dim with a constant index h / g) is undone: the op takes k and v with Hkv heads and its kernels
+// read each in place. On a CUDA graph the fused kernels are asked first (AttentionKernels): a
+// call they would refuse is a near miss, its primitives kept. Every intermediate value must be
 // read by the next step only. Not rewritten, with the reason on KILN_LOG=fusion (near misses):
 // a softmax over another dim, anything between the softmax and the second matmul (dropout), the
 // scores read elsewhere, a fill value other than -inf, a factor that is not a constant, a scale
@@ -17,6 +21,7 @@
 // masked row gives 0 where softmax gives NaN.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +41,32 @@ struct AttentionRewriteReport {
   std::vector<AttentionRewrite> rewrites;
   std::vector<AttentionNearMiss> near_misses;
 };
+
+// One attention call as the rewrite would make it: the operands' shapes and dtypes (k and v
+// already un-repeated for grouped-query attention), the mask's, the scale and the causal flag.
+struct AttentionSignature {
+  Shape q, k, v;
+  DType q_dtype = DType::f32, k_dtype = DType::f32, v_dtype = DType::f32;
+  std::optional<Shape> mask;
+  std::optional<DType> mask_dtype;
+  double scale = 1.0;
+  bool causal = false;
+};
+
+// What the fused attention kernels take, asked per match on a CUDA graph before rewriting.
+// graph/ declares it and jit/ provides it (jit/codegen/attention.cpp registers it when the jit
+// library loads), mirroring KernelCoverage (graph/fusion.h): a call the kernels would refuse
+// keeps the user's primitive ops, which fuse as usual, rather than becoming an op the backend
+// runs as a dozen eager launches the fuser never sees.
+class AttentionKernels {
+ public:
+  virtual ~AttentionKernels() = default;
+  // Why the kernels cannot take the call, naming the shapes and dtypes; nullopt when they can.
+  virtual std::optional<std::string> refusal(const AttentionSignature& call) const = 0;
+};
+// The kernels the rewrite asks, or null (every match is rewritten: graph-only builds, CPU).
+void set_attention_kernels(const AttentionKernels* kernels);
+const AttentionKernels* attention_kernels();
 
 // Rewrites every match in `g`, leaving the primitives it replaced dead for the pipeline to remove
 // (graph/pipeline.h); each rewrite and near miss is logged under KILN_LOG=fusion.

@@ -492,17 +492,24 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
   }
   if (!entry) return invoke(args);
   if (verify_now) verify(*entry, args, invoke, symbol_values);
+  // A kernel call: no step of its plans falls back to primitive ops, whether the plan says so
+  // when built or a step found so at run time (counted after the forward has run; a backward
+  // that fell back in an earlier call keeps later calls of the entry out too).
+  auto all_kernels = [](const KernelPlan& plan) {
+    return plan.fallback_steps() == 0 && !plan.fell_back_at_run_time();
+  };
   if (entry->aot) {
-    if (entry->aot->forward_plan().fallback_steps() == 0 &&
-        entry->aot->backward_plan().fallback_steps() == 0)
+    std::vector<Tensor> out = entry->aot->run(args, symbol_values);
+    if (all_kernels(entry->aot->forward_plan()) && all_kernels(entry->aot->backward_plan()))
       ++stats_.kernel_calls;
-    return entry->aot->run(args, symbol_values);
+    return out;
   }
   // A plan's kernels record no autograd history: an entry whose calls need gradients and that
   // could not be compiled for training (aot_fallback says why) runs node by node.
   if (entry->plan && !(grad_enabled() && needs_grad(entry->graph, args))) {
-    if (entry->plan->fallback_steps() == 0) ++stats_.kernel_calls;
-    return entry->plan->run(entry->graph, args, symbol_values);
+    std::vector<Tensor> out = entry->plan->run(entry->graph, args, symbol_values);
+    if (all_kernels(*entry->plan)) ++stats_.kernel_calls;
+    return out;
   }
   return run_reference(entry->graph, args, symbol_values);
 }

@@ -56,7 +56,8 @@ struct CompiledStats {
   std::int64_t eager_calls = 0;    // calls past the recompile limit
   std::int64_t verifications = 0;  // re-traces made for KILN_JIT_VERIFY
   // Calls run by generated kernels and library calls alone: a plan with a fallback step (a
-  // node no template renders) or the reference executor does not count.
+  // node no template renders, or a step that fell back to primitive ops at run time: an
+  // attention call the fused kernels refused) or the reference executor does not count.
   std::int64_t kernel_calls = 0;
 };
 

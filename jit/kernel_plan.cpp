@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <map>
+#include <mutex>
 #include <set>
 
 #include "jit/codegen/kernel_cache.h"
@@ -23,6 +26,7 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
   peak_bytes_ = releases.peak_bytes;
   total_bytes_ = releases.total_bytes;
   steps_ = assemble_steps(g, partition, order, kernels, placements, library, std::move(releases));
+  run_time_fallbacks_ = std::make_shared<RunTimeFallbacks>();
   // Compile (or load from the disk cache) every kernel now rather than at each first launch:
   // one progress bar for the lot, and the first call's launches run back to back.
   std::vector<const codegen::KernelHandle*> handles;
@@ -53,9 +57,35 @@ int KernelPlan::fallback_steps() const {
   return n;
 }
 
+struct KernelPlan::RunTimeFallbacks {
+  std::atomic<bool> any{false};
+  std::mutex mutex;
+  std::map<std::size_t, std::set<std::string>> reasons;  // by step
+};
+
+bool KernelPlan::fell_back_at_run_time() const {
+  return run_time_fallbacks_ && run_time_fallbacks_->any.load(std::memory_order_acquire);
+}
+
+void KernelPlan::note_run_time_fallback(std::size_t step, const std::string& why) const {
+  std::lock_guard lock(run_time_fallbacks_->mutex);
+  run_time_fallbacks_->reasons[step].insert(why);
+  run_time_fallbacks_->any.store(true, std::memory_order_release);
+}
+
 std::string KernelPlan::str() const {
   std::string out;
-  for (const auto& s : steps_) out += fmt::format("  group {}: {}\n", s.group, s.note);
+  std::unique_lock<std::mutex> lock;
+  if (run_time_fallbacks_) lock = std::unique_lock(run_time_fallbacks_->mutex);
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    const auto& s = steps_[i];
+    out += fmt::format("  group {}: {}\n", s.group, s.note);
+    if (!run_time_fallbacks_) continue;
+    auto it = run_time_fallbacks_->reasons.find(i);
+    if (it == run_time_fallbacks_->reasons.end()) continue;
+    for (const std::string& why : it->second)
+      out += fmt::format("    fell back to primitive ops at run time: {}\n", why);
+  }
   return out;
 }
 

@@ -4,6 +4,7 @@
 // call or a generated kernel of its own), or a node no template renders, with the fuser's reason.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,6 +34,12 @@ class KernelPlan {
   // (CompiledStats::kernel_calls).
   int kernel_steps() const;
   int fallback_steps() const;
+  // Whether a step has fallen back to primitive ops at run time (an attention step whose call
+  // the fused kernels refused: its shapes or devices at run time), in any call so far. A call
+  // of a plan that has is not a kernel call either; str() names the step and the reason.
+  bool fell_back_at_run_time() const;
+  // What run() records when a step falls back (once per step and reason).
+  void note_run_time_fallback(std::size_t step, const std::string& why) const;
   // Intermediate bytes alive at once at the traced sizes, with each released after its last
   // reader (peak) and, for comparison, were none released (total).
   std::int64_t peak_bytes() const { return peak_bytes_; }
@@ -46,6 +53,8 @@ class KernelPlan {
  private:
   std::vector<PlanStep> steps_;
   std::int64_t peak_bytes_ = 0, total_bytes_ = 0;
+  struct RunTimeFallbacks;
+  std::shared_ptr<RunTimeFallbacks> run_time_fallbacks_;
 };
 
 }  // namespace kiln::jit

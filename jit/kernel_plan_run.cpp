@@ -3,6 +3,7 @@
 
 #include "graph/node_values.h"
 #include "jit/accuracy_check.h"
+#include "jit/codegen/attention.h"
 #include "jit/codegen/epilogue_lowering.h"
 #include "jit/kernel_plan.h"
 #include "runtime/dispatch.h"
@@ -13,9 +14,16 @@ namespace {
 
 // One call's values (indexed by graph value) and what its steps share.
 struct RunState {
-  RunState(const graph::Graph& graph, std::span<const std::int64_t> symbols, std::size_t steps)
-      : g(graph), symbol_values(symbols), values(graph.values.size()), skip(steps, false) {}
+  RunState(const KernelPlan& p, const graph::Graph& graph, std::span<const std::int64_t> symbols,
+           std::size_t steps)
+      : plan(p),
+        g(graph),
+        symbol_values(symbols),
+        values(graph.values.size()),
+        skip(steps, false) {}
 
+  const KernelPlan& plan;
+  std::size_t step = 0;  // the position of the step running
   const graph::Graph& g;
   std::span<const std::int64_t> symbol_values;
   std::vector<Tensor> values;
@@ -90,6 +98,17 @@ void run_attention(const AttentionStep& a, const PlanStep& step, RunState& s) {
       return;
     }
   }
+  // The fused kernels refuse this call (its shapes or devices at run time): the backend runs
+  // it as primitive ops, which the plan records so that the call is not counted as kernels'.
+  for (int n : step.nodes) {
+    const graph::Node& node = s.g.nodes[n];
+    if (op_class(node.op) != OpClass::attention) continue;
+    std::vector<Tensor> operands;
+    for (int v : node.inputs) operands.push_back(s.values.at(v));
+    std::string why = codegen::attention_unsupported(
+        codegen::attention_call(node.op, operands, attrs_at(s.g, node, s.symbol_values)));
+    if (!why.empty()) s.plan.note_run_time_fallback(s.step, why);
+  }
   dispatch_nodes(step, s);
   s.check_eager(step);
 }
@@ -121,7 +140,7 @@ void run_step(const PlanStep& step, RunState& s) {
 
 std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallArg> args,
                                     std::span<const std::int64_t> symbol_values) const {
-  RunState s(g, symbol_values, steps_.size());
+  RunState s(*this, g, symbol_values, steps_.size());
   for (const auto& in : g.inputs) {
     Tensor t = input_value(in, args);
     // Tensors the trace made or captured on the host are read by kernels on the device.
@@ -129,6 +148,7 @@ std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallA
     s.values[in.value] = std::move(t);
   }
   for (std::size_t i = 0; i < steps_.size(); ++i) {
+    s.step = i;
     if (!s.skip[i]) run_step(steps_[i], s);
     for (int v : steps_[i].releases) s.values[v] = Tensor();
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/attention_heads.h"
 #include "runtime/op.h"
 
 namespace kiln {
@@ -356,7 +357,8 @@ TensorMeta infer_along_dim(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
   return {x.shape, is_floating(x.dtype) ? x.dtype : DType::f32};  // softmax, log_softmax
 }
 
-// attention: q [..., T, d], k [..., S, d], v [..., S, dv] (batch dims broadcast) and an optional
+// attention: q [..., T, d], k [..., S, d], v [..., S, dv] (batch dims broadcast; k and v may have
+// fewer heads than q, grouped-query attention) and an optional
 // mask broadcastable to [..., T, S]; attention_backward: q, k, v, out, lse, dout [, mask].
 std::vector<TensorMeta> infer_attention(OpId op, std::span<const TensorMeta> in,
                                         const OpAttrs& attrs) {
@@ -380,8 +382,15 @@ std::vector<TensorMeta> infer_attention(OpId op, std::span<const TensorMeta> in,
                 "{}: k and v lengths differ ({} and {}; shapes {})", op, s_len,
                 v.shape[v.shape.size() - 2], shapes);
   KILN_CHECK(std::isfinite(attrs.scale), "{}: scale must be finite, got {}", op, attrs.scale);
-  auto batch_of = [](const Shape& s) { return Shape(s.begin(), s.end() - 2); };
-  Shape batch = broadcast_shapes(batch_of(q.shape), batch_of(k.shape), op_name(op));
+  // Grouped-query attention: k and v's heads count as q's (runtime/attention_heads.h).
+  std::int64_t group = attention_group(q.shape, k.shape, v.shape, op_name(op));
+  auto batch_of = [&](const Shape& s) {
+    Shape b(s.begin(), s.end() - 2);
+    if (group > 1 && !b.empty() && b.back() > 1) b.back() *= group;
+    return b;
+  };
+  Shape batch = broadcast_shapes(Shape(q.shape.begin(), q.shape.end() - 2), batch_of(k.shape),
+                                 op_name(op));
   batch = broadcast_shapes(batch, batch_of(v.shape), op_name(op));
   DType lse_dtype = q.dtype == DType::f64 ? DType::f64 : DType::f32;
   if (in.size() == base + 1) {

@@ -371,7 +371,12 @@ BOOST_AUTO_TEST_CASE(bad_input_names_the_op_and_the_shapes) {
   KILN_CHECK_THROWS(scaled_dot_product_attention(q, k, v, test::bools({true, false}, {2})),
                     ShapeError, "attention", "mask of shape [2]", "[2, 3, 5]");
   KILN_CHECK_THROWS(scaled_dot_product_attention(q, make({7, 5, 4}, DType::f32, 2), v), ShapeError,
-                    "attention", "[7]");
+                    "attention", "k and v have different numbers of heads", "[7, 5, 4]");
+  // Grouped-query attention needs q's heads to be a multiple of k and v's.
+  KILN_CHECK_THROWS(scaled_dot_product_attention(make({1, 3, 3, 4}, DType::f32, 1),
+                                                 make({1, 2, 5, 4}, DType::f32, 2),
+                                                 make({1, 2, 5, 3}, DType::f32, 3)),
+                    ShapeError, "attention", "H % Hkv", "[1, 3, 3, 4]", "[1, 2, 5, 4]");
   KILN_CHECK_THROWS(
       scaled_dot_product_attention(q.to(DType::i64), k.to(DType::i64), v.to(DType::i64)),
       DTypeError, "attention", "floating", "i64");
@@ -420,9 +425,10 @@ BOOST_AUTO_TEST_CASE(on_cuda_the_decomposition_matches_the_cpu_and_says_why) {
 }
 
 BOOST_AUTO_TEST_CASE(the_cuda_fallback_is_reported_on_kiln_log_fusion) {
-  Tensor q = make({2, 3, 4}, DType::f32, 61).to(Device::cuda());
-  Tensor k = make({2, 5, 4}, DType::f32, 62).to(Device::cuda());
-  Tensor v = make({2, 5, 4}, DType::f32, 63).to(Device::cuda());
+  // f64: no fused kernel.
+  Tensor q = make({2, 3, 4}, DType::f64, 61).to(Device::cuda());
+  Tensor k = make({2, 5, 4}, DType::f64, 62).to(Device::cuda());
+  Tensor v = make({2, 5, 4}, DType::f64, 63).to(Device::cuda());
   test::ScopedEnv env("KILN_LOG", "fusion");
   reload_log_settings();
   // The only test that turns the log on: the line is logged once per process.

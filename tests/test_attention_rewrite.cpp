@@ -238,10 +238,14 @@ BOOST_AUTO_TEST_CASE(the_compiled_gpt_gets_the_rewrite_with_no_change_to_the_mod
     });
   }
   reload_log_settings();
-  BOOST_TEST(log.find("rewritten (matmul.mul.where.softmax.matmul)") != std::string::npos, log);
+  BOOST_TEST(log.find("rewritten (matmul.mul.where.softmax.matmul, the mask proven causal)") !=
+                 std::string::npos,
+             log);
   const auto& core = *compiled.compiled();
   BOOST_TEST(count(core.graph(0), OpId::attention) == model.layers);
   BOOST_TEST(count(core.graph(0), OpId::softmax) == 0);
+  // The future mask, made in the trace, is the causal flag: no mask read, no logical_not.
+  BOOST_TEST(count(core.graph(0), OpId::logical_not) == 0);
   // The compiled backward differentiates the op: one backward op per layer, no softmax.
   const jit::AotProgram* aot = core.aot(0);
   BOOST_TEST_REQUIRE(aot != nullptr);
@@ -282,6 +286,210 @@ BOOST_AUTO_TEST_CASE(the_compiled_gpt_gets_the_rewrite_with_no_change_to_the_mod
   for (std::size_t i = 0; i < pe.size(); ++i)
     BOOST_TEST(allclose(pe[i].grad().to(Device::cpu()), pc[i].grad().to(Device::cpu()), 1e-4, 1e-6),
                "parameter " << i << " after the profiled step");
+}
+
+// Grouped-query attention as users write the repetition of k and v over the query heads
+// (q [1, 4, T, D] against k, v [1, 2, T, D]): each becomes one attention node fed the
+// un-repeated k and v, so that no repeated copy is made; results and gradients equal eager's.
+BOOST_AUTO_TEST_CASE(grouped_query_repetitions_are_undone_and_fed_to_one_attention_node) {
+  const std::int64_t B = 1, H = 4, Hkv = 2, G = 2, T = 16, D = 16;
+  const double s = 0.25;
+  auto repeated_by_expand = [=](const Tensor& x) {
+    return x.unsqueeze(2).expand({B, Hkv, G, T, D}).reshape({B, H, T, D});
+  };
+  auto repeated_by_index = [=](const Tensor& x) {
+    Tensor index = test::i64s({0, 0, 1, 1}, {4});  // repeat_interleave's order
+    if (x.device().is_cuda()) index = index.to(Device::cuda());
+    return index_select(x, 1, index);
+  };
+  struct Form {
+    std::string label;
+    Fn3 fn;
+    OpId gone;  // the repetition's op, absent from the compiled graph
+    bool unrepeats = true;
+  };
+  std::vector<Form> forms = {
+      {"expand + reshape",
+       [=](const Tensor& q, const Tensor& k, const Tensor& v) {
+         Tensor kr = repeated_by_expand(k), vr = repeated_by_expand(v);
+         return matmul(softmax(matmul(q, kr.transpose(-2, -1)) * s, -1), vr);
+       },
+       OpId::expand},
+      {"index_select (repeat_interleave)",
+       [=](const Tensor& q, const Tensor& k, const Tensor& v) {
+         Tensor kr = repeated_by_index(k), vr = repeated_by_index(v);
+         return matmul(softmax(matmul(q, kr.transpose(-2, -1)) * s, -1), vr);
+       },
+       OpId::index_select},
+      {"broadcasting q [B, Hkv, g, T, D] against k [B, Hkv, 1, T, D]",
+       [=](const Tensor& q, const Tensor& k, const Tensor& v) {
+         Tensor qg = q.reshape({B, Hkv, G, T, D});
+         Tensor scores = matmul(qg, k.unsqueeze(2).transpose(-2, -1)) * s;
+         return matmul(softmax(scores, -1), v.unsqueeze(2)).reshape({B, H, T, D});
+       },
+       OpId::expand, false},
+  };
+  Tensor q = make({B, H, T, D}, DType::f32, 71).to(Device::cuda());
+  Tensor k = make({B, Hkv, T, D}, DType::f32, 72).to(Device::cuda());
+  Tensor v = make({B, Hkv, T, D}, DType::f32, 73).to(Device::cuda());
+  Tensor seed = make({B, H, T, D}, DType::f32, 74).to(Device::cuda());
+  for (const Form& form : forms) {
+    BOOST_TEST_CONTEXT(form.label) {
+      Tensor eager = form.fn(q, k, v);
+      Compiled c = compile_and_run(form.fn, q, k, v);
+      BOOST_TEST(c.attention == 1, c.log);
+      BOOST_TEST(c.softmax == 0);
+      // The broadcast form needs nothing undone: the op broadcasts k and v itself.
+      BOOST_TEST((c.log.find("un-repeated") != std::string::npos) == form.unrepeats, c.log);
+      BOOST_TEST(allclose(c.out.to(Device::cpu()), eager.to(Device::cpu()), 1e-4, 1e-5));
+      // Gradients through the compiled function against eager's.
+      Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(),
+             vg = v.detach().requires_grad_();
+      auto want = autograd::grad({form.fn(qg, kg, vg)}, {qg, kg, vg}, {seed});
+      jit::CompileOptions options;
+      options.dynamic = jit::DynamicMode::never;
+      auto f = jit::compile(
+          [&](const Tensor& a, const Tensor& b, const Tensor& d) { return form.fn(a, b, d); },
+          options);
+      auto got = autograd::grad({f(qg, kg, vg)}, {qg, kg, vg}, {seed});
+      BOOST_TEST(count(f.core().graph(0), form.gone) == 0);
+      for (std::size_t i = 0; i < 3; ++i)
+        BOOST_TEST(allclose(got[i].to(Device::cpu()), want[i].to(Device::cpu()), 1e-4, 1e-5),
+                   "input " << i);
+    }
+  }
+}
+
+// A call the fused kernels refuse (f32 at head dim 256 needs more than 48 KB of shared memory)
+// keeps its primitive ops, which fuse as usual, and says why.
+BOOST_AUTO_TEST_CASE(a_call_the_kernels_refuse_keeps_its_ops) {
+  Tensor q = make({1, 2, 8, 256}, DType::f32, 81).to(Device::cuda());
+  Tensor k = make({1, 2, 8, 256}, DType::f32, 82).to(Device::cuda());
+  Tensor v = make({1, 2, 8, 256}, DType::f32, 83).to(Device::cuda());
+  Fn3 fn = [](const Tensor& a, const Tensor& b, const Tensor& c) {
+    return matmul(softmax(matmul(a, b.transpose(-2, -1)) * 0.0625, -1), c);
+  };
+  Compiled c = compile_and_run(fn, q, k, v);
+  BOOST_TEST(c.attention == 0);
+  BOOST_TEST(c.softmax == 1);
+  BOOST_TEST(c.log.find("the fused kernels refuse the call") != std::string::npos, c.log);
+  BOOST_TEST(c.log.find("head dims 256") != std::string::npos, c.log);
+  BOOST_TEST(allclose(c.out.to(Device::cpu()), fn(q, k, v).to(Device::cpu()), 1e-5, 1e-6));
+}
+
+// A compiled call whose attention step falls back to primitive ops at run time (the op called
+// directly, f32 at head dim 256: no tiling fits) is not a kernel call, and explain() names the
+// step and why; the same function at head dim 16 is.
+BOOST_AUTO_TEST_CASE(a_step_that_falls_back_at_run_time_is_not_a_kernel_call) {
+  for (std::int64_t d : {16, 256}) {
+    BOOST_TEST_CONTEXT("head dim " << d) {
+      Tensor q = make({1, 2, 8, d}, DType::f32, 91).to(Device::cuda());
+      Tensor k = make({1, 2, 8, d}, DType::f32, 92).to(Device::cuda());
+      Tensor v = make({1, 2, 8, d}, DType::f32, 93).to(Device::cuda());
+      jit::CompileOptions options;
+      options.dynamic = jit::DynamicMode::never;
+      auto f = jit::compile(
+          [](const Tensor& a, const Tensor& b, const Tensor& c) {
+            return scaled_dot_product_attention(a, b, c, {}, true);
+          },
+          options);
+      Tensor out = f(q, k, v);
+      f(q, k, v);
+      BOOST_TEST(allclose(out.to(Device::cpu()),
+                          scaled_dot_product_attention(q.to(Device::cpu()), k.to(Device::cpu()),
+                                                       v.to(Device::cpu()), {}, true),
+                          1e-4, 1e-5));
+      std::string explained = f.explain();
+      if (d == 16) {
+        BOOST_TEST(f.core().stats().kernel_calls == 2);
+        BOOST_TEST(explained.find("fell back") == std::string::npos, explained);
+      } else {
+        BOOST_TEST(f.core().stats().kernel_calls == 0);
+        BOOST_TEST(explained.find("fell back to primitive ops at run time: attention: no forward "
+                                  "tiling fits head dims 256") != std::string::npos,
+                   explained);
+      }
+    }
+  }
+}
+
+// A causal mask made in the trace (a constant, or tril/triu of one) is proven causal once, at
+// trace time, and becomes the op's causal flag: three operands, no mask read. A captured mask
+// (which may be updated in place) or a constant that is not exactly the triangle stays a mask.
+BOOST_AUTO_TEST_CASE(a_mask_proven_causal_becomes_the_causal_flag) {
+  Tensor q = make({2, 4, 3}, DType::f64, 21), k = make({2, 5, 3}, DType::f64, 22);
+  Tensor v = make({2, 5, 2}, DType::f64, 23);
+  Tensor captured = triu(ones({4, 5}, DType::bool_), 1);
+  std::vector<double> nearly(20, 0.0);
+  for (int i = 0; i < 4; ++i)
+    for (int j = i + 1; j < 5; ++j) nearly[i * 5 + j] = -kInf;
+  struct Form {
+    std::string label;
+    Fn3 fn;
+    bool causal;
+  };
+  auto scores = [](const Tensor& a, const Tensor& b) { return matmul(a, b.transpose(-2, -1)); };
+  std::vector<Form> forms = {
+      {"masked_fill with triu(ones, 1) made in the trace",
+       [=](const Tensor& a, const Tensor& b, const Tensor& c) {
+         Tensor drop = triu(ones({4, 5}, DType::bool_), 1);
+         return matmul(softmax(masked_fill(scores(a, b) * 0.5, drop, -kInf), -1), c);
+       },
+       true},
+      {"where(tril(ones), scores, -inf) made in the trace",
+       [=](const Tensor& a, const Tensor& b, const Tensor& c) {
+         Tensor keep = tril(ones({4, 5}, DType::bool_));
+         return matmul(softmax(where(keep, scores(a, b), -kInf) * 0.5, -1), c);
+       },
+       true},
+      {"an additive constant, -inf above the diagonal",
+       [=](const Tensor& a, const Tensor& b, const Tensor& c) {
+         Tensor additive = test::f64s(nearly, {4, 5});
+         return matmul(softmax(scores(a, b) * 0.5 + additive, -1), c);
+       },
+       true},
+      {"an additive constant with one entry off the triangle",
+       [=](const Tensor& a, const Tensor& b, const Tensor& c) {
+         std::vector<double> off = nearly;
+         off[1] = 0.0;  // row 0 sees key 1 too
+         off[4] = -kInf;
+         return matmul(softmax(scores(a, b) * 0.5 + test::f64s(off, {4, 5}), -1), c);
+       },
+       false},
+      {"a captured triu mask (can be updated in place)",
+       [=](const Tensor& a, const Tensor& b, const Tensor& c) {
+         return matmul(softmax(masked_fill(scores(a, b) * 0.5, captured, -kInf), -1), c);
+       },
+       false},
+  };
+  for (const Form& form : forms) {
+    BOOST_TEST_CONTEXT(form.label) {
+      jit::CompileOptions options;
+      options.dynamic = jit::DynamicMode::never;
+      auto f = jit::compile(
+          [&](const Tensor& a, const Tensor& b, const Tensor& c) { return form.fn(a, b, c); },
+          options);
+      Tensor out = f(q, k, v);
+      BOOST_TEST(allclose(out, form.fn(q, k, v), 1e-12, 1e-12));
+      const graph::Graph& g = f.core().graph(0);
+      int attention = -1;
+      for (std::size_t i = 0; i < g.nodes.size(); ++i)
+        if (g.nodes[i].op == OpId::attention) attention = static_cast<int>(i);
+      BOOST_TEST_REQUIRE(attention >= 0);
+      BOOST_TEST(g.nodes[attention].attrs.causal == form.causal);
+      BOOST_TEST(g.nodes[attention].inputs.size() == (form.causal ? 3u : 4u));
+      if (form.causal) BOOST_TEST(count(g, OpId::logical_not) == 0);
+    }
+  }
+  // The captured mask's in-place update is seen: its call reads the mask.
+  jit::CompileOptions options;
+  options.dynamic = jit::DynamicMode::never;
+  auto f = jit::compile(
+      [&](const Tensor& a, const Tensor& b, const Tensor& c) { return forms[4].fn(a, b, c); },
+      options);
+  f(q, k, v);
+  captured.copy_(triu(ones({4, 5}, DType::bool_), 2));
+  BOOST_TEST(allclose(f(q, k, v), forms[4].fn(q, k, v), 1e-12, 1e-12));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

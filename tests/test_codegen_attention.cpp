@@ -423,9 +423,15 @@ BOOST_AUTO_TEST_CASE(bad_calls_name_the_op_and_shapes) {
   BOOST_TEST(reason(dims).find("head dims differ") != std::string::npos);
   raises(dims, "k [2, 5, 32]");
   codegen::AttentionCall wide{
-      cuda({2, 4, 160}), cuda({2, 5, 160}), cuda({2, 5, 160}), std::nullopt, 0.25, false};
-  BOOST_TEST(reason(wide).find("head dim 160") != std::string::npos);
-  raises(wide, "q [2, 4, 160]");
+      cuda({2, 4, 300}), cuda({2, 5, 300}), cuda({2, 5, 300}), std::nullopt, 0.25, false};
+  BOOST_TEST(reason(wide).find("head dim 300") != std::string::npos);
+  raises(wide, "q [2, 4, 300]");
+  // f32 at head dim 256: even one warp's 16-row tiles need more than 48 KB.
+  codegen::AttentionCall wide_f32{
+      cuda({2, 4, 256}), cuda({2, 5, 256}), cuda({2, 5, 256}), std::nullopt, 0.25, false};
+  BOOST_TEST(reason(wide_f32).find("tiling fits head dims 256") != std::string::npos,
+             reason(wide_f32));
+  raises(wide_f32, "q [2, 4, 256] f32");
   codegen::AttentionCall masked{cuda({2, 4, 16}),
                                 cuda({2, 5, 16}),
                                 cuda({2, 5, 16}),
@@ -460,10 +466,11 @@ BOOST_AUTO_TEST_CASE(bad_calls_name_the_op_and_shapes) {
   into.dk = cuda({2, 5, 16}, DType::bf16);
   raises_from([&] { codegen::attention_backward(ok, fwd.out, fwd.lse, fwd.out, into); },
               "dk must be f32 [2, 5, 16]");
+  // k and v shared along an outer batch dim (the dk/dv blocks sum only the innermost one).
   codegen::AttentionCall shared_kv{
-      cuda({2, 4, 16}), cuda({1, 5, 16}), cuda({1, 5, 16}), std::nullopt, 0.25, false};
+      cuda({2, 3, 4, 16}), cuda({1, 3, 5, 16}), cuda({1, 3, 5, 16}), std::nullopt, 0.25, false};
   auto fwd_shared = codegen::attention_forward(shared_kv);
-  into.dk = cuda({1, 5, 16});
+  into.dk = cuda({1, 3, 5, 16});
   raises_from(
       [&] {
         codegen::attention_backward(shared_kv, fwd_shared.out, fwd_shared.lse, fwd_shared.out,

@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <string_view>
 
+#include "jit/codegen/attention_tiling.h"
 #include "jit/codegen/cuda_expr.h"
 #include "jit/codegen/kernel_variants.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/templates.h"
+#include "runtime/attention_heads.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -21,73 +23,7 @@ namespace kiln::jit::codegen {
 namespace {
 
 using Data = kainjow::mustache::data;
-
-// The two launches: the forward, and the backward (whose blocks are of two kinds: dq over
-// query tiles, dk/dv over key tiles).
-enum class Kernel { forward, backward };
-enum class Role { forward, dq, dkdv };
-
-// The static shared memory one block may use without opting in (the kernels use no dynamic).
-constexpr std::int64_t kSharedLimit = 48 * 1024;
-
-// Tile shapes: warps (16 rows of a block's fixed tile each), and per kind of block the rows of
-// the streamed tile and whether it is double-buffered.
-struct Stream {
-  int bn = 0, stages = 0;
-};
-struct Tiling {
-  int warps = 0;
-  Stream first, second;  // forward: first only; backward: dq blocks, dk/dv blocks
-  std::int64_t shared = 0;
-};
-
-int padded(int head) {
-  return (head + 15) / 16 * 16;
-}
-
-std::int64_t shared_bytes(Role role, int elem, int dk, int dv, int warps, const Stream& s) {
-  std::int64_t ldk = dk + 8, ldv = dv + 8, bm = 16 * warps;
-  std::int64_t fixed = role == Role::forward ? bm * ldk : bm * (ldk + ldv);
-  std::int64_t bytes = elem * (fixed + s.stages * s.bn * (ldk + ldv));
-  if (role == Role::dkdv) bytes += 8 * s.stages * s.bn;  // lse and D of the query tile
-  return bytes;
-}
-
-// The largest streamed tile that fits beside `warps` warps' fixed tile: 64 rows for head dims up
-// to 64 (32 above, 16 for dk/dv blocks, which hold two gradient accumulators), double-buffered
-// where that keeps at least 32 rows. bn 0 when nothing fits.
-Stream stream_for(Role role, int elem, int dk, int dv, int warps) {
-  int widest = std::max(dk, dv);
-  int bn_max = widest <= 64 ? 64 : role == Role::dkdv ? 16 : 32;
-  for (int bn = bn_max; bn >= 16; bn /= 2)
-    for (int stages : {2, 1}) {
-      if (stages == 2 && bn < std::min(32, bn_max)) continue;
-      Stream s{bn, stages};
-      if (shared_bytes(role, elem, dk, dv, warps, s) <= kSharedLimit) return s;
-    }
-  return {};
-}
-
-Tiling tiling_for(Kernel kind, int elem, int dk, int dv) {
-  for (int warps : {4, 2, 1}) {
-    Tiling t;
-    t.warps = warps;
-    if (kind == Kernel::forward) {
-      t.first = stream_for(Role::forward, elem, dk, dv, warps);
-      if (!t.first.bn) continue;
-      t.shared = shared_bytes(Role::forward, elem, dk, dv, warps, t.first);
-    } else {
-      t.first = stream_for(Role::dq, elem, dk, dv, warps);
-      t.second = stream_for(Role::dkdv, elem, dk, dv, warps);
-      if (!t.first.bn || !t.second.bn) continue;
-      t.shared = std::max(shared_bytes(Role::dq, elem, dk, dv, warps, t.first),
-                          shared_bytes(Role::dkdv, elem, dk, dv, warps, t.second));
-    }
-    return t;
-  }
-  throw Error(
-      fmt::format("attention: no tiling fits head dims {} and {}", dk, dv));  // not for <= 128
-}
+using namespace attention_tiles;
 
 struct Variant {
   DType dtype;
@@ -229,8 +165,12 @@ Launchable kernel_for(Kernel kind, const Variant& v) {
   return found;
 }
 
-Shape batch_of(const Tensor& t) {
-  return Shape(t.shape().begin(), t.shape().end() - 2);
+std::string shapes_of(const graph::AttentionSignature& c) {
+  std::string s =
+      fmt::format("q {} {}, k {} {}, v {} {}", shape_str(c.q), dtype_name(c.q_dtype),
+                  shape_str(c.k), dtype_name(c.k_dtype), shape_str(c.v), dtype_name(c.v_dtype));
+  if (c.mask) s += fmt::format(", mask {} {}", shape_str(*c.mask), dtype_name(*c.mask_dtype));
+  return s;
 }
 
 std::string shapes_of(const AttentionCall& c) {
@@ -243,14 +183,43 @@ std::string shapes_of(const AttentionCall& c) {
   return s;
 }
 
-// The broadcast batch shape of q, k and v, or nullopt.
-std::optional<Shape> batch_shape(const AttentionCall& c) {
-  try {
-    return broadcast_shapes(broadcast_shapes(batch_of(c.q), batch_of(c.k), "attention"),
-                            batch_of(c.v), "attention");
-  } catch (const Error&) {
-    return std::nullopt;
-  }
+Shape batch_of(const Shape& s) {
+  return Shape(s.begin(), s.end() - 2);
+}
+
+// The broadcast batch shape of q, k and v, k and v's heads counted as q's under grouped-query
+// attention; kiln::Error naming the shapes when they do not broadcast.
+Shape batch_shape(const Shape& q, const Shape& k, const Shape& v) {
+  std::int64_t group = attention_group(q, k, v, "attention");
+  auto kv_batch = [&](const Shape& x) {
+    Shape b = batch_of(x);
+    if (group > 1 && !b.empty() && b.back() > 1) b.back() *= group;
+    return b;
+  };
+  return broadcast_shapes(broadcast_shapes(batch_of(q), kv_batch(k), "attention"), kv_batch(v),
+                          "attention");
+}
+
+std::int64_t group_of(const AttentionCall& c) {
+  return attention_group(c.q.shape(), c.k.shape(), c.v.shape(), "attention");
+}
+
+// Grouped-query attention as the broadcast call the kernels take (runtime/attention_heads.h):
+// q and the mask split [..., Hkv, g, T, .], k and v given a size-1 group dim; all views, so each
+// kv head is read in place by the g query heads of its group.
+Tensor query_view(const Tensor& x, std::int64_t group, std::size_t trailing) {
+  return x.reshape(grouped_query_shape(x.shape(), group, trailing));
+}
+AttentionCall grouped_call(const AttentionCall& c, std::int64_t group) {
+  AttentionCall g = c;
+  g.q = query_view(c.q, group, 2);
+  g.k = c.k.reshape(grouped_kv_shape(c.k.shape(), 2));
+  g.v = c.v.reshape(grouped_kv_shape(c.v.shape(), 2));
+  if (c.mask) g.mask = query_view(*c.mask, group, 2);
+  return g;
+}
+Tensor ungrouped(const Tensor& x, std::size_t trailing) {
+  return x.reshape(ungrouped_shape(x.shape(), trailing));
 }
 
 // The kernels' layout arguments: batch sizes, then per operand its batch strides (right-aligned,
@@ -323,9 +292,19 @@ cuda::DevicePtr address(const Tensor& t) {
   return reinterpret_cast<cuda::DevicePtr>(t.raw_data());
 }
 
+// The innermost batch dim's size when k and v do not move along it (size 1 or absent there)
+// and q does, else 1.
+std::int64_t kv_group_of(const AttentionCall& c, const Shape& batch) {
+  if (batch.empty() || batch.back() <= 1) return 1;
+  for (const Tensor* x : {&c.k, &c.v})
+    if (x->dim() >= 3 && x->shape()[x->dim() - 3] != 1) return 1;
+  return batch.back();
+}
+
 // The gradient computed at the broadcast batch shape, summed back to the operand's shape.
 Tensor reduce_to(const Tensor& full, const Shape& target) {
   if (full.shape() == target) return full;
+  if (full.numel() == numel(target)) return full.reshape(target);  // size-1 dims only
   auto extra = full.dim() - static_cast<std::int64_t>(target.size());
   std::vector<std::int64_t> dims;
   for (std::int64_t d = 0; d < full.dim(); ++d)
@@ -370,40 +349,75 @@ AttentionCall attention_call(OpId op, std::span<const Tensor> inputs, const OpAt
   return call;
 }
 
+graph::AttentionSignature signature_of(const AttentionCall& c) {
+  graph::AttentionSignature s;
+  s.q = c.q.shape();
+  s.k = c.k.shape();
+  s.v = c.v.shape();
+  s.q_dtype = c.q.dtype();
+  s.k_dtype = c.k.dtype();
+  s.v_dtype = c.v.dtype();
+  if (c.mask) {
+    s.mask = c.mask->shape();
+    s.mask_dtype = c.mask->dtype();
+  }
+  s.scale = c.scale;
+  s.causal = c.causal;
+  return s;
+}
+
 std::string attention_unsupported(const AttentionCall& c) {
+  if (!c.q.defined() || !c.k.defined() || !c.v.defined()) return "attention: q, k or v missing";
+  for (const Tensor* x : {&c.q, &c.k, &c.v})
+    if (!x->device().is_cuda())
+      return fmt::format("attention: the fused kernels take CUDA tensors ({})", shapes_of(c));
+  if (c.mask && !c.mask->device().is_cuda())
+    return fmt::format("attention: the fused kernels take a CUDA mask ({})", shapes_of(c));
+  return attention_unsupported(signature_of(c));
+}
+
+std::string attention_unsupported(const graph::AttentionSignature& c) {
   auto fail = [&](const std::string& what) {
     return fmt::format("attention: {} ({})", what, shapes_of(c));
   };
-  if (!c.q.defined() || !c.k.defined() || !c.v.defined()) return "attention: q, k or v missing";
-  for (const Tensor* x : {&c.q, &c.k, &c.v})
-    if (!x->device().is_cuda()) return fail("the fused kernels take CUDA tensors");
-  if (c.mask && !c.mask->device().is_cuda()) return fail("the fused kernels take a CUDA mask");
-  if (c.q.dim() < 2 || c.k.dim() < 2 || c.v.dim() < 2)
+  if (c.q.size() < 2 || c.k.size() < 2 || c.v.size() < 2)
     return fail("q, k and v need rank 2 or more");
-  if (c.q.dtype() != c.k.dtype() || c.q.dtype() != c.v.dtype())
+  if (c.q_dtype != c.k_dtype || c.q_dtype != c.v_dtype)
     return fail("q, k and v must share a dtype");
-  DType t = c.q.dtype();
+  DType t = c.q_dtype;
   if (!is_floating(t)) return fail("q, k and v must be floating point");
   if (t == DType::f64) return fail("no f64 kernel (f64 runs the decomposition)");
-  std::int64_t d = c.q.shape().back(), dv = c.v.shape().back();
-  if (c.k.shape().back() != d) return fail("q and k head dims differ");
-  if (c.v.shape()[c.v.dim() - 2] != c.k.shape()[c.k.dim() - 2])
+  std::int64_t d = c.q.back(), dv = c.v.back();
+  if (c.k.back() != d) return fail("q and k head dims differ");
+  if (c.v[c.v.size() - 2] != c.k[c.k.size() - 2])
     return fail("k and v have different numbers of keys");
   for (auto h : {d, dv})
     if (h < kAttentionMinHeadDim || h > kAttentionMaxHeadDim)
       return fail(fmt::format("head dim {} is outside the kernels' range [{}, {}]", h,
                               kAttentionMinHeadDim, kAttentionMaxHeadDim));
-  auto batch = batch_shape(c);
-  if (!batch) return fail("the batch dims of q, k and v do not broadcast");
+  for (Kernel kind : {Kernel::forward, Kernel::backward})
+    if (!fitting_tiling(kind, static_cast<int>(itemsize(t)), padded(static_cast<int>(d)),
+                        padded(static_cast<int>(dv))))
+      return fail(
+          fmt::format("no {} tiling fits head dims {} and {} at {} in {} KB of shared "
+                      "memory",
+                      kind == Kernel::forward ? "forward" : "backward", d, dv, dtype_name(t),
+                      kSharedLimit / 1024));
+  Shape batch;
+  try {
+    batch = batch_shape(c.q, c.k, c.v);
+  } catch (const Error& e) {
+    return fail(e.what());
+  }
   if (c.mask) {
-    DType m = c.mask->dtype();
+    DType m = *c.mask_dtype;
     if (m != DType::bool_ && !is_floating(m)) return fail("the mask must be bool or floating");
-    Shape full = *batch;
-    full.push_back(c.q.shape()[c.q.dim() - 2]);
-    full.push_back(c.k.shape()[c.k.dim() - 2]);
-    bool fits = c.mask->dim() <= static_cast<std::int64_t>(full.size());
-    for (std::int64_t i = 1; fits && i <= c.mask->dim(); ++i) {
-      auto ms = c.mask->shape()[c.mask->dim() - i];
+    Shape full = batch;
+    full.push_back(c.q[c.q.size() - 2]);
+    full.push_back(c.k[c.k.size() - 2]);
+    bool fits = c.mask->size() <= full.size();
+    for (std::size_t i = 1; fits && i <= c.mask->size(); ++i) {
+      auto ms = (*c.mask)[c.mask->size() - i];
       fits = ms == 1 || ms == full[full.size() - i];
     }
     if (!fits) return fail(fmt::format("the mask does not broadcast to {}", shape_str(full)));
@@ -424,7 +438,7 @@ struct Geometry {
 
 Geometry geometry_of(const AttentionCall& c) {
   Geometry g;
-  g.batch = *batch_shape(c);
+  g.batch = batch_shape(c.q.shape(), c.k.shape(), c.v.shape());
   g.t = c.q.shape()[c.q.dim() - 2];
   g.s = c.k.shape()[c.k.dim() - 2];
   g.d = static_cast<int>(c.q.shape().back());
@@ -450,6 +464,12 @@ Variant variant_of(const AttentionCall& c, const Geometry& g, const Layout& l, b
 
 AttentionForward attention_forward(const AttentionCall& c, const std::optional<Tensor>& out_into) {
   check(c);
+  if (std::int64_t group = group_of(c); group > 1) {
+    std::optional<Tensor> into;
+    if (out_into) into = query_view(*out_into, group, 2);
+    AttentionForward r = attention_forward(grouped_call(c, group), into);
+    return {out_into ? *out_into : ungrouped(r.out, 2), ungrouped(r.lse, 1)};
+  }
   Geometry g = geometry_of(c);
   const std::int64_t t = g.t;
   AttentionForward r{placed_output(out_into, "out", g.out_shape, c.q.dtype(), c),
@@ -476,6 +496,23 @@ AttentionForward attention_forward(const AttentionCall& c, const std::optional<T
 AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, const Tensor& lse,
                                   const Tensor& dout, const AttentionGradsInto& into) {
   check(c);
+  if (std::int64_t group = group_of(c); group > 1) {
+    // dq in place; dk and dv summed over each group by the dk/dv blocks themselves.
+    AttentionGradsInto grouped_into;
+    if (into.dq) grouped_into.dq = query_view(*into.dq, group, 2);
+    AttentionGrads r =
+        attention_backward(grouped_call(c, group), query_view(out, group, 2),
+                           query_view(lse, group, 1), query_view(dout, group, 2), grouped_into);
+    auto back = [](const Tensor& grad, const Tensor& like, const std::optional<Tensor>& placed) {
+      Tensor g = grad.reshape(like.shape());
+      if (!placed) return g;
+      Tensor p = *placed;
+      p.copy_(g);
+      return p;
+    };
+    return {into.dq ? *into.dq : r.dq.reshape(c.q.shape()), back(r.dk, c.k, into.dk),
+            back(r.dv, c.v, into.dv)};
+  }
   Geometry g = geometry_of(c);
   const Shape &batch = g.batch, &out_shape = g.out_shape, &lse_shape = g.lse_shape;
   const std::int64_t t = g.t, s = g.s;
@@ -483,7 +520,11 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
   require_tensor(out, "attention_backward: out", out_shape, c.q.dtype(), c);
   require_tensor(dout, "attention_backward: dout", out_shape, c.q.dtype(), c);
   require_tensor(lse, "attention_backward: lse", lse_shape, DType::f32, c);
+  // k and v broadcast along the innermost batch dim (multi-query attention, or grouped queries
+  // viewed [.., Hkv, g]): the dk/dv blocks sum its query rows, so dk and dv are written once.
+  const std::int64_t kv_group = kv_group_of(c, batch);
   Shape dq_shape = batch, dk_shape = batch, dv_shape = batch;
+  if (kv_group > 1) dk_shape.back() = dv_shape.back() = 1;
   dq_shape.insert(dq_shape.end(), {t, d});
   dk_shape.insert(dk_shape.end(), {s, d});
   dv_shape.insert(dv_shape.end(), {s, dv});
@@ -518,10 +559,11 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
     auto [k, tl] = kernel_for(Kernel::backward, v);
     long long rows = 16 * tl.warps;
     long long q_blocks = l.batches * ((t + rows - 1) / rows);
-    long long kv_blocks = l.batches * ((s + rows - 1) / rows);
-    void* params[] = {&pq,    &pk,     &pv,      &po,  &pdo,           &pl,
-                      &pm,    &pdq,    &pdk,     &pdv, l.words.data(), &scale_log2,
-                      &scale, &causal, &q_blocks};
+    long long group = kv_group;
+    long long kv_blocks = l.batches / group * ((s + rows - 1) / rows);
+    void* params[] = {&pq,    &pk,     &pv,       &po,   &pdo,           &pl,
+                      &pm,    &pdq,    &pdk,      &pdv,  l.words.data(), &scale_log2,
+                      &scale, &causal, &q_blocks, &group};
     k->launch({static_cast<unsigned>(q_blocks + kv_blocks), 1, 1},
               {static_cast<unsigned>(32 * tl.warps), 1, 1}, params,
               tensor_bytes(c.q) + tensor_bytes(c.k) + tensor_bytes(c.v) +
@@ -531,6 +573,25 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
   }
   return {reduce_to(dq, c.q.shape()), reduce_to(dk, c.k.shape()), reduce_to(dvt, c.v.shape())};
 }
+
+namespace {
+
+// What the attention rewrite asks before it replaces a match (graph/attention_rewrite.h).
+class FusedAttentionKernels final : public graph::AttentionKernels {
+ public:
+  std::optional<std::string> refusal(const graph::AttentionSignature& call) const override {
+    std::string why = attention_unsupported(call);
+    return why.empty() ? std::nullopt : std::optional(why);
+  }
+};
+
+[[maybe_unused]] const bool kernels_registered = [] {
+  static const FusedAttentionKernels kernels;
+  graph::set_attention_kernels(&kernels);
+  return true;
+}();
+
+}  // namespace
 
 std::vector<KernelHandle> render_attention_kernels(DType dtype, int head_qk, int head_v,
                                                    std::optional<DType> mask, bool vector_loads,

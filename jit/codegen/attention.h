@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/attention_rewrite.h"
 #include "jit/codegen/kernel_cache.h"
 #include "runtime/op.h"
 #include "runtime/tensor.h"
@@ -28,13 +29,18 @@ struct AttentionCall {
 // [, mask]) node makes with these operands.
 AttentionCall attention_call(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs);
 
-// Head dims the kernels are specialized for (each a compile-time constant of its kernel).
-inline constexpr int kAttentionMinHeadDim = 16;
-inline constexpr int kAttentionMaxHeadDim = 128;
+// Head dims the kernels are specialized for (each a compile-time constant of its kernel; one that
+// is not a multiple of 16 is zero-padded inside the kernel). Above 128 the tiles shrink, and f32
+// head dims whose smallest tiles exceed the 48 KB of static shared memory are refused.
+inline constexpr int kAttentionMinHeadDim = 1;
+inline constexpr int kAttentionMaxHeadDim = 256;
 
 // Why the fused kernels cannot take this call (dtype, head dim out of range, shapes that do not
 // match, ...), or "". Names the op and the shapes.
 std::string attention_unsupported(const AttentionCall& call);
+// The same from shapes and dtypes alone (devices aside): what the attention rewrite asks before
+// replacing a match, through graph::AttentionKernels, which this library registers.
+std::string attention_unsupported(const graph::AttentionSignature& call);
 
 // out [..., T, dv] in q's dtype and lse [..., T] in f32 (natural log of each row's sum of
 // exponentials of the scaled, masked scores); a fully masked row gives out 0 and lse -inf.

@@ -5,6 +5,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "runtime/attention_heads.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/dispatch.h"
 
@@ -100,10 +101,8 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape, DType dtype) {
   return materialize_copy(view, dtype);
 }
 
-}  // namespace
-
-std::vector<Tensor> attention(std::span<const Tensor> in, const OpAttrs& attrs,
-                              std::span<const TensorMeta> out) {
+std::vector<Tensor> attention_broadcast(std::span<const Tensor> in, const OpAttrs& attrs,
+                                        std::span<const TensorMeta> out) {
   Operands o = operands(in, 3, batch_shape(in));
   Tensor result = empty(out[0].shape, o.acc), lse = empty(out[1].shape, o.acc);
   visit_dtype(o.acc, [&](auto tag) {
@@ -137,8 +136,8 @@ std::vector<Tensor> attention(std::span<const Tensor> in, const OpAttrs& attrs,
           materialize(lse, lse.shape(), out[1].dtype)};
 }
 
-std::vector<Tensor> attention_backward(std::span<const Tensor> in, const OpAttrs& attrs,
-                                       std::span<const TensorMeta> out) {
+std::vector<Tensor> attention_backward_broadcast(std::span<const Tensor> in, const OpAttrs& attrs,
+                                                 std::span<const TensorMeta> out) {
   Shape batch = batch_shape(in);
   Operands o = operands(in, 6, batch);
   Shape rows = batch;
@@ -193,6 +192,61 @@ std::vector<Tensor> attention_backward(std::span<const Tensor> in, const OpAttrs
   return {sum_to_shape(dq, out[0].shape, out[0].dtype),
           sum_to_shape(dk, out[1].shape, out[1].dtype),
           sum_to_shape(dv, out[2].shape, out[2].dtype)};
+}
+
+Tensor reshaped(const Tensor& x, const Shape& shape) {
+  OpAttrs attrs;
+  attrs.shape = shape;
+  return dispatch1(OpId::reshape, {&x, 1}, attrs);
+}
+
+// Grouped-query attention (runtime/attention_heads.h) as broadcast attention over views: q-like
+// operands split [..., Hkv, g, ...], k and v given a size-1 group dim; the results merged back.
+// `kv_out`: the outputs shaped like k or v; `lse_out`: the second output is the forward's lse.
+struct GroupedCall {
+  std::vector<Tensor> in;
+  std::vector<TensorMeta> out;
+};
+GroupedCall grouped(std::span<const Tensor> in, std::span<const TensorMeta> out, std::int64_t group,
+                    std::span<const bool> kv_out, bool lse_out) {
+  GroupedCall c;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    bool kv = i == 1 || i == 2;
+    std::size_t trailing = i == 4 && in.size() >= 6 ? 1 : 2;  // attention_backward's lse
+    c.in.push_back(reshaped(in[i], kv ? grouped_kv_shape(in[i].shape(), trailing)
+                                      : grouped_query_shape(in[i].shape(), group, trailing)));
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    std::size_t trailing = lse_out && i == 1 ? 1 : 2;
+    c.out.push_back({kv_out[i] ? grouped_kv_shape(out[i].shape, trailing)
+                               : grouped_query_shape(out[i].shape, group, trailing),
+                     out[i].dtype});
+  }
+  return c;
+}
+
+}  // namespace
+
+std::vector<Tensor> attention(std::span<const Tensor> in, const OpAttrs& attrs,
+                              std::span<const TensorMeta> out) {
+  std::int64_t group = attention_group(in[0].shape(), in[1].shape(), in[2].shape(), "attention");
+  if (group == 1) return attention_broadcast(in, attrs, out);
+  const bool kv_out[] = {false, false};
+  GroupedCall c = grouped(in, out, group, kv_out, true);
+  std::vector<Tensor> r = attention_broadcast(c.in, attrs, c.out);
+  return {reshaped(r[0], out[0].shape), reshaped(r[1], out[1].shape)};
+}
+
+std::vector<Tensor> attention_backward(std::span<const Tensor> in, const OpAttrs& attrs,
+                                       std::span<const TensorMeta> out) {
+  std::int64_t group =
+      attention_group(in[0].shape(), in[1].shape(), in[2].shape(), "attention_backward");
+  if (group == 1) return attention_backward_broadcast(in, attrs, out);
+  // dk and dv come back at k's and v's grouped shapes, already summed over each group.
+  const bool kv_out[] = {false, true, true};
+  GroupedCall c = grouped(in, out, group, kv_out, false);
+  std::vector<Tensor> r = attention_backward_broadcast(c.in, attrs, c.out);
+  return {reshaped(r[0], out[0].shape), reshaped(r[1], out[1].shape), reshaped(r[2], out[2].shape)};
 }
 
 }  // namespace kiln::cpu
