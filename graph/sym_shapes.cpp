@@ -67,7 +67,12 @@ SizeExprs view_sizes(OpId op, std::span<const SizeExprs> in, std::span<const Ten
       SizeExprs r = in[0];
       auto d = static_cast<std::size_t>(normalize_dim(attrs.dim, rank, "slice"));
       bool whole = attrs.start == 0 && attrs.end == meta[0].shape[d] && attrs.step == 1;
-      if (!whole) r[d] = changed(r[d], out0[d]);
+      // A slice that ends before the dim does is as long at any size that still holds it
+      // (the probe trace checks that); one that runs to the end follows the dim untracked.
+      if (attrs.end < meta[0].shape[d])
+        r[d] = SymExpr::constant(out0[d]);
+      else if (!whole)
+        r[d] = changed(r[d], out0[d]);
       return r;
     }
     case OpId::detach:

@@ -137,6 +137,18 @@ namespace {
 // A graph runs as generated kernels when its tensors live on a CUDA device: every argument with
 // elements is on one (0-dim host tensors are numbers), and every node computes there (a graph
 // that copies to the host runs node by node).
+// True when a node other than a view computes a value with an untracked size: a kernel or a
+// library call would have to allocate it, and only a host view can size itself from its input.
+bool computes_untracked_size(const graph::Graph& g) {
+  for (const auto& n : g.nodes) {
+    if (op_class(n.op) == OpClass::view) continue;
+    for (int v : n.outputs)
+      for (const auto& e : g.values[v].sizes)
+        if (e.is_opaque()) return true;
+  }
+  return false;
+}
+
 bool runs_on_device(const graph::Graph& g, std::span<const CallArg> args) {
   for (const auto& n : g.nodes)
     for (int v : n.outputs)
@@ -316,10 +328,14 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
       } catch (const Error&) {
         matched = false;  // the function cannot run at other sizes as traced
       }
+      // A compiled plan sizes what it computes from the symbols, so an untracked size there
+      // specializes as a read does; the CPU runs ops on real tensors and needs no sizes.
+      bool untracked = computes_untracked_size(trace.graph) && runs_on_device(trace.graph, args);
       DimSet demote;
       for (const auto& c : candidates) {
         int s = sym.arg_symbols[c.first][c.second];
-        if (!matched || trace.read_opaque || trace.read_symbols.count(s)) demote.insert(c);
+        if (!matched || trace.read_opaque || untracked || trace.read_symbols.count(s))
+          demote.insert(c);
       }
       if (!demote.empty()) {
         specialize(demote, candidates);

@@ -65,25 +65,36 @@ BOOST_AUTO_TEST_CASE(every_op_compiled_on_cuda_matches_eager_cpu) {
           for (const auto& t : s.inputs) on.push_back(t.to(Device::cuda()));
           std::vector<Tensor> got;
           std::int64_t kernel_calls = 0;
+          std::string explained;
           if (on.size() == 1) {
             auto f = jit::compile([&](const Tensor& a) { return s.run({a}); });
             got = f(on[0]);
             kernel_calls = f.core().stats().kernel_calls;
+            explained = f.explain();
           } else if (on.size() == 2) {
             auto f = jit::compile([&](const Tensor& a, const Tensor& b) { return s.run({a, b}); });
             got = f(on[0], on[1]);
             kernel_calls = f.core().stats().kernel_calls;
+            explained = f.explain();
           } else if (on.size() == 3) {
             auto f = jit::compile([&](const Tensor& a, const Tensor& b, const Tensor& c) {
               return s.run({a, b, c});
             });
             got = f(on[0], on[1], on[2]);
             kernel_calls = f.core().stats().kernel_calls;
+            explained = f.explain();
           } else {
             continue;
           }
-          // A graph that copies to the host runs node by node; every other one as kernels.
-          BOOST_TEST(kernel_calls == (op == OpId::to_device ? 0 : 1));
+          // A graph that copies to the host runs node by node; every other one as kernels,
+          // but for an attention the kernels refuse (f64), which explain() names and the
+          // kernel-call count leaves out.
+          bool fell_back =
+              explained.find("fell back to primitive ops at run time") != std::string::npos;
+          BOOST_TEST(kernel_calls == (op == OpId::to_device || fell_back ? 0 : 1));
+          bool attention_f64 =
+              dtype == DType::f64 && (op == OpId::attention || op == OpId::attention_backward);
+          BOOST_TEST((!fell_back || attention_f64));
           auto want = s.run(s.inputs);
           BOOST_TEST_REQUIRE(got.size() == want.size());
           for (std::size_t i = 0; i < got.size(); ++i) {

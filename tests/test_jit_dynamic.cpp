@@ -5,6 +5,7 @@
 #include "autograd/nn.h"
 #include "autograd/ops.h"
 #include "jit/compile.h"
+#include "support/device_compare.h"
 
 using namespace kiln;
 
@@ -56,7 +57,8 @@ BOOST_AUTO_TEST_CASE(mark_dynamic_makes_the_first_entry_symbolic) {
   jit::mark_dynamic(x, 1);
   jit::mark_dynamic(y, 1);
   f(x, y);
-  for (std::int64_t n = 2; n < 9; ++n) BOOST_TEST(f(ones({3, n}), ones({3, n})).to_vector<float>()[0] == 2.0f * n);
+  for (std::int64_t n = 2; n < 9; ++n)
+    BOOST_TEST(f(ones({3, n}), ones({3, n})).to_vector<float>()[0] == 2.0f * n);
   BOOST_TEST(f.core().num_entries() == 1u);
   // Equal symbolic sizes share a symbol, and that is guarded.
   BOOST_TEST(f.core().guards(0).num_symbols == 1);
@@ -67,7 +69,8 @@ BOOST_AUTO_TEST_CASE(always_mode_starts_symbolic_and_never_mode_never_is) {
   jit::CompileOptions always;
   always.dynamic = jit::DynamicMode::always;
   auto fa = jit::compile([](const Tensor& x) { return x.sum({0}); }, always);
-  for (std::int64_t n = 2; n < 6; ++n) BOOST_TEST(fa(ones({n, 3})).to_vector<float>()[1] == float(n));
+  for (std::int64_t n = 2; n < 6; ++n)
+    BOOST_TEST(fa(ones({n, 3})).to_vector<float>()[1] == float(n));
   BOOST_TEST(fa.core().num_entries() == 1u);
   jit::CompileOptions never;
   never.dynamic = jit::DynamicMode::never;
@@ -114,6 +117,30 @@ BOOST_AUTO_TEST_CASE(reshape_that_keeps_the_batch_dim_stays_symbolic) {
   f(ones({3, 6}));
   for (std::int64_t n = 4; n < 8; ++n) BOOST_TEST(identical(f(ones({n, 6})), fn(ones({n, 6}))));
   BOOST_TEST(f.core().num_entries() == 2u);
+}
+
+// Every dim starts symbolic; the sliced dim changes between calls. A slice that ends before the
+// dim keeps a constant length, so one entry serves every size; one that runs to the end has a
+// length kiln does not track, which a kernel cannot be sized by, so the dim specializes.
+BOOST_AUTO_TEST_CASE(slices_of_computed_values_with_every_dim_dynamic_run_on_cuda) {
+  jit::CompileOptions always;
+  always.dynamic = jit::DynamicMode::always;
+  auto head = [](const Tensor& a, const Tensor& b) {
+    return exp(a).slice(1, 1, 3) * (b * 2.0).slice(1, 1, 3);
+  };
+  auto tail = [](const Tensor& a, const Tensor& b) {
+    return exp(a).slice(1, 1, 1000) * (b * 2.0).slice(1, 1, 1000);
+  };
+  auto fh = jit::compile(head, always);
+  auto ft = jit::compile(tail, always);
+  for (std::int64_t n = 4; n < 7; ++n) {
+    Tensor a = randn({n - 1, n}), b = randn({n - 1, n});
+    Tensor ca = a.to(Device::cuda()), cb = b.to(Device::cuda());
+    BOOST_TEST(test::relative_error(fh(ca, cb).to(Device::cpu()), head(a, b)) < 1e-6, "n " << n);
+    BOOST_TEST(test::relative_error(ft(ca, cb).to(Device::cpu()), tail(a, b)) < 1e-6, "n " << n);
+  }
+  BOOST_TEST(fh.core().num_entries() == 1u);
+  BOOST_TEST(ft.core().num_entries() == 3u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
