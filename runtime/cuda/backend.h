@@ -59,9 +59,6 @@ class Backend {
                               Stream stream = nullptr) = 0;
   virtual void copy_to_host(void* dst, DevicePtr src, std::size_t bytes,
                             Stream stream = nullptr) = 0;
-  // Page-locked host memory (cuMemHostAlloc): the only source an upload does not wait for.
-  virtual void* host_alloc(std::size_t bytes) = 0;
-  virtual void host_free(void* ptr) = 0;
   virtual void copy_device(DevicePtr dst, DevicePtr src, std::size_t bytes,
                            Stream stream = nullptr) = 0;
   virtual void memset8(DevicePtr dst, std::uint8_t value, std::size_t bytes,
@@ -71,10 +68,6 @@ class Backend {
   virtual Module load_module(std::string_view image) = 0;
   virtual void unload_module(Module module) = 0;
   virtual Function get_function(Module module, const std::string& name) = 0;
-  // cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES): lets `fn` launch with up to `bytes` of
-  // dynamic shared memory; needed past 48 KiB in all (shared_memory_limits.h). Throws naming the
-  // kernel when static + `bytes` exceeds the device's opt-in maximum.
-  virtual void set_max_dynamic_shared(Function fn, unsigned bytes) = 0;
   // `params` is exactly what cuLaunchKernel takes: one pointer per kernel parameter.
   virtual void launch(Function fn, Dim3 grid, Dim3 block, unsigned dynamic_shared_bytes,
                       Stream stream, void** params) = 0;
@@ -87,11 +80,20 @@ class Backend {
   virtual void record_event(Event event, Stream stream) = 0;
   virtual void wait_event(Stream stream, Event event) = 0;
   virtual void synchronize_event(Event event) = 0;
+  virtual float elapsed_ms(Event start, Event end) = 0;
+  virtual void synchronize() = 0;
+
+  // Added last, so that the slots of the calls above keep their place in the vtable.
+  // Page-locked host memory (cuMemHostAlloc): the only source an upload does not wait for.
+  virtual void* host_alloc(std::size_t bytes) = 0;
+  virtual void host_free(void* ptr) = 0;
+  // cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES): lets `fn` launch with up to `bytes` of
+  // dynamic shared memory; needed past 48 KiB in all (shared_memory_limits.h). Throws naming the
+  // kernel when static + `bytes` exceeds the device's opt-in maximum.
+  virtual void set_max_dynamic_shared(Function fn, unsigned bytes) = 0;
   // Whether the work queued before `event`'s last record has finished (cuEventQuery); never
   // waits. An event never recorded counts as finished.
   virtual bool event_done(Event event) = 0;
-  virtual float elapsed_ms(Event start, Event end) = 0;
-  virtual void synchronize() = 0;
 };
 
 // The process-wide backend chosen by KILN_CUDA=driver|virtual|auto (default auto).
