@@ -42,6 +42,7 @@ struct DemoOptions {
   enum class Mode { eager, compiled, compare } mode = Mode::eager;
   std::int64_t log_every = 10;
   std::int64_t eval_batch = 256;
+  std::string export_dir;  // --export: initial weights and per-step figures for bench/peers
 };
 
 void usage(FILE* out) {
@@ -65,7 +66,9 @@ void usage(FILE* out) {
                "  --vocab, --seq-len, --d-model, --heads, --layers: model sizes (default %lld,\n"
                "               %lld, %lld, %lld, %lld)\n"
                "  --log-every  print the loss every N steps (default 10)\n"
-               "  --seed       initialization seed (default %llu; data use seed + 1)\n",
+               "  --seed       initialization seed (default %llu; data use seed + 1)\n"
+               "  --export DIR write the initial weights (gpt_init.safetensors) and each run's\n"
+               "               losses and step times (kiln_<mode>.json) for bench/peers\n",
                static_cast<long long>(t.steps), kTargetLoss, static_cast<long long>(t.batch), t.lr,
                static_cast<long long>(m.vocab), static_cast<long long>(m.seq_len),
                static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
@@ -93,9 +96,9 @@ bool parse(int argc, char** argv, DemoOptions& options) {
       options.mode = DemoOptions::Mode::compare;
       continue;
     }
-    static const char* const kValueFlags[] = {"--device", "--lr",        "--steps",   "--batch",
-                                              "--vocab",  "--seq-len",   "--d-model", "--heads",
-                                              "--layers", "--log-every", "--seed",    "--autocast"};
+    static const char* const kValueFlags[] = {
+        "--device", "--lr",     "--steps",     "--batch", "--vocab",    "--seq-len", "--d-model",
+        "--heads",  "--layers", "--log-every", "--seed",  "--autocast", "--export"};
     if (std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) == std::end(kValueFlags))
       return bad(("unknown flag " + flag).c_str());
     if (i + 1 >= argc) return bad(("missing value after " + flag).c_str());
@@ -107,6 +110,10 @@ bool parse(int argc, char** argv, DemoOptions& options) {
         options.device = Device::cpu();
       else
         return bad(("unknown device '" + value + "' (cpu or cuda)").c_str());
+      continue;
+    }
+    if (flag == "--export") {
+      options.export_dir = value;
       continue;
     }
     if (flag == "--autocast") {
@@ -212,6 +219,7 @@ double ms_since(Clock::time_point start) {
 
 struct RunResult {
   std::vector<double> losses;
+  std::vector<double> step_ms;  // host time of each step, loss read included
   double eval_loss = NAN;
   // warm: the mean over the steps after the first, less the one profiled
   double first_step_ms = 0, warm_step_ms = 0;
@@ -251,6 +259,10 @@ RunResult train(const DemoOptions& options, bool compiled) {
   std::int64_t params = 0;
   for (const auto& p : trainer.model().parameters()) params += p.numel();
   std::printf("parameters %lld\n", static_cast<long long>(params));
+  if (!options.export_dir.empty()) {  // the same init for both modes: written once is enough
+    trainer.model().save(options.export_dir + "/gpt_init.safetensors");
+    if (device.is_cuda()) cuda::backend().synchronize();
+  }
 
   // Step 1 is cold (tracing, kernel compiles); step 2 is profiled on the virtual GPU (the
   // profiler slows the interpreter); the rest are timed and counted.
@@ -289,6 +301,7 @@ RunResult train(const DemoOptions& options, bool compiled) {
       }
       loss = l.item();  // the user's one wait per step, outside the counted parts
       double ms = ms_since(t0);
+      r.step_ms.push_back(ms);
       if (step == 0) {
         r.first_step_ms = ms;
       } else {
@@ -296,6 +309,7 @@ RunResult train(const DemoOptions& options, bool compiled) {
         ++timed_steps;
       }
     }
+    if (r.step_ms.size() < r.losses.size() + 1) r.step_ms.push_back(NAN);  // the profiled step
     r.losses.push_back(loss);
     if ((step + 1) % options.log_every == 0 || step == 0 || step + 1 == options.train.steps)
       std::printf("step %4lld  loss %.4f\n", static_cast<long long>(step + 1), loss);
@@ -497,6 +511,38 @@ void summary(const DemoOptions& options,
     std::printf("The compiled run reuses the kernels the eager run compiled in this process.\n");
 }
 
+// --export: one run's model, losses and step times as JSON, for bench/peers/gpt_train.py.
+void export_run(const DemoOptions& o, const std::string& mode, const RunResult& r) {
+  std::string path = o.export_dir + "/kiln_" + mode + ".json";
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw Error("gpt_train --export: cannot write " + path);
+  auto list = [](const std::vector<double>& v) {
+    std::string s;
+    for (double x : v)
+      s += (s.empty() ? "" : ", ") + (std::isfinite(x) ? fmt::format("{}", x) : "null");
+    return "[" + s + "]";
+  };
+  std::fprintf(f,
+               "{\"mode\": \"%s\", \"device\": \"%s\", \"backend\": \"%s\", \"autocast\": \"%s\",\n"
+               " \"vocab\": %lld, \"seq_len\": %lld, \"d_model\": %lld, \"heads\": %lld, "
+               "\"layers\": %lld, \"mlp_ratio\": %lld,\n"
+               " \"batch\": %lld, \"steps\": %lld, \"lr\": %g, \"min_lr\": %g, \"warmup_steps\": "
+               "%lld, \"weight_decay\": %g, \"clip_norm\": %g,\n"
+               " \"warm_step_ms\": %g, \"eval_loss\": %g,\n \"losses\": %s,\n \"step_ms\": %s}\n",
+               mode.c_str(), o.device.str().c_str(),
+               o.device.is_cuda() ? std::string(cuda::backend().kind()).c_str() : "cpu",
+               !o.train.autocast                  ? "none"
+               : *o.train.autocast == DType::bf16 ? "bf16"
+                                                  : "f16",
+               (long long)o.model.vocab, (long long)o.model.seq_len, (long long)o.model.d_model,
+               (long long)o.model.heads, (long long)o.model.layers, (long long)o.model.mlp_ratio,
+               (long long)o.train.batch, (long long)o.train.steps, o.train.lr, o.train.min_lr,
+               (long long)o.train.warmup_steps, o.train.weight_decay, o.train.clip_norm,
+               r.warm_step_ms, r.eval_loss, list(r.losses).c_str(), list(r.step_ms).c_str());
+  std::fclose(f);
+  std::printf("exported %s\n", path.c_str());
+}
+
 // Trains as `options` say, prints the figures; the exit status.
 int run_demo(const DemoOptions& options) {
   const bool checked = options.train.steps >= gpt::TrainConfig{}.steps;
@@ -507,6 +553,8 @@ int run_demo(const DemoOptions& options) {
     runs.emplace_back("eager", train(options, false));
   if (options.mode != DemoOptions::Mode::eager) runs.emplace_back("compiled", train(options, true));
   summary(options, runs);
+  if (!options.export_dir.empty())
+    for (const auto& [name, r] : runs) export_run(options, name, r);
 
   if (runs.size() == 2) {
     double max_rel = 0;

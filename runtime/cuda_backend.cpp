@@ -4,6 +4,7 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/host_sync.h"
+#include "runtime/cuda/pinned_staging.h"
 #include "runtime/device_checks.h"
 
 namespace kiln {
@@ -82,7 +83,7 @@ void CudaBackend::copy_into(const Tensor& dst, const Tensor& src) {
   bool dst_plain = dst.is_contiguous();
   if (src.device().is_cpu() && dst_plain) {  // host -> device: convert on the host, upload
     Tensor host = cpu::materialize(src, src.impl().shape, dst.dtype());
-    cuda::backend().copy_to_device(device_address(dst), host.raw_data(), nbytes);
+    cuda::pinned_staging().upload(device_address(dst), host.raw_data(), nbytes);
     return;
   }
   KILN_CHECK(

@@ -114,11 +114,15 @@ void check_a_warm_step_never_waits(std::optional<DType> autocast) {
   auto& syncs = cuda::host_sync_stats();
   auto& allocator = cuda_allocator();
   const auto copies = syncs.device_to_host_copies.load(), waits = syncs.synchronizations.load();
+  // Uploads (the token batch, plan constants, optimizer tables) go through pinned staging: a
+  // copy from pageable memory would wait for the device, and count as a synchronization.
+  const auto pageable = syncs.pageable_uploads.load();
   const auto compiles = jit::codegen::launch_stats().compiles.load();
   const auto backend_allocs = allocator.stats().num_backend_allocs;
   three_steps();
   BOOST_TEST(syncs.device_to_host_copies.load() == copies);
   BOOST_TEST(syncs.synchronizations.load() == waits);
+  BOOST_TEST(syncs.pageable_uploads.load() == pageable);
   BOOST_TEST(jit::codegen::launch_stats().compiles.load() == compiles);
   BOOST_TEST(allocator.stats().num_backend_allocs == backend_allocs);
   // Reading a loss waits (it copies the value, and the device-check flags with it).

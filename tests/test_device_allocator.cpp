@@ -47,12 +47,15 @@ class FakeBackend final : public kiln::cuda::Backend {
   void copy_to_device(DevicePtr, const void*, std::size_t, Stream) override {}
   void copy_to_host(void*, DevicePtr, std::size_t, Stream) override {}
   void copy_device(DevicePtr, DevicePtr, std::size_t, Stream) override {}
+  void* host_alloc(std::size_t) override { return nullptr; }
+  void host_free(void*) override {}
   void memset8(DevicePtr, std::uint8_t, std::size_t, Stream) override {}
   kiln::cuda::Module load_module(std::string_view) override { return nullptr; }
   void unload_module(kiln::cuda::Module) override {}
   kiln::cuda::Function get_function(kiln::cuda::Module, const std::string&) override {
     return nullptr;
   }
+  void set_max_dynamic_shared(kiln::cuda::Function, unsigned) override {}
   void launch(kiln::cuda::Function, kiln::cuda::Dim3, kiln::cuda::Dim3, unsigned, Stream,
               void**) override {}
   Stream create_stream() override { return nullptr; }
@@ -63,6 +66,7 @@ class FakeBackend final : public kiln::cuda::Backend {
   void record_event(kiln::cuda::Event, Stream) override {}
   void wait_event(Stream, kiln::cuda::Event) override {}
   void synchronize_event(kiln::cuda::Event) override {}
+  bool event_done(kiln::cuda::Event) override { return true; }
   float elapsed_ms(kiln::cuda::Event, kiln::cuda::Event) override { return 0; }
   void synchronize() override { ++device_syncs; }
 

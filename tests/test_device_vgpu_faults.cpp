@@ -375,6 +375,10 @@ BOOST_AUTO_TEST_CASE(launch_errors_a_real_gpu_gives) {
   BOOST_TEST(contains(msg, "more than the kernel's .maxntid 128,1,1"));
   msg = error_of([&] { b->launch(big, Dim3{1}, Dim3{32}, 200 * 1024, nullptr, nullptr); });
   BOOST_TEST(contains(msg, "(40000 static + 204800 dynamic), more than the 232448 a block may"));
+  msg = error_of([&] { b->launch(big, Dim3{1}, Dim3{32}, 100 * 1024, nullptr, nullptr); });
+  BOOST_TEST(contains(msg, "kernel 'big'"));
+  BOOST_TEST(contains(msg, "without opting in"));
+  b->set_max_dynamic_shared(big, 100 * 1024);
   b->launch(big, Dim3{1}, Dim3{32}, 100 * 1024, nullptr, nullptr);  // fits with opt-in
   b->unload_module(m);
   msg = error_of([&] { b->launch(k, Dim3{1}, Dim3{32}, 0, nullptr, nullptr); });

@@ -24,6 +24,7 @@ namespace kiln::jit::codegen {
 struct KernelHandle::State {
   std::string name, source;
   std::atomic<cuda::Function> function{nullptr};
+  std::atomic<unsigned> opted_in_shared{0};  // the dynamic shared memory opted in to so far
 };
 
 namespace {
@@ -200,15 +201,29 @@ void prepare_kernels(std::span<const KernelHandle* const> kernels) {
 
 void KernelHandle::launch(cuda::Dim3 grid, cuda::Dim3 block, void** params, std::int64_t bytes_read,
                           std::int64_t bytes_written) const {
+  launch(grid, block, 0, params, bytes_read, bytes_written);
+}
+
+void KernelHandle::launch(cuda::Dim3 grid, cuda::Dim3 block, unsigned dynamic_shared, void** params,
+                          std::int64_t bytes_read, std::int64_t bytes_written) const {
   cuda::Function fn = function();
+  if (dynamic_shared > state_->opted_in_shared.load(std::memory_order_acquire)) {
+    // Once per size reached (a race repeats it, harmlessly: the attribute only grows); the
+    // driver skips what the function's default limit already allows.
+    cuda::backend().set_max_dynamic_shared(fn, dynamic_shared);
+    unsigned seen = state_->opted_in_shared.load();
+    while (seen < dynamic_shared &&
+           !state_->opted_in_shared.compare_exchange_weak(seen, dynamic_shared)) {
+    }
+  }
   auto& stats = launch_stats();
   stats.launches.fetch_add(1, std::memory_order_relaxed);
   stats.bytes_read.fetch_add(bytes_read, std::memory_order_relaxed);
   stats.bytes_written.fetch_add(bytes_written, std::memory_order_relaxed);
   if (!stats.timing.load(std::memory_order_relaxed))
-    return cuda::backend().launch(fn, grid, block, 0, nullptr, params);
+    return cuda::backend().launch(fn, grid, block, dynamic_shared, nullptr, params);
   auto start = std::chrono::steady_clock::now();
-  cuda::backend().launch(fn, grid, block, 0, nullptr, params);
+  cuda::backend().launch(fn, grid, block, dynamic_shared, nullptr, params);
   auto ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();

@@ -33,6 +33,10 @@ class KernelHandle {
   // and writes.
   void launch(cuda::Dim3 grid, cuda::Dim3 block, void** params, std::int64_t bytes_read,
               std::int64_t bytes_written) const;
+  // The same with `dynamic_shared` bytes of dynamic shared memory: the function opts in to it
+  // (cuFuncSetAttribute, needed past 48 KiB in all) at its first such launch, once per size.
+  void launch(cuda::Dim3 grid, cuda::Dim3 block, unsigned dynamic_shared, void** params,
+              std::int64_t bytes_read, std::int64_t bytes_written) const;
 
  private:
   friend void prepare_kernels(std::span<const KernelHandle* const> kernels);

@@ -312,8 +312,9 @@ std::string map_problem(const Problem& p, Mapping& m) {
 }
 
 // One cublasLtMatmul of `s` on the backend's service: out = a @ b in row-major terms (A and B
-// swapped), with a workspace from the caching allocator.
-void execute(const lt::MatmulSpec& s, const Tensor& a, const Tensor& b, const Tensor& out) {
+// swapped), with a workspace from the caching allocator. When the library's heuristic finds no
+// algorithm, nothing ran: returns why, for the caller's fallback; "" after the call.
+std::string execute(const lt::MatmulSpec& s, const Tensor& a, const Tensor& b, const Tensor& out) {
   lt::Descriptors desc(s);
   auto& service = lt::service(cuda::backend());
   const double one64 = 1, zero64 = 0;
@@ -327,13 +328,17 @@ void execute(const lt::MatmulSpec& s, const Tensor& a, const Tensor& b, const Te
   cuda::CachingAllocator& allocator = cuda_allocator();
   call.workspace_bytes = service.workspace_bytes();
   call.workspace = allocator.allocate(call.workspace_bytes);
+  std::string no_algorithm;
   try {
     service.matmul(call);
+  } catch (const lt::NoAlgorithmError& e) {
+    no_algorithm = fmt::format("cuBLASLt found no algorithm ({})", e.what());
   } catch (...) {
     allocator.deallocate(call.workspace);
     throw;
   }
   allocator.deallocate(call.workspace);  // stream-ordered: the next user queues after this call
+  return no_algorithm;
 }
 
 }  // namespace
@@ -388,7 +393,7 @@ std::optional<LtResult> try_lt_forward(const LtForward& p, std::string* why) {
   }
   if (p.bias.defined()) s.bias = reinterpret_cast<cuda::DevicePtr>(p.bias.raw_data());
   if (r.aux.defined()) s.aux = reinterpret_cast<cuda::DevicePtr>(r.aux.raw_data());
-  execute(s, p.a, p.b, r.out);
+  if (refused(execute(s, p.a, p.b, r.out), why)) return std::nullopt;
   r.spec = s;
   ++lt_stats().calls;
   std::int64_t read = (p.a.numel() + p.b.numel()) * std::int64_t(itemsize(dt));
@@ -421,7 +426,7 @@ std::optional<LtGrad> try_lt_backward(const LtBackward& g, std::string* why) {
   }
   if (g.act != Activation::none) s.aux = reinterpret_cast<cuda::DevicePtr>(g.aux.raw_data());
   if (r.out.numel() == 0) return r;
-  execute(s, g.a, g.b, r.out);
+  if (refused(execute(s, g.a, g.b, r.out), why)) return std::nullopt;
   r.spec = s;
   ++lt_stats().calls;
   std::int64_t item = static_cast<std::int64_t>(itemsize(dt));

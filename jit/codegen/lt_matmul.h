@@ -43,7 +43,7 @@ cublasLtEpilogue_t forward_epilogue(bool bias, Activation act, bool save_aux);
 // activation, aux ld) and per-call ones (operand strides, pointer alignment).
 std::string lt_rule_failure(const LtForward& problem);
 
-// Runs it; nullopt with `*why` set when a rule fails.
+// Runs it; nullopt with `*why` set when a rule fails or cuBLASLt finds no algorithm for it.
 std::optional<LtResult> try_lt_forward(const LtForward& problem, std::string* why);
 
 // The backward forms, as autograd asks for them (runtime/linear_epilogue.h): out = a @ b, then

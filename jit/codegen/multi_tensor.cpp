@@ -16,6 +16,7 @@
 #include "jit/codegen/kernel_variants.h"
 #include "jit/codegen/templates.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/pinned_staging.h"
 #include "runtime/error.h"
 #include "runtime/multi_tensor.h"
 
@@ -46,7 +47,7 @@ struct DeviceTable {
       auto size = static_cast<std::int64_t>(next.size());
       if (!memory.defined() || memory.numel() < size)
         memory = empty({std::max<std::int64_t>(size, 1)}, DType::i64, Device::cuda());
-      cuda::backend().copy_to_device(address(memory), next.data(), next.size() * sizeof(next[0]));
+      cuda::pinned_staging().upload(address(memory), next.data(), next.size() * sizeof(next[0]));
       words = std::move(next);
       uploads.fetch_add(1, std::memory_order_relaxed);
     }

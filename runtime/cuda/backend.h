@@ -26,7 +26,7 @@ struct DeviceProperties {
   int max_threads_per_block = 1024;
   Dim3 max_block_dim{1024, 1024, 64};
   Dim3 max_grid_dim{2147483647u, 65535u, 65535u};
-  std::size_t shared_mem_per_block = 48 * 1024;        // without opt-in
+  std::size_t shared_mem_per_block = 48 * 1024;         // without opt-in
   std::size_t shared_mem_per_block_optin = 227 * 1024;  // with cuFuncSetAttribute opt-in
   int registers_per_block = 65536;
   std::size_t total_memory = 0;
@@ -53,6 +53,8 @@ class Backend {
 
   virtual DevicePtr alloc(std::size_t bytes) = 0;
   virtual void free(DevicePtr ptr) = 0;
+  // From page-locked memory (host_alloc) the copy is queued and this returns at once; from
+  // pageable memory it waits for all queued work, as cuMemcpyHtoD does (counted in host_sync.h).
   virtual void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes,
                               Stream stream = nullptr) = 0;
   virtual void copy_to_host(void* dst, DevicePtr src, std::size_t bytes,
@@ -80,6 +82,18 @@ class Backend {
   virtual void synchronize_event(Event event) = 0;
   virtual float elapsed_ms(Event start, Event end) = 0;
   virtual void synchronize() = 0;
+
+  // Added last, so that the slots of the calls above keep their place in the vtable.
+  // Page-locked host memory (cuMemHostAlloc): the only source an upload does not wait for.
+  virtual void* host_alloc(std::size_t bytes) = 0;
+  virtual void host_free(void* ptr) = 0;
+  // cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES): lets `fn` launch with up to `bytes` of
+  // dynamic shared memory; needed past 48 KiB in all (shared_memory_limits.h). Throws naming the
+  // kernel when static + `bytes` exceeds the device's opt-in maximum.
+  virtual void set_max_dynamic_shared(Function fn, unsigned bytes) = 0;
+  // Whether the work queued before `event`'s last record has finished (cuEventQuery); never
+  // waits. An event never recorded counts as finished.
+  virtual bool event_done(Event event) = 0;
 };
 
 // The process-wide backend chosen by KILN_CUDA=driver|virtual|auto (default auto).

@@ -22,8 +22,16 @@
 
 #include "runtime/cuda/backend.h"
 #include "runtime/cuda/blaslt/descriptors.h"
+#include "runtime/error.h"
 
 namespace kiln::cuda::blaslt {
+
+// cublasLtMatmulAlgoGetHeuristic found no algorithm for a problem (CUBLAS_STATUS_NOT_SUPPORTED,
+// or no result): a supported call may still have no kernel, so the caller falls back to its own.
+class NoAlgorithmError : public Error {
+ public:
+  using Error::Error;
+};
 
 // The arguments of cublasLtMatmul; alpha and beta are host values of the scale type.
 struct MatmulCall {
@@ -46,7 +54,8 @@ class BlasLt {
   virtual ~BlasLt() = default;
   virtual std::string_view kind() const = 0;  // "cublasLt" or "virtual"
   // Runs the matmul. The driver picks the algorithm with cublasLtMatmulAlgoGetHeuristic (cached
-  // per problem); errors are kiln::Error naming the call and the problem (MatmulSpec::str()).
+  // per problem); errors are kiln::Error naming the call and the problem (MatmulSpec::str()),
+  // NoAlgorithmError when the heuristic finds none (nothing was queued).
   virtual void matmul(const MatmulCall& call) = 0;
   // The workspace a matmul should be given: 32 MiB on sm_90 and later, 4 MiB before.
   virtual std::size_t workspace_bytes() = 0;

@@ -109,9 +109,9 @@ class DriverBlasLt final : public BlasLt {
         api.algo_get_heuristic(handle_, call.desc, call.a_layout, call.b_layout, call.c_layout,
                                call.d_layout, pref, 1, &result, &found);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-      throw Error(fmt::format("cublasLtMatmulAlgoGetHeuristic found no algorithm for {}{}",
-                              spec.str(),
-                              st == CUBLAS_STATUS_SUCCESS ? "" : ": " + status_text(st)));
+      throw NoAlgorithmError(
+          fmt::format("cublasLtMatmulAlgoGetHeuristic found no algorithm for {}{}", spec.str(),
+                      st == CUBLAS_STATUS_SUCCESS ? "" : ": " + status_text(st)));
     algos_.emplace(key, result);
     return result;
   }

@@ -1,4 +1,4 @@
-// Resolves the cuBLASLt table from libcublasLt.so.13 (dlopen, never linked).
+// Resolves the cuBLASLt table from libcublasLt.so.13, or .so.12 (dlopen, never linked).
 #include "runtime/cuda/blaslt/lt_api.h"
 
 #include <dlfcn.h>
@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "runtime/cuda/cuda_versions.h"
 #include "runtime/error.h"
 
 #ifndef KILN_CUDA_LIBRARY_DIR
@@ -16,8 +17,6 @@
 namespace kiln::cuda::blaslt {
 namespace {
 
-constexpr const char* kLibrary = "libcublasLt.so.13";
-
 struct Loaded {
   LtApi api;
   std::string error;
@@ -25,10 +24,9 @@ struct Loaded {
 
 Loaded load() {
   Loaded out;
-  std::vector<std::string> tries = {kLibrary};
-  if (const char* home = std::getenv("CUDA_HOME"); home && *home)
-    tries.push_back(fmt::format("{}/lib64/{}", home, kLibrary));
-  tries.push_back(fmt::format("{}/{}", KILN_CUDA_LIBRARY_DIR, kLibrary));
+  // .so.13 first; the CUDA 12 library where it is absent (the entry points kiln uses are the same).
+  std::vector<std::string> tries =
+      cublaslt_candidates(std::getenv("CUDA_HOME"), KILN_CUDA_LIBRARY_DIR);
   void* handle = nullptr;
   std::string why;
   for (const auto& path : tries) {

@@ -1,5 +1,5 @@
-// cuBLASLt as a table of function pointers resolved from the toolkit's libcublasLt.so.13 with
-// dlopen, so kiln never links it: a binary built here starts where the library is missing, and
+// cuBLASLt as a table of function pointers resolved from the toolkit's libcublasLt.so.13 (or .12)
+// with dlopen, so kiln never links it: a binary built here starts where the library is missing, and
 // says so at the first matmul that needs it. cublasLt.h supplies only types.
 #pragma once
 

@@ -94,6 +94,7 @@ class VirtualBlasLt final : public BlasLt {
   void matmul(const MatmulCall& call) override {
     MatmulSpec s = read_back(call.desc, call.a_layout, call.b_layout, call.c_layout, call.d_layout);
     remember(s);
+    heuristic(s, call);
     validate(s, call);
     if (s.compute == CUBLAS_COMPUTE_64F || s.compute == CUBLAS_COMPUTE_64F_PEDANTIC)
       run<double>(s, call);
@@ -103,8 +104,33 @@ class VirtualBlasLt final : public BlasLt {
   }
 
  private:
+  // CUBLAS_STATUS_NOT_SUPPORTED is what the real heuristic answers for a combination it has no
+  // kernel for: NoAlgorithmError, so that callers fall back as they do on the driver.
   [[noreturn]] static void fail(const MatmulSpec& s, const char* status, const std::string& why) {
+    if (std::string_view(status) == "CUBLAS_STATUS_NOT_SUPPORTED")
+      throw NoAlgorithmError(fmt::format(
+          "cublasLtMatmulAlgoGetHeuristic (virtual GPU) found no algorithm: {}: {} [{}]", status,
+          why, s.str()));
     throw Error(fmt::format("cublasLtMatmul (virtual GPU): {}: {} [{}]", status, why, s.str()));
+  }
+
+  // What cublasLtMatmulAlgoGetHeuristic, told the operands' alignment (as the driver service
+  // tells it, MIN_ALIGNMENT_*_BYTES), has no kernel for, beyond the type rules of validate():
+  // fused epilogues load and store 16-byte vectors, so an epilogue other than DEFAULT with an
+  // operand aligned to less finds none (PyTorch keeps such addmm off cuBLASLt for this reason,
+  // pytorch#92201 / #98975; the bias and aux pointers set the epilogue's own alignment, per
+  // cublasLt.h's BIAS_POINTER and EPILOGUE_AUX_POINTER).
+  static void heuristic(const MatmulSpec& s, const MatmulCall& call) {
+    if (s.epilogue == CUBLASLT_EPILOGUE_DEFAULT) return;
+    const std::pair<const char*, DevicePtr> pointers[] = {{"A", call.a},    {"B", call.b},
+                                                          {"C", call.c},    {"D", call.d},
+                                                          {"bias", s.bias}, {"aux", s.aux}};
+    for (auto [name, p] : pointers)
+      if (p % 16 != 0)
+        fail(s, "CUBLAS_STATUS_NOT_SUPPORTED",
+             fmt::format("epilogue {} with {} at {:#x}, aligned to {} bytes: fused epilogues need "
+                         "16-byte aligned operands",
+                         epilogue_name(s.epilogue), name, p, p & -p));
   }
 
   void validate(const MatmulSpec& s, const MatmulCall& call) {

@@ -26,6 +26,8 @@ namespace kiln::cuda::driver {
   X(ctx_synchronize, "cuCtxSynchronize", cuCtxSynchronize)                             \
   X(mem_alloc, "cuMemAlloc_v2", cuMemAlloc_v2)                                         \
   X(mem_free, "cuMemFree_v2", cuMemFree_v2)                                            \
+  X(mem_host_alloc, "cuMemHostAlloc", cuMemHostAlloc)                                  \
+  X(mem_free_host, "cuMemFreeHost", cuMemFreeHost)                                     \
   X(memcpy_htod, "cuMemcpyHtoD_v2", cuMemcpyHtoD_v2)                                   \
   X(memcpy_dtoh, "cuMemcpyDtoH_v2", cuMemcpyDtoH_v2)                                   \
   X(memcpy_dtod, "cuMemcpyDtoD_v2", cuMemcpyDtoD_v2)                                   \
@@ -47,6 +49,7 @@ namespace kiln::cuda::driver {
   X(event_destroy, "cuEventDestroy_v2", cuEventDestroy_v2)                             \
   X(event_record, "cuEventRecord", cuEventRecord)                                      \
   X(event_synchronize, "cuEventSynchronize", cuEventSynchronize)                       \
+  X(event_query, "cuEventQuery", cuEventQuery)                                        \
   X(event_elapsed_time, "cuEventElapsedTime", cuEventElapsedTime)
 
 struct DriverApi {

@@ -3,19 +3,33 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "runtime/cuda/backends.h"
+#include "runtime/cuda/cuda_versions.h"
 #include "runtime/cuda/driver/driver_api.h"
 #include "runtime/cuda/driver/launch_timing.h"
+#include "runtime/cuda/host_sync.h"
+#include "runtime/cuda/pinned_ranges.h"
 #include "runtime/error.h"
 
 namespace kiln::cuda {
 namespace {
 
 using driver::DriverApi;
+
+// KILN_LAUNCH_BLOCKING=1: every launch waits for its kernel (docs/environment.md).
+bool launch_blocking() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_LAUNCH_BLOCKING");
+    return v && std::string_view(v) == "1";
+  }();
+  return on;
+}
 
 // Handles are the driver's own handles cast to the opaque kiln types, except functions, which
 // also remember the dynamic shared memory they were opted in to.
@@ -43,6 +57,9 @@ DriverFunction* cu(Function f) {
 class DriverBackend final : public Backend {
  public:
   DriverBackend() : api_(driver::driver_api()) {
+    DriverVersionCheck version = check_driver_version(api_.driver_version, CUDA_VERSION);
+    if (!version.error.empty()) throw Error(version.error);
+    if (!version.warning.empty()) std::fprintf(stderr, "%s\n", version.warning.c_str());
     int count = 0;
     check(api_.device_get_count(&count), "cuDeviceGetCount");
     KILN_CHECK(count > 0, "the CUDA driver (version {}) reports no GPU", api_.driver_version);
@@ -89,11 +106,27 @@ class DriverBackend final : public Backend {
 
   void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes, Stream s) override {
     make_current();
-    auto what = fmt::format("{} bytes to {:#x}", bytes, dst);
-    if (s)
-      check(api_.memcpy_htod_async(dst, src, bytes, cu(s)), "cuMemcpyHtoDAsync_v2", what);
+    auto what = [&] { return fmt::format("{} bytes to {:#x}", bytes, dst); };
+    bool pinned = pinned_.contains(src, bytes);
+    if (!pinned) count_pageable_upload();
+    if (s || pinned)  // from pinned memory, async on the null stream too: the host does not wait
+      check(api_.memcpy_htod_async(dst, src, bytes, cu(s)), "cuMemcpyHtoDAsync_v2", what());
     else
-      check(api_.memcpy_htod(dst, src, bytes), "cuMemcpyHtoD_v2", what);
+      check(api_.memcpy_htod(dst, src, bytes), "cuMemcpyHtoD_v2", what());
+  }
+  void* host_alloc(std::size_t bytes) override {
+    make_current();
+    void* p = nullptr;
+    check(api_.mem_host_alloc(&p, bytes == 0 ? 1 : bytes, 0), "cuMemHostAlloc",
+          fmt::format("{} bytes", bytes));
+    pinned_.add(p, bytes == 0 ? 1 : bytes);
+    return p;
+  }
+  void host_free(void* ptr) override {
+    if (!ptr) return;
+    KILN_CHECK(pinned_.remove(ptr), "host_free({}): not a block from host_alloc", ptr);
+    make_current();
+    check(api_.mem_free_host(ptr), "cuMemFreeHost");
   }
   // The host buffer is filled when this returns, on any stream.
   void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, Stream s) override {
@@ -165,23 +198,26 @@ class DriverBackend final : public Backend {
     return reinterpret_cast<Function>(f.release());
   }
 
+  // More than 48 KiB of shared memory needs this per-function opt-in (KernelHandle::launch makes
+  // it once per kernel); a launch past the limit without it fails in cuLaunchKernel.
+  void set_max_dynamic_shared(Function fn, unsigned bytes) override {
+    make_current();
+    auto* f = cu(fn);
+    KILN_CHECK(f, "set_max_dynamic_shared: null function");
+    std::lock_guard lock(f->mutex);
+    if (static_cast<int>(bytes) <= f->max_dynamic_shared) return;
+    check(api_.func_set_attribute(f->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  static_cast<int>(bytes)),
+          "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+          fmt::format("'{}' to {} bytes (+{} static)", f->name, bytes, f->static_shared));
+    f->max_dynamic_shared = static_cast<int>(bytes);
+  }
+
   void launch(Function fn, Dim3 grid, Dim3 block, unsigned dynamic_shared_bytes, Stream stream,
               void** params) override {
     make_current();
     auto* f = cu(fn);
     KILN_CHECK(f, "launch: null function");
-    {
-      // More than 48 KiB of dynamic shared memory needs an explicit per-function opt-in.
-      std::lock_guard lock(f->mutex);
-      if (static_cast<int>(dynamic_shared_bytes) > f->max_dynamic_shared) {
-        check(api_.func_set_attribute(f->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                      static_cast<int>(dynamic_shared_bytes)),
-              "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
-              fmt::format("'{}' to {} bytes (+{} static)", f->name, dynamic_shared_bytes,
-                          f->static_shared));
-        f->max_dynamic_shared = static_cast<int>(dynamic_shared_bytes);
-      }
-    }
     // With launch timing on (driver/launch_timing.h), events on the launch's stream bracket it.
     driver::TimedLaunch timed;
     if (driver::launch_timing()) {
@@ -207,9 +243,21 @@ class DriverBackend final : public Backend {
         api_.event_destroy(timed.end);
       }
     }
-    check(r, "cuLaunchKernel",
-          fmt::format("'{}' grid ({},{},{}) block ({},{},{}) dynamic shared {} bytes", f->name,
-                      grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_shared_bytes));
+    auto what = [&] {
+      return fmt::format("'{}' grid ({},{},{}) block ({},{},{}) dynamic shared {} bytes", f->name,
+                         grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_shared_bytes);
+    };
+    if (r != CUDA_SUCCESS) check(r, "cuLaunchKernel", what());
+    if (launch_blocking()) {
+      // A fault surfaces at the next call that waits: wait here, so it names this kernel.
+      count_synchronization();
+      CUresult done = api_.ctx_synchronize();
+      if (done != CUDA_SUCCESS)
+        throw Error(
+            fmt::format("kernel {} failed (KILN_LAUNCH_BLOCKING=1: cuCtxSynchronize after "
+                        "the launch): {}",
+                        what(), driver::error_text(api_, done)));
+    }
   }
 
   Stream create_stream() override {
@@ -249,6 +297,13 @@ class DriverBackend final : public Backend {
   void synchronize_event(Event e) override {
     make_current();
     check(api_.event_synchronize(cu(e)), "cuEventSynchronize");
+  }
+  bool event_done(Event e) override {
+    make_current();
+    CUresult r = api_.event_query(cu(e));
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    check(r, "cuEventQuery");
+    return true;
   }
   float elapsed_ms(Event start, Event end) override {
     make_current();
@@ -326,6 +381,7 @@ class DriverBackend final : public Backend {
   std::vector<DeviceProperties> props_;
   std::vector<bool> loaded_;
   std::vector<DriverFunction*> functions_;  // owned; freed with the backend
+  PinnedRanges pinned_;
 };
 
 }  // namespace

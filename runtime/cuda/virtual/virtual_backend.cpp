@@ -7,12 +7,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
 #include <string>
 
 #include "runtime/cuda/backends.h"
+#include "runtime/cuda/host_sync.h"
+#include "runtime/cuda/pinned_ranges.h"
+#include "runtime/cuda/shared_memory_limits.h"
 #include "runtime/cuda/virtual/decoder.h"
 #include "runtime/cuda/virtual/fault.h"
 #include "runtime/cuda/virtual/launch.h"
@@ -35,6 +39,9 @@ struct VModule;
 struct VFunction {
   VModule* module = nullptr;
   const vgpu::Function* fn = nullptr;
+  // MAX_DYNAMIC_SHARED_SIZE_BYTES: set by set_max_dynamic_shared; before, 48 KiB less static.
+  std::uint64_t max_dynamic_shared = 0;
+  bool opted_in = false;
 };
 struct VModule {
   vgpu::Program program;
@@ -43,8 +50,14 @@ struct VModule {
 struct VStream {};
 struct VEvent {
   bool recorded = false;
+  bool pending = false;  // recorded while events were held (vgpu::hold_events)
   Clock::time_point when;
 };
+
+std::atomic<bool>& events_held() {
+  static std::atomic<bool> held{false};
+  return held;
+}
 
 class VirtualBackend final : public Backend {
  public:
@@ -58,7 +71,7 @@ class VirtualBackend final : public Backend {
     props_.max_block_dim = Dim3{1024, 1024, 64};
     props_.max_grid_dim = Dim3{2147483647u, 65535u, 65535u};
     props_.shared_mem_per_block = 48 * 1024;
-    props_.shared_mem_per_block_optin = 227 * 1024;
+    props_.shared_mem_per_block_optin = shared_memory_optin_limit(9, 0);
     props_.registers_per_block = 65536;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     props_.total_memory = pages > 0 && page > 0
@@ -100,8 +113,22 @@ class VirtualBackend final : public Backend {
     KILN_CHECK(src != nullptr, "virtual GPU: copy_to_device of {} bytes from a null host pointer",
                bytes);
     mem_.check_range(dst, bytes, "copy_to_device destination");
+    // As on the driver: a copy from pageable memory waits for all queued work.
+    if (!pinned_.contains(src, bytes)) count_pageable_upload();
     std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
     mem_.mark_initialized(dst, bytes);
+  }
+  void* host_alloc(std::size_t bytes) override {
+    std::size_t size = std::max<std::size_t>(bytes, 1);
+    void* p = std::aligned_alloc(256, (size + 255) / 256 * 256);
+    KILN_CHECK(p != nullptr, "virtual GPU: host_alloc of {} bytes failed", bytes);
+    pinned_.add(p, size);
+    return p;
+  }
+  void host_free(void* ptr) override {
+    if (!ptr) return;
+    KILN_CHECK(pinned_.remove(ptr), "virtual GPU: host_free({}): not a block from host_alloc", ptr);
+    std::free(ptr);
   }
   void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, Stream s) override {
     std::lock_guard lock(mu_);
@@ -185,6 +212,30 @@ class VirtualBackend final : public Backend {
                             names.empty() ? "none" : names));
   }
 
+  void set_max_dynamic_shared(Function handle, unsigned bytes) override {
+    std::lock_guard lock(mu_);
+    auto* vf = reinterpret_cast<VFunction*>(handle);
+    KILN_CHECK_AS(LaunchError, functions_.count(vf),
+                  "virtual GPU: set_max_dynamic_shared of an invalid function handle");
+    const vgpu::Function& k = *vf->fn;
+    KILN_CHECK_AS(LaunchError, k.static_shared_bytes + bytes <= props_.shared_mem_per_block_optin,
+                  "virtual GPU ({}): cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) of kernel "
+                  "'{}' to {} bytes: with its {} static bytes, more than the {} a block may have "
+                  "on sm_{}{}",
+                  props_.name, k.name, bytes, k.static_shared_bytes,
+                  props_.shared_mem_per_block_optin, props_.compute_major, props_.compute_minor);
+    vf->max_dynamic_shared = bytes;
+    vf->opted_in = true;
+  }
+
+  void set_compute_capability(int major, int minor) {
+    std::lock_guard lock(mu_);
+    props_.compute_major = major;
+    props_.compute_minor = minor;
+    props_.shared_mem_per_block_optin = shared_memory_optin_limit(major, minor);
+    props_.name = fmt::format("kiln virtual GPU (PTX interpreter, sm_{}{})", major, minor);
+  }
+
   void launch(Function handle, Dim3 grid, Dim3 block, unsigned dynamic_shared, Stream s,
               void** params) override {
     std::lock_guard lock(mu_);
@@ -194,7 +245,7 @@ class VirtualBackend final : public Backend {
                   "unloaded)");
     check_stream(s, "launch");
     const vgpu::Function& k = *vf->fn;
-    validate_launch(k, grid, block, dynamic_shared);
+    validate_launch(*vf, grid, block, dynamic_shared);
     vgpu::LaunchRequest rq;
     rq.program = &vf->module->program;
     rq.kernel = &k;
@@ -225,6 +276,7 @@ class VirtualBackend final : public Backend {
   void synchronize_stream(Stream s) override {
     std::lock_guard lock(mu_);
     check_stream(s, "synchronize_stream");
+    complete_events();
   }
   Event create_event() override {
     std::lock_guard lock(mu_);
@@ -243,6 +295,7 @@ class VirtualBackend final : public Backend {
     VEvent* ve = event_of(e, "record_event");
     check_stream(s, "record_event");
     ve->recorded = true;
+    ve->pending = events_held().load(std::memory_order_relaxed);
     ve->when = Clock::now();
   }
   void wait_event(Stream s, Event e) override {
@@ -252,7 +305,11 @@ class VirtualBackend final : public Backend {
   }
   void synchronize_event(Event e) override {
     std::lock_guard lock(mu_);
-    event_of(e, "synchronize_event");
+    event_of(e, "synchronize_event")->pending = false;
+  }
+  bool event_done(Event e) override {
+    std::lock_guard lock(mu_);
+    return !event_of(e, "event_done")->pending;
   }
   float elapsed_ms(Event start, Event end) override {
     std::lock_guard lock(mu_);
@@ -265,7 +322,10 @@ class VirtualBackend final : public Backend {
     double ms = std::chrono::duration<double, std::milli>(b->when - a->when).count();
     return static_cast<float>(std::max(0.0, ms));
   }
-  void synchronize() override {}
+  void synchronize() override {
+    std::lock_guard lock(mu_);
+    complete_events();
+  }
 
   std::uint64_t instructions() const { return instructions_; }
   void check_range(DevicePtr ptr, std::uint64_t bytes, const char* what) {
@@ -286,6 +346,12 @@ class VirtualBackend final : public Backend {
   std::set<VStream*> streams_;
   std::set<VEvent*> events_;
   std::uint64_t instructions_ = 0;
+  PinnedRanges pinned_;
+
+  // Streams are one queue that runs at once; held events complete at a synchronization.
+  void complete_events() {
+    for (VEvent* e : events_) e->pending = false;
+  }
 
   void check_stream(Stream s, const char* what) const {
     if (s == nullptr) return;
@@ -304,7 +370,8 @@ class VirtualBackend final : public Backend {
     return e;
   }
 
-  void validate_launch(const vgpu::Function& k, Dim3 grid, Dim3 block, unsigned dyn) const {
+  void validate_launch(const VFunction& vf, Dim3 grid, Dim3 block, unsigned dyn) const {
+    const vgpu::Function& k = *vf.fn;
     // Formatted only for an error: every launch passes here.
     auto who = [&] {
       return fmt::format("launch of kernel '{}' with grid ({},{},{}) block ({},{},{})", k.name,
@@ -346,6 +413,17 @@ class VirtualBackend final : public Backend {
                   "{}: {} bytes of shared memory ({} static + {} dynamic), more than the {} a "
                   "block may have",
                   who(), total, k.static_shared_bytes, dyn, props_.shared_mem_per_block_optin);
+    // As cuLaunchKernel: past 48 KiB in all only after the function's opt-in, up to what it
+    // opted in to.
+    std::uint64_t allowed = vf.opted_in ? vf.max_dynamic_shared
+                            : k.static_shared_bytes < props_.shared_mem_per_block
+                                ? props_.shared_mem_per_block - k.static_shared_bytes
+                                : 0;
+    KILN_CHECK_AS(LaunchError, dyn <= allowed,
+                  "{}: {} bytes of dynamic shared memory, more than the {} it may take {} "
+                  "(cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES))",
+                  who(), dyn, allowed,
+                  vf.opted_in ? "as opted in" : "without opting in to more than 48 KiB in all");
   }
 };
 
@@ -373,6 +451,17 @@ void check_device_range(Backend& backend, DevicePtr ptr, std::uint64_t bytes, co
 void mark_device_initialized(Backend& backend, DevicePtr ptr, std::uint64_t bytes) {
   if (auto* v = dynamic_cast<VirtualBackend*>(&backend); v && bytes)
     v->mark_initialized(ptr, bytes);
+}
+
+void set_compute_capability(Backend& backend, int major, int minor) {
+  auto* v = dynamic_cast<VirtualBackend*>(&backend);
+  KILN_CHECK(v != nullptr, "set_compute_capability: backend '{}' is not the virtual GPU",
+             backend.kind());
+  v->set_compute_capability(major, minor);
+}
+
+bool hold_events(bool on) {
+  return events_held().exchange(on);
 }
 
 bool set_kernel_execution(bool on) {

@@ -23,4 +23,13 @@ void mark_device_initialized(Backend& backend, DevicePtr ptr, std::uint64_t byte
 // previous setting; on by default.
 bool set_kernel_execution(bool on);
 
+// Makes the virtual GPU `backend` report compute capability major.minor, with that
+// architecture's shared memory limits (shared_memory_limits.h); sm_90 by default. For tests.
+void set_compute_capability(Backend& backend, int major, int minor);
+
+// While on, events recorded stay unfinished (event_done false) until a synchronization (event,
+// stream or device) that covers them, as on a GPU still busy: tests of code that must not reuse
+// a buffer before its copy's event completes. Returns the previous setting; off by default.
+bool hold_events(bool on);
+
 }  // namespace kiln::cuda::vgpu
