@@ -38,6 +38,10 @@ struct PointwiseKernel {
   // Whether an expression reports errors (cuda_expr.h: reports_errors): the kernel takes an
   // error flag after its outputs, reserved per call (runtime/device_checks.h).
   bool checks_errors = false;
+  // Its element function alone (templates/pointwise_element.cu.mustache) where it can be a member
+  // of a combo kernel (combo_kernel.h): no host views, numbers, positions, error flag or helper
+  // functions, and every read has the domain's sizes. Empty otherwise.
+  std::string element_source;
   // Set by the first launch that KILN_LOG=kernels reported (shared by copies of the kernel).
   std::shared_ptr<std::atomic<bool>> logged;
 };
