@@ -86,6 +86,7 @@ ComboKernel render_combo(const graph::Graph& g, std::span<const PointwiseKernel*
   d.set("count", std::to_string(members.size()));
   d.set("fp16", fp16);
   d.set("bf16", bf16);
+  d.set("helpers", elementwise_helpers(false, false));  // members need no others
   d.set("elements", element_list);
   d.set("members", member_list);
   d.set("params", comma_list("decl", params));
