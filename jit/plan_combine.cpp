@@ -29,6 +29,14 @@ const codegen::PointwiseKernel* member_kernel(const PlanStep& step) {
   return p && !p->element_source.empty() ? p : nullptr;
 }
 
+// A combo member: a pointwise kernel with an element function alone, small at the traced sizes
+// (a symbolic domain is taken: run_combo checks each call's sizes).
+bool can_join(const PlanStep& step) {
+  if (!member_kernel(step)) return false;
+  const auto& domain = std::get<KernelStep>(step.action).static_domain;
+  return !domain || numel(*domain) <= codegen::kMaxComboMemberElements;
+}
+
 // What each step reads from outside itself and writes, by graph value.
 struct StepValues {
   std::vector<std::vector<int>> reads, writes;
@@ -72,7 +80,7 @@ class Combiner {
     for (const auto& step : steps)
       if (const auto* l = step.as<LibraryStep>()) absorbed.insert(l->absorbs);
     for (std::size_t i = 0; i < steps.size(); ++i)
-      eligible_.push_back(member_kernel(steps[i]) && !absorbed.contains(static_cast<int>(i)));
+      eligible_.push_back(can_join(steps[i]) && !absorbed.contains(static_cast<int>(i)));
   }
 
   std::vector<PlanStep> run() {

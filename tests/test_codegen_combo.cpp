@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "autograd/ops.h"
+#include "jit/codegen/combo_kernel.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
 #include "jit/kernel_plan.h"
@@ -164,6 +165,26 @@ BOOST_AUTO_TEST_CASE(a_strided_input_runs_the_members_one_by_one) {
   auto [x, y] = f(strided, gpu(b));
   BOOST_TEST(relative_error(x, f64(strided.to(Device::cpu()))) <= 4e-3);
   BOOST_TEST(relative_error(y, exp(f64(b))) <= 1e-6);
+}
+
+// Past kMaxComboMemberElements a kernel keeps its own launch (and its vector path).
+BOOST_AUTO_TEST_CASE(a_large_kernel_keeps_its_own_launch) {
+  auto fn = [](const Tensor& a, const Tensor& b, const Tensor& c) {
+    return std::make_tuple(a.to(DType::bf16), b.to(DType::bf16), c.to(DType::bf16));
+  };
+  Tensor a = randn({1025, 1024}), b = randn({40}), c = randn({41});
+  BOOST_TEST(a.numel() > jit::codegen::kMaxComboMemberElements);
+  auto f = jit::compile(fn);
+  auto [x, y, z] = f(gpu(a), gpu(b), gpu(c));
+  BOOST_TEST(relative_error(x, f64(a)) <= 4e-3);
+  BOOST_TEST(relative_error(y, f64(b)) <= 4e-3);
+  BOOST_TEST(relative_error(z, f64(c)) <= 4e-3);
+  const jit::KernelPlan* plan = f.core().plan(0);
+  BOOST_TEST_REQUIRE(plan != nullptr);
+  const jit::ComboStep* combo = only_combo(*plan);
+  BOOST_TEST_REQUIRE(combo != nullptr, plan->str());
+  BOOST_TEST(combo->members.size() == 2u, plan->str());
+  BOOST_TEST(plan->kernel_count() == 2, plan->str());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -19,6 +19,10 @@ namespace kiln::jit::codegen {
 inline constexpr std::size_t kMaxComboMembers = 16;
 inline constexpr std::size_t kMaxComboPointers = 64;
 
+// Elements a member may have at the traced sizes: past them a kernel's own launch (its vector
+// path, its launch split past 2^31 elements) is worth more than the launch a combo saves.
+inline constexpr std::int64_t kMaxComboMemberElements = std::int64_t{1} << 20;
+
 struct ComboKernel {
   std::string name;
   KernelHandle handle;
