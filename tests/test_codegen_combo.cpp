@@ -153,6 +153,27 @@ BOOST_AUTO_TEST_CASE(a_deferred_member_keeps_its_input_alive) {
   check_releases(f.core().graph(0), *plan);
 }
 
+// The scale of w2 is traced after the first matmul but reads only an input: it moves earlier to
+// run with exp(x), which the first matmul waits for (as the casts of weights under autocast).
+BOOST_AUTO_TEST_CASE(a_ready_kernel_moves_earlier_into_the_combo) {
+  auto fn = [](const Tensor& x, const Tensor& w1, const Tensor& w2) {
+    Tensor m1 = matmul(exp(x), w1);
+    Tensor scaled = w2 * 0.5;
+    return matmul(m1, scaled);
+  };
+  Tensor x = randn({8, 12}) * 0.3, w1 = randn({12, 10}) * 0.3, w2 = randn({10, 6});
+  auto f = jit::compile(fn);
+  Tensor got = f(gpu(x), gpu(w1), gpu(w2));
+  BOOST_TEST(relative_error(got, matmul(matmul(exp(f64(x)), f64(w1)), f64(w2) * 0.5)) <= 1e-5);
+  const jit::KernelPlan* plan = f.core().plan(0);
+  BOOST_TEST_REQUIRE(plan != nullptr);
+  const jit::ComboStep* combo = only_combo(*plan);
+  BOOST_TEST_REQUIRE(combo != nullptr, plan->str());
+  BOOST_TEST(combo->members.size() == 2u, plan->str());
+  BOOST_TEST(warm_launches(f, gpu(x), gpu(w1), gpu(w2)) == 1);
+  check_releases(f.core().graph(0), *plan);
+}
+
 // A non-contiguous input: the combo refuses the call and the members run one by one, correctly.
 BOOST_AUTO_TEST_CASE(a_strided_input_runs_the_members_one_by_one) {
   auto fn = [](const Tensor& a, const Tensor& b) {
