@@ -27,11 +27,19 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
   total_bytes_ = releases.total_bytes;
   steps_ = assemble_steps(g, partition, order, kernels, placements, library, std::move(releases));
   run_time_fallbacks_ = std::make_shared<RunTimeFallbacks>();
+  std::vector<std::string> combined;
+  steps_ = combine_kernels(g, std::move(steps_), combined);
+  if (log_enabled(LogTopic::fusion))
+    for (const auto& line : combined) log_line(line);
   // Compile (or load from the disk cache) every kernel now rather than at each first launch:
   // one progress bar for the lot, and the first call's launches run back to back.
   std::vector<const codegen::KernelHandle*> handles;
   for (const auto& s : steps_)
-    if (const auto* k = s.as<KernelStep>()) handles.push_back(&k->kernel.expected_kernel());
+    if (const auto* k = s.as<KernelStep>()) {
+      handles.push_back(&k->kernel.expected_kernel());
+    } else if (const auto* c = s.as<ComboStep>()) {
+      handles.push_back(&c->kernel->handle);  // the members compile only where a call refuses it
+    }
   if (!handles.empty()) codegen::prepare_kernels(handles);
 }
 
@@ -41,7 +49,8 @@ int KernelPlan::kernel_count() const {
     if (const auto* l = s.as<LibraryStep>()) absorbed.insert(l->absorbs);
   int n = 0;
   for (std::size_t i = 0; i < steps_.size(); ++i)
-    n += steps_[i].as<KernelStep>() && !absorbed.contains(static_cast<int>(i));
+    n += (steps_[i].as<KernelStep>() && !absorbed.contains(static_cast<int>(i))) ||
+         steps_[i].as<ComboStep>();
   return n;
 }
 

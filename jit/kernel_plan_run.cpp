@@ -71,6 +71,27 @@ void run_kernel(const KernelStep& k, const PlanStep& step, RunState& s) {
                         k.kernel.expected_source());
 }
 
+// The members as one launch, or one by one where the combo refuses this call's tensors.
+void run_combo(const ComboStep& c, RunState& s) {
+  std::vector<Shape> domains;
+  for (const auto& k : c.members)
+    domains.push_back(k.static_domain ? *k.static_domain : s.concrete(k.domain));
+  auto outs = codegen::run_combo(s.g, *c.kernel, domains, s.values);
+  for (std::size_t m = 0; m < c.members.size(); ++m) {
+    const KernelStep& k = c.members[m];
+    std::vector<Tensor> written =
+        outs ? std::move((*outs)[m]) : k.kernel.run(s.g, domains[m], s.values, s.symbol_values);
+    const auto& writes = k.kernel.writes();
+    for (std::size_t i = 0; i < writes.size(); ++i) s.values[writes[i]] = std::move(written[i]);
+  }
+  if (s.check)
+    for (std::size_t m = 0; m < c.members.size(); ++m)
+      check_step_accuracy(s.g, c.nodes[m], s.values, s.symbol_values,
+                          fmt::format("kernel {} in combo {} (group {})",
+                                      c.members[m].kernel.name(), c.kernel->name, c.groups[m]),
+                          c.kernel->handle.source());
+}
+
 void run_library(const LibraryStep& l, const PlanStep& step, RunState& s) {
   if (codegen::run_epilogue(s.g, *l.lowering, s.values)) {
     if (l.absorbs >= 0) s.skip[l.absorbs] = true;
@@ -128,6 +149,7 @@ void run_step(const PlanStep& step, RunState& s) {
     void operator()(const AttentionStep& a) const { run_attention(a, step, s); }
     void operator()(const HostViewStep&) const { dispatch_nodes(step, s); }
     void operator()(const EagerStep& e) const { run_eager(e, step, s); }
+    void operator()(const ComboStep& c) const { run_combo(c, s); }
     void operator()(const FallbackStep&) const {
       dispatch_nodes(step, s);
       s.check_eager(step);

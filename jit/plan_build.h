@@ -8,6 +8,8 @@
 //   order_groups             the order the groups run in
 //   plan_releases            what each step drops, and the plan's peak bytes
 //   assemble_steps           the steps, each built once with all it needs
+//   combine_kernels          independent pointwise kernels ready at one point as one combo
+//                            launch (plan_combine.cpp)
 #pragma once
 
 #include <optional>
@@ -58,5 +60,12 @@ std::vector<PlanStep> assemble_steps(const graph::Graph& g, const graph::Partiti
                                      std::vector<std::optional<codegen::GroupKernel>>& kernels,
                                      const Placements& placements, const LibraryCalls& library,
                                      Releases releases);
+
+// `steps` with pointwise kernels that can run at the same point (none reads what another
+// writes, each one's inputs ready there and its outputs read by no step before it) merged into
+// combo steps; releases and library calls' absorbed positions follow. `log` (KILN_LOG=fusion)
+// says which kernels were combined and which moved. KILN_COMBO=0 returns `steps` as they are.
+std::vector<PlanStep> combine_kernels(const graph::Graph& g, std::vector<PlanStep> steps,
+                                      std::vector<std::string>& log);
 
 }  // namespace kiln::jit::plan_build

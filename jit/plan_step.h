@@ -8,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "jit/codegen/combo_kernel.h"
 #include "jit/codegen/group_kernel.h"
 #include "jit/output_placement.h"
 
@@ -21,6 +22,15 @@ struct KernelStep {
   codegen::GroupKernel kernel;
   std::vector<SymExpr> domain;
   std::optional<Shape> static_domain;  // `domain` when no size in it is symbolic
+};
+
+// Independent pointwise kernels launched as ONE combo kernel (plan_combine.cpp). Each member
+// keeps its step (and its group's nodes), run one by one where the combo refuses a call.
+struct ComboStep {
+  std::shared_ptr<const codegen::ComboKernel> kernel;
+  std::vector<KernelStep> members;
+  std::vector<int> groups;              // per member: its fusion group
+  std::vector<std::vector<int>> nodes;  // per member: its group's nodes
 };
 
 // A matmul and the epilogue group after it as ONE cuBLASLt call. When a per-call rule refuses
@@ -52,8 +62,8 @@ struct FallbackStep {
   std::string reason;  // the fuser's
 };
 
-using StepAction =
-    std::variant<KernelStep, LibraryStep, AttentionStep, HostViewStep, EagerStep, FallbackStep>;
+using StepAction = std::variant<KernelStep, LibraryStep, AttentionStep, HostViewStep, EagerStep,
+                                FallbackStep, ComboStep>;
 
 struct PlanStep {
   int group = -1;  // the partition's fusion group it runs

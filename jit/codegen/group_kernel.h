@@ -26,6 +26,8 @@ class GroupKernel {
   std::string description(const graph::FusionGroup& group) const;
   // Whether it iterates over a reduction's input (a row reduction or normalization).
   bool reduces() const { return std::holds_alternative<ReductionKernel>(kernel_); }
+  // The pointwise kernel, or null for a reduction.
+  const PointwiseKernel* pointwise() const { return std::get_if<PointwiseKernel>(&kernel_); }
   // Values written, in the order run() returns them.
   const std::vector<int>& writes() const;
   // The source a first call at the traced sizes runs (its handle is the one prepare resolves).

@@ -192,11 +192,22 @@ class PointwiseRenderer {
     k_.vectors_per_thread = vectors_per_thread(k_.vector_width);
     std::optional<ElementPair> pair;
     if (k_.vector_width % 2 == 0 && !k_.position) pair = element_pair(g_, k_, steps_, computed_);
-    k_.source = render_template("pointwise.cu.mustache", template_data(pair));
+    const Data data = template_data(pair);
+    k_.source = render_template("pointwise.cu.mustache", data);
+    if (combinable()) k_.element_source = render_template("pointwise_element.cu.mustache", data);
     return std::move(k_);
   }
 
  private:
+  // Whether its element function alone computes it (PointwiseKernel::element_source).
+  bool combinable() const {
+    if (!k_.host_views.empty() || !k_.scalars.empty() || k_.position || k_.checks_errors ||
+        python_mod_ || floor_div_)
+      return false;
+    return std::all_of(k_.reads.begin(), k_.reads.end(),
+                       [&](int v) { return g_.values[v].sizes == group_.domain; });
+  }
+
   void note_dtype(DType t) {
     fp16_ = fp16_ || t == DType::f16;
     bf16_ = bf16_ || t == DType::bf16;

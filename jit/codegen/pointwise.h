@@ -40,6 +40,10 @@ struct PointwiseKernel {
   bool checks_errors = false;
   // Rendered index-aware (pointwise_indexed.h): it moves data of values it computes.
   bool indexed = false;
+  // Its element function alone (templates/pointwise_element.cu.mustache) where it can be a member
+  // of a combo kernel (combo_kernel.h): no host views, numbers, positions, error flag or helper
+  // functions, and every read has the domain's sizes. Empty otherwise.
+  std::string element_source;
   // Set by the first launch that KILN_LOG=kernels reported (shared by copies of the kernel).
   std::shared_ptr<std::atomic<bool>> logged;
 };
