@@ -189,9 +189,12 @@ inline Tensor split_heads(const Tensor& t, const Model& m, std::int64_t heads) {
 inline Tensor attention_layer(const Model& m, const LayerSpec& s, const Tensor& h, const Tensor* p,
                               const ModelData& data) {
   const std::int64_t head_dim = s.head_dim, group = s.heads / s.kv_heads;
-  Tensor q = split_heads(matmul(h, p[0].t()), m, s.heads);
-  Tensor k = split_heads(matmul(h, p[1].t()), m, s.kv_heads);
-  Tensor v = split_heads(matmul(h, p[2].t()), m, s.kv_heads);
+  // Pre-norm under autocast (and in half the f32 models), as transformers are: scores of a
+  // growing residual stream make a peaked softmax, whose gradient bf16 rounding swamps.
+  Tensor x = m.autocast || s.variant % 2 == 1 ? rms_norm(h, {m.dim}) : h;
+  Tensor q = split_heads(matmul(x, p[0].t()), m, s.heads);
+  Tensor k = split_heads(matmul(x, p[1].t()), m, s.kv_heads);
+  Tensor v = split_heads(matmul(x, p[2].t()), m, s.kv_heads);
   if (group > 1) {  // grouped-query attention: each k/v head serves `group` query heads
     SymShape grouped{m.batch, s.kv_heads, group, m.seq, head_dim};
     SymShape merged{m.batch, s.heads, m.seq, head_dim};
