@@ -2,20 +2,22 @@
 // linear layers with epilogues, norms, embeddings, gathers, cat/slice/pad/expand, attention with
 // masks and GQA, checkpoint regions, autocast) are compiled for training on the CUDA device (the
 // virtual GPU), and their output, loss and every parameter and input gradient are compared with
-// the same model run eagerly on the CPU in f64, by ||got - want|| <= tol * ||want||; the f64
-// gradient itself is checked against central differences of the loss along random directions,
-// since it comes from the same derivative rules. The loss is
-// sum(out * R) with R random of O(1) entries, so gradients are O(1) and an error anywhere in a
-// derivative moves the norm. A failure prints the seed and the model's layers.
+// the same model run eagerly on the CPU in f64 by a bound relative to each tensor's norm (see
+// Tolerance). The loss is sum(out * R) with R random of O(1) entries, so gradients are O(1) and
+// an error anywhere in a derivative moves the norm. The f64 gradient comes from the same
+// derivative rules the compiled backward is traced from, so it is itself checked against
+// central differences of the loss along random directions. A failure prints the seed and the
+// model's layers.
 //
-// KILN_FUZZ_ITERS sets the number of models (default 320, split over the two shard cases, which
+// KILN_FUZZ_ITERS sets the number of models (default 300, split over the two shard cases, which
 // ctest runs as two entries), KILN_FUZZ_SEED the first seed (default 1);
 // KILN_FUZZ_SEED=s KILN_FUZZ_ITERS=1 replays seed s.
 //
-// What it catches was checked by breaking the library on purpose, rebuilding and running the
-// default models: a sign flipped in mul's derivative (autograd/derivatives), slice's backward
-// padding at offset 0 instead of the slice's start, and pad's backward reading the wrong side
-// each made many models fail with a gradient error far beyond the tolerance.
+// What it catches was checked by breaking autograd/derivatives.cpp on purpose, rebuilding and
+// running the default models: a sign flipped in mul's derivative for its second operand, slice's
+// backward padding at offset 0 instead of the slice's start, and pad's backward cropping the
+// wrong side each failed a third of the models or more, by the directional check and the
+// compiled comparison alike.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -301,7 +303,7 @@ std::string check_model(const Model& m, std::uint64_t seed) {
 // Runs this shard's seeds: of `iters` models from `first`, shard 0 takes the first half. Every
 // model runs; the first three failures are printed in full, the rest counted.
 void run_shard(int shard) {
-  std::uint64_t iters = env_number("KILN_FUZZ_ITERS", 320);
+  std::uint64_t iters = env_number("KILN_FUZZ_ITERS", 300);
   std::uint64_t first = env_number("KILN_FUZZ_SEED", 1);
   std::uint64_t half = (iters + 1) / 2;
   std::uint64_t begin = first + (shard == 0 ? 0 : half), end = first + (shard == 0 ? half : iters);
