@@ -13,11 +13,13 @@
 // ctest runs as two entries), KILN_FUZZ_SEED the first seed (default 1);
 // KILN_FUZZ_SEED=s KILN_FUZZ_ITERS=1 replays seed s.
 //
-// What it catches was checked by breaking autograd/derivatives.cpp on purpose, rebuilding and
-// running the default models: a sign flipped in mul's derivative for its second operand, slice's
-// backward padding at offset 0 instead of the slice's start, and pad's backward cropping the
-// wrong side each failed a third of the models or more, by the directional check and the
-// compiled comparison alike.
+// What it catches was checked by breaking the library on purpose, rebuilding and running the
+// default models. In autograd/derivatives.cpp: a sign flipped in mul's derivative for its second
+// operand, slice's backward padding at offset 0 instead of the slice's start, and pad's backward
+// cropping the wrong side each failed a third of the models or more, by the directional check
+// (the f64 reference shares the rules). In the compiled path only: graph/slice_gradients.cpp's
+// pads_to_cat joining the pieces in reverse order failed about one model in ten, by the
+// compiled comparison.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
