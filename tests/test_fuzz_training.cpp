@@ -48,16 +48,17 @@ std::uint64_t env_number(const char* name, std::uint64_t fallback) {
 // little); 1e-4 leaves margin, and a wrong rule moves a gradient by tens of percent. A peaked
 // softmax's q and k gradients are small differences of large terms, whose f32 rounding is a few
 // e-6 of the model's gradient norm (in eager primitives too): floor 0.1, so 1e-5 of it. bf16:
-// autocast rounds matmul inputs and outputs to 8 bits (4e-3 each), which adds up to a few e-2
-// through a dozen layers; and softmax's backward subtracts terms the size of the attention's
-// whole gradient, so a q or k gradient small beside the model's carries their bf16 error: 1e-3
-// of the model's gradient norm (floor 2e-2 times 5e-2), which still fails a wrong rule.
+// autocast rounds matmul inputs and outputs to 8 bits (4e-3 each), which adds up to 4.5e-2
+// through a dozen layers in 3,000 models; and a gradient that sums signed terms much larger
+// than itself (a softmax's q and k, a saturated tanh's weight) carries their bf16 error, seen up
+// to 1.4e-3 of the model's gradient norm: relative 0.1, floor 0.05 (5e-3 of the model's norm).
+// A wrong rule or index moves a gradient by O(1) of itself: mutations failed at 1.1 to 4.
 struct Tolerance {
   double relative;
   double floor;
 };
 Tolerance tolerance(const Model& m) {
-  return m.autocast ? Tolerance{5e-2, 2e-2} : Tolerance{1e-4, 0.1};
+  return m.autocast ? Tolerance{1e-1, 5e-2} : Tolerance{1e-4, 0.1};
 }
 
 double norm(const Tensor& t) {
