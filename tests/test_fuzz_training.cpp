@@ -49,18 +49,18 @@ std::uint64_t env_number(const char* name, std::uint64_t fallback) {
 // softmax's q and k gradients are small differences of large terms, whose f32 rounding is a few
 // e-6 of the model's gradient norm (in eager primitives too): floor 0.1, so 1e-5 of it. bf16:
 // autocast rounds matmul inputs and outputs to 8 bits (4e-3 each), which a norm of few
-// features or a residual stream grown large amplifies: up to 0.11 relative in 3,000 models
-// (where the compiled gradient matched the CPU's eager bf16 autocast to 3e-7, so it is bf16's,
+// features or a residual stream grown large amplifies: up to 0.19 relative in 3,000 models
+// (on one checked, the compiled gradient matched the CPU's eager bf16 autocast to 3e-7: bf16's,
 // not kiln's); and a gradient that sums signed terms much larger than itself (a softmax's q and
 // k, a saturated tanh's weight) carries their bf16 error, seen up to 1.4e-3 of the model's
-// gradient norm: relative 0.2, floor 0.05 (1e-2 of the model's norm). A wrong rule or index
+// gradient norm: relative 0.25, floor 0.05 (1.25e-2 of the model's norm). A wrong rule or index
 // moves a gradient by O(1) of itself (the mutations named at the top failed at 1.1 to 4).
 struct Tolerance {
   double relative;
   double floor;
 };
 Tolerance tolerance(const Model& m) {
-  return m.autocast ? Tolerance{0.2, 5e-2} : Tolerance{1e-4, 0.1};
+  return m.autocast ? Tolerance{0.25, 5e-2} : Tolerance{1e-4, 0.1};
 }
 
 double norm(const Tensor& t) {
