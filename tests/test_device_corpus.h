@@ -169,6 +169,8 @@ class Runner {
     std::vector<void*> params;
     (push(storage, params, args), ...);
     auto fn = be_.get_function(handle_, kernel);
+    // Past 48 KiB a kernel opts in first, as on the driver (cuFuncSetAttribute).
+    if (dynamic_shared > 48 * 1024) be_.set_max_dynamic_shared(fn, dynamic_shared);
     be_.launch(fn, grid, block, dynamic_shared, nullptr, params.data());
     be_.synchronize();
   }

@@ -32,6 +32,8 @@ struct Variant {
   bool vector_loads;
   int batch_rank;
   bool tf32 = false;  // f32 products on tensor cores (KILN_MATMUL_TF32=1)
+  // The backward's dk/dv blocks sum a group of query heads (grouped or multi-query calls).
+  bool grouped = false;
 };
 
 std::string kernel_name(Kernel kind, const Variant& v, const Tiling& t) {
@@ -42,7 +44,7 @@ std::string kernel_name(Kernel kind, const Variant& v, const Tiling& t) {
                      v.head_v,
                      v.mask ? fmt::format("mask_{}", dtype_name(*v.mask)) : std::string("nomask"),
                      v.vector_loads ? "vec_" : "", tiles, v.batch_rank) +
-         (v.tf32 ? "_tf32" : "");
+         (v.tf32 ? "_tf32" : "") + (v.grouped ? "_grouped" : "");
 }
 
 std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::string& name) {
@@ -73,6 +75,7 @@ std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::st
   bool tensor_cores = v.dtype == DType::f16 || v.dtype == DType::bf16;
   d.set("tensor_cores", tensor_cores);
   d.set("tf32", !tensor_cores && v.tf32);
+  d.set("grouped", v.grouped);
   d.set("fma", !tensor_cores && !v.tf32);
   d.set("mma_type", v.dtype == DType::f16 ? "f16" : "bf16");
   d.set("mma_f16", v.dtype == DType::f16);
@@ -133,6 +136,7 @@ std::uint64_t variant_key(Kernel kind, const Variant& v) {
   put(v.vector_loads, 1);
   put(static_cast<std::uint64_t>(v.batch_rank), 8);
   put(v.tf32, 1);
+  put(v.grouped, 1);
   return key;
 }
 
@@ -550,6 +554,7 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
     AttentionGrads grads{dq, dk, dvt};
     Layout l = layout_of(c, batch, &out, &dout, mask ? &*mask : nullptr, &grads);
     Variant v = variant_of(c, g, l, vector_loads_fit({&c.q, &c.k, &c.v, &dout}, c));
+    v.grouped = kv_group > 1;
     cuda::DevicePtr pq = address(c.q), pk = address(c.k), pv = address(c.v), po = address(out),
                     pdo = address(dout), pl = address(lse_c), pm = mask ? address(*mask) : 0,
                     pdq = address(dq), pdk = address(dk), pdv = address(dvt);

@@ -54,6 +54,8 @@ ComboKernel render_combo(const graph::Graph& g, std::span<const PointwiseKernel*
     for (auto at = element.find(from); at != std::string::npos; at = element.find(from, at))
       element.replace(at, from.size(), to);
     elements.push_back(std::move(element));
+    fp16 = fp16 || k.uses_f16;
+    bf16 = bf16 || k.uses_bf16;
     std::vector<std::string> args;
     auto note = [&](int v) {
       DType t = g.values[v].meta.dtype;

@@ -195,6 +195,8 @@ class PointwiseRenderer {
     const Data data = template_data(pair);
     k_.source = render_template("pointwise.cu.mustache", data);
     if (combinable()) k_.element_source = render_template("pointwise_element.cu.mustache", data);
+    k_.uses_f16 = fp16_;
+    k_.uses_bf16 = bf16_;
     return std::move(k_);
   }
 

@@ -44,6 +44,9 @@ struct PointwiseKernel {
   // of a combo kernel (combo_kernel.h): no host views, numbers, positions, error flag or helper
   // functions, and every read has the domain's sizes. Empty otherwise.
   std::string element_source;
+  // Whether its code computes in f16 or bf16 anywhere (a round trip inside the kernel too), so
+  // that a combo kernel holding it includes their headers.
+  bool uses_f16 = false, uses_bf16 = false;
   // Set by the first launch that KILN_LOG=kernels reported (shared by copies of the kernel).
   std::shared_ptr<std::atomic<bool>> logged;
 };
