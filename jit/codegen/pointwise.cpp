@@ -440,6 +440,13 @@ PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup
   return PointwiseRenderer(g, group).render();
 }
 
+Shape written_shape(const Shape& domain, std::size_t rank) {
+  Shape shape = domain;
+  while (shape.size() > rank && shape.front() == 1) shape.erase(shape.begin());
+  while (shape.size() < rank) shape.insert(shape.begin(), 1);
+  return shape;
+}
+
 std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values,
                                   std::span<const std::int64_t> symbol_values,
@@ -469,14 +476,8 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
   for (int v : kernel.scalars) numbers.push_back(number_argument(values.at(v)));
   std::vector<Tensor> outs;
   for (int v : kernel.writes) {
-    // Every value a pointwise kernel writes has the domain's elements, so its shape is the
-    // domain's up to leading 1s (a [c] value beside a [1, c] one); the graph's traced sizes may
-    // be others (a dynamic dim, or an eager op's earlier call).
-    Shape shape = domain;
-    auto rank = g.values[v].sizes.size();
-    while (shape.size() > rank && shape.front() == 1) shape.erase(shape.begin());
-    while (shape.size() < rank) shape.insert(shape.begin(), 1);
-    outs.push_back(empty(shape, g.values[v].meta.dtype, Device::cuda()));
+    outs.push_back(empty(written_shape(domain, g.values[v].sizes.size()), g.values[v].meta.dtype,
+                         Device::cuda()));
     const Tensor& o = outs.back();
     writes.push_back({reinterpret_cast<std::uintptr_t>(o.raw_data()), itemsize(o.dtype())});
   }

@@ -68,4 +68,10 @@ std::vector<Tensor> run_pointwise(const graph::Graph& graph, const PointwiseKern
                                   std::span<const std::int64_t> symbol_values = {},
                                   const KernelHandle* handle = nullptr);
 
+// The shape of a value of rank `rank` that a pointwise kernel over `domain` writes: every such
+// value has the domain's elements, so it is the domain's shape up to leading 1s (a [c] value
+// beside a [1, c] one); the graph's traced sizes may be others (a dynamic dim, or an eager op's
+// earlier call).
+Shape written_shape(const Shape& domain, std::size_t rank);
+
 }  // namespace kiln::jit::codegen

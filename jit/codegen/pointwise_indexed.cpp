@@ -449,11 +449,8 @@ std::vector<Tensor> run_indexed(const graph::Graph& g, const PointwiseKernel& ke
   for (int v : kernel.scalars) numbers.push_back(number_argument(values.at(v)));
   std::vector<Tensor> outs;
   for (int v : kernel.writes) {
-    Shape shape = domain;
-    auto rank = g.values[v].sizes.size();
-    while (shape.size() > rank && shape.front() == 1) shape.erase(shape.begin());
-    while (shape.size() < rank) shape.insert(shape.begin(), 1);
-    outs.push_back(empty(shape, g.values[v].meta.dtype, Device::cuda()));
+    outs.push_back(empty(written_shape(domain, g.values[v].sizes.size()), g.values[v].meta.dtype,
+                         Device::cuda()));
     pointers.push_back(reinterpret_cast<cuda::DevicePtr>(outs.back().raw_data()));
     written += tensor_bytes(outs.back());
   }
