@@ -132,8 +132,11 @@ KernelHandle update_kernel(const UpdateKind& kind, DType dtype, DType incoming) 
     Data d, scalars(Data::type::list);
     for (const char* s : kind.scalars) scalars.push_back(Data("scalar", s));
     d.set("name", name);
-    d.set("description",
-          fmt::format("{} step over a list of {} tensors", kind.optimizer, dtype_name(dtype)));
+    bool accumulate = std::string_view(kind.optimizer) == "accumulate";
+    d.set("description", accumulate ? fmt::format("{} gradients added into a list of {} tensors",
+                                                  dtype_name(incoming), dtype_name(dtype))
+                                    : fmt::format("{} step over a list of {} tensors",
+                                                  kind.optimizer, dtype_name(dtype)));
     d.set("fp16", dtype == DType::f16 || incoming == DType::f16);
     d.set("bf16", dtype == DType::bf16 || incoming == DType::bf16);
     d.set("type", storage_type(dtype));
@@ -151,7 +154,7 @@ KernelHandle update_kernel(const UpdateKind& kind, DType dtype, DType incoming) 
     d.set("nesterov", kind.nesterov);
     d.set("weight_decay", kind.weight_decay);
     d.set("skip", kind.skip);
-    d.set("accumulate", std::string_view(kind.optimizer) == "accumulate");
+    d.set("accumulate", accumulate);
     return render_template("multi_tensor.cu.mustache", d);
   });
 }
