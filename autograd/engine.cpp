@@ -1,6 +1,7 @@
 // The reverse-mode engine. A node's inputs come from nodes created before it, so running the
 // reachable nodes by decreasing sequence number is a topological order; leaf accumulators have
-// no successors and run last.
+// no successors and run last, so the leaves whose .grad takes an in-place update are added all at
+// once at the end (one launch per dtype group on CUDA).
 #include "autograd/engine.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <unordered_set>
 
 #include "autograd/autocast.h"
+#include "autograd/foreach.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "runtime/grad_mode.h"
@@ -69,6 +71,8 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
     root_nodes.push_back(e.fn.get());
     add_to(buffers, e, grads[i]);
   }
+  // The .grad tensors updated in place after the graph has run, and what each takes.
+  std::vector<Tensor> in_place_grads, in_place_incoming;
   for (Node* node : execution_order(root_nodes)) {
     auto it = buffers.find(node);
     if (it == buffers.end()) continue;
@@ -77,6 +81,12 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
     if (capture) {
       if (auto c = capture->find(node); c != capture->end()) c->second = g.at(0);
       if (dynamic_cast<AccumulateGrad*>(node)) continue;
+    } else if (auto* acc = dynamic_cast<AccumulateGrad*>(node)) {
+      if (Tensor target = acc->in_place_target(g.at(0)); target.defined()) {
+        in_place_grads.push_back(std::move(target));
+        in_place_incoming.push_back(g.at(0));
+        continue;
+      }
     }
     std::vector<Tensor> next = node->apply(g);
     const auto& edges = node->next_edges();
@@ -86,6 +96,7 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
     // defaults to create_graph for the same reason).
     if (!retain_graph && !create_graph) node->release();
   }
+  if (!in_place_grads.empty()) foreach_add_(in_place_grads, in_place_incoming);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "autograd/ops.h"
 #include "runtime/grad_mode.h"
+#include "runtime/multi_tensor.h"
 
 namespace kiln::autograd {
 
@@ -167,6 +168,23 @@ std::vector<Tensor> AccumulateGrad::backward(const std::vector<Tensor>& grad_out
     leaf_->grad = g.clone().impl_ptr();
   }
   return {};
+}
+
+Tensor AccumulateGrad::in_place_target(const Tensor& grad_output) const {
+  if (grad_enabled() || !grad_output.defined() || !leaf_->grad) return Tensor();
+  // Only a .grad that nothing else holds (Tensor::grad() shares its TensorImpl, set_grad the
+  // caller's tensor) is updated in place, so the update cannot be seen: a .grad the user took
+  // keeps its values, as when every accumulation made a new tensor (PyTorch updates it too).
+  if (leaf_->grad.use_count() != 1 || leaf_->grad->storage.use_count() != 1) return Tensor();
+  Tensor grad(leaf_->grad);
+  // The fused accumulation's promise (runtime/multi_tensor.h); a .grad of another dtype than the
+  // leaf's, or one with history, keeps add's promotion and history.
+  bool takes = !grad.requires_grad() && grad.dtype() == leaf_->dtype &&
+               grad.device() == grad_output.device() && grad.shape() == grad_output.shape() &&
+               grad.is_contiguous() && grad_output.is_contiguous() &&
+               is_floating(grad_output.dtype()) &&
+               multi_tensor_backend(grad.device().type) != nullptr;
+  return takes ? grad : Tensor();
 }
 
 Edge gradient_edge(const Tensor& t) {

@@ -117,6 +117,10 @@ class AccumulateGrad : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
   std::string name() const override { return "AccumulateGrad"; }
+  // The leaf's .grad when `grad_output` may be added into it in place, which the engine then
+  // does for all such leaves of a backward at once (foreach_add_); undefined where backward()
+  // must run instead: under create_graph, with no .grad yet, or where the update could be seen.
+  Tensor in_place_target(const Tensor& grad_output) const;
 
  protected:
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override;

@@ -1,7 +1,8 @@
-// Multi-tensor updates: an optimizer step or a gradient-norm clip over a whole list of tensors as
-// one call per device. The code generator registers CUDA's (one generated kernel per dtype group
-// reading a device table of pointers: jit/codegen/multi_tensor.h); autograd's optimizers reach it
-// here without including jit/, and run their reference ops where no device has one (the CPU).
+// Multi-tensor updates: an optimizer step, a gradient-norm clip or a gradient accumulation over a
+// whole list of tensors as one call per device. The code generator registers CUDA's (one generated
+// kernel per dtype group reading a device table of pointers: jit/codegen/multi_tensor.h);
+// autograd's optimizers reach it here without including jit/, and run their reference ops where no
+// device has one (the CPU).
 #pragma once
 
 #include <cstdint>
@@ -78,6 +79,12 @@ class MultiTensorBackend {
   // _amp_foreach_non_finite_check_and_unscale_. Gradients may differ in dtype.
   virtual void unscale(std::span<const Tensor> grads, const Tensor& scale, const Tensor& found_inf,
                        const Tensor& found_any, std::unique_ptr<MultiTensorCache>& cache) = 0;
+  // grads[i] += incoming[i] for every i, in place (torch._foreach_add_), each incoming gradient
+  // first converted to its grad's dtype; one launch per pair of dtypes. Here incoming[i] has
+  // grads[i]'s shape and device but may differ in dtype (f16, bf16, f32, f64), and no incoming
+  // gradient overlaps a grad, nor one grad another.
+  virtual void accumulate(std::span<const Tensor> grads, std::span<const Tensor> incoming,
+                          std::unique_ptr<MultiTensorCache>& cache) = 0;
   // torch's _amp_update_scale_ on `scale` (0-dim f32) and `growth_tracker` (0-dim i64), reading
   // flags[0] (any inf this iteration), then zeroes every entry of `flags` (1-D f32) for the next.
   virtual void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& flags,

@@ -75,14 +75,17 @@ long long chunks_of(std::int64_t n) {
   return (n + kMultiTensorChunk - 1) / kMultiTensorChunk;
 }
 
-// Indices of `tensors` by dtype, the groups in order of first appearance.
-std::vector<std::vector<std::size_t>> dtype_groups(std::span<const Tensor> tensors) {
-  std::vector<DType> dtypes;
+// Indices of tensors by the dtypes of their entries in every list (optimizer states share their
+// parameter's dtype; an accumulation's incoming gradient may not), in order of first appearance.
+std::vector<std::vector<std::size_t>> dtype_groups(std::span<const std::span<const Tensor>> lists) {
+  std::vector<std::vector<DType>> keys;
   std::vector<std::vector<std::size_t>> groups;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    auto at = std::find(dtypes.begin(), dtypes.end(), tensors[i].dtype()) - dtypes.begin();
-    if (at == static_cast<long>(dtypes.size())) {
-      dtypes.push_back(tensors[i].dtype());
+  for (std::size_t i = 0; i < lists[0].size(); ++i) {
+    std::vector<DType> key;
+    for (const auto& list : lists) key.push_back(list[i].dtype());
+    auto at = std::find(keys.begin(), keys.end(), key) - keys.begin();
+    if (at == static_cast<long>(keys.size())) {
+      keys.push_back(std::move(key));
       groups.emplace_back();
     }
     groups[static_cast<std::size_t>(at)].push_back(i);
@@ -112,27 +115,33 @@ unsigned grid_for(long long chunks) {
 // ---- optimizer steps ----
 
 struct UpdateKind {
-  const char* optimizer = "";        // "adamw", "sgd"
+  const char* optimizer = "";        // "adamw", "sgd", "accumulate"
   std::vector<const char*> buffers;  // the table's pointers per row, in order
   bool momentum = false, nesterov = false, weight_decay = false;
   bool skip = false;                 // a device flag may cancel the step (StepFlag)
   std::vector<const char*> scalars;  // the kernel's arguments after the table
 };
 
-KernelHandle update_kernel(const UpdateKind& kind, DType dtype) {
-  std::string name =
-      fmt::format("k_multi_tensor_{}{}{}{}{}_{}", kind.optimizer, kind.momentum ? "_momentum" : "",
-                  kind.nesterov ? "_nesterov" : "", kind.weight_decay ? "_decay" : "",
-                  kind.skip ? "_skip" : "", dtype_name(dtype));
+// `dtype` is the first buffer's; `incoming` the second's, which only an accumulation lets differ.
+KernelHandle update_kernel(const UpdateKind& kind, DType dtype, DType incoming) {
+  std::string name = fmt::format(
+      "k_multi_tensor_{}{}{}{}{}_{}{}", kind.optimizer, kind.momentum ? "_momentum" : "",
+      kind.nesterov ? "_nesterov" : "", kind.weight_decay ? "_decay" : "", kind.skip ? "_skip" : "",
+      dtype_name(dtype), incoming == dtype ? "" : fmt::format("_from_{}", dtype_name(incoming)));
   return kernel_by_name(name, [&] {
     Data d, scalars(Data::type::list);
     for (const char* s : kind.scalars) scalars.push_back(Data("scalar", s));
     d.set("name", name);
-    d.set("description",
-          fmt::format("{} step over a list of {} tensors", kind.optimizer, dtype_name(dtype)));
-    d.set("fp16", dtype == DType::f16);
-    d.set("bf16", dtype == DType::bf16);
+    bool accumulate = std::string_view(kind.optimizer) == "accumulate";
+    d.set("description", accumulate ? fmt::format("{} gradients added into a list of {} tensors",
+                                                  dtype_name(incoming), dtype_name(dtype))
+                                    : fmt::format("{} step over a list of {} tensors",
+                                                  kind.optimizer, dtype_name(dtype)));
+    d.set("fp16", dtype == DType::f16 || incoming == DType::f16);
+    d.set("bf16", dtype == DType::bf16 || incoming == DType::bf16);
     d.set("type", storage_type(dtype));
+    d.set("incoming_type", storage_type(incoming));
+    d.set("load_incoming", convert_expr(incoming, dtype, load_expr(incoming, "x")));
     d.set("acc", register_type(dtype));
     d.set("load_x", load_expr(dtype, "x"));
     d.set("store_x", store_expr(dtype, "x"));
@@ -145,12 +154,11 @@ KernelHandle update_kernel(const UpdateKind& kind, DType dtype) {
     d.set("nesterov", kind.nesterov);
     d.set("weight_decay", kind.weight_decay);
     d.set("skip", kind.skip);
+    d.set("accumulate", accumulate);
     return render_template("multi_tensor.cu.mustache", d);
   });
 }
 
-// One launch per dtype group of lists[0] (the parameters); lists[k][i] is the k-th buffer of
-// tensor i. `written` of them are updated in place (the first, and the ones after the gradient).
 // The arguments of a step that a device flag may cancel: the flag, the skip count, whether this
 // launch counts a skip (the first launch only), then AdamW's step, lr and betas in double.
 struct SkipArguments {
@@ -160,12 +168,15 @@ struct SkipArguments {
   double lr = 0, beta1 = 0, beta2 = 0;
 };
 
+// One launch per dtype group (dtype_groups); lists[k][i] is the k-th buffer of tensor i. All but
+// the second (the gradient, or the accumulation's incoming gradient) are updated in place.
 void run_update(const UpdateKind& kind, std::span<const std::span<const Tensor>> lists,
                 const std::vector<double>& scalar_values, CallerTables& tables,
                 SkipArguments skip = {}) {
   std::span<const Tensor> params = lists[0];
-  for (const auto& group : dtype_groups(params)) {
+  for (const auto& group : dtype_groups(lists)) {
     DType dtype = params[group.front()].dtype();
+    DType incoming = lists[1][group.front()].dtype();
     std::vector<std::int64_t> words;
     std::int64_t read = 0, written = 0;
     long long chunks = 0;
@@ -178,12 +189,14 @@ void run_update(const UpdateKind& kind, std::span<const std::span<const Tensor>>
       words.push_back(chunks);
       chunks += chunks_of(n);
       ++rows;
-      std::int64_t bytes = tensor_bytes(params[i]);
-      read += bytes * static_cast<std::int64_t>(lists.size());
-      written += bytes * static_cast<std::int64_t>(lists.size() - 1);  // all but the gradient
+      for (std::size_t k = 0; k < lists.size(); ++k) {
+        std::int64_t bytes = tensor_bytes(lists[k][i]);
+        read += bytes;
+        if (k != 1) written += bytes;  // all but the gradient
+      }
     }
     if (rows == 0) continue;
-    const KernelHandle& k = update_kernel(kind, dtype);
+    const KernelHandle& k = update_kernel(kind, dtype, incoming);
     cuda::DevicePtr table = tables.by_kernel[k.name()].upload(std::move(words));
     Scalars scalars;
     scalars.f64 = dtype == DType::f64;
@@ -485,6 +498,28 @@ class CudaMultiTensor : public MultiTensorBackend {
     check_flag("GradScaler.unscale_", "the inf flag", found_inf, DType::f32);
     check_flag("GradScaler.unscale_", "the iteration's inf flag", found_any, DType::f32);
     codegen::unscale(grads, scale, found_inf, found_any, tables_of(cache));
+  }
+
+  void accumulate(std::span<const Tensor> grads, std::span<const Tensor> incoming,
+                  std::unique_ptr<MultiTensorCache>& cache) override {
+    KILN_CHECK(incoming.size() == grads.size(), "foreach_add_: {} gradients to add into {} tensors",
+               incoming.size(), grads.size());
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const Tensor &g = grads[i], &in = incoming[i];
+      bool empty = g.numel() == 0;
+      KILN_CHECK(g.device().is_cuda() && in.device() == g.device() && g.shape() == in.shape() &&
+                     (empty || (g.is_contiguous() && in.is_contiguous())) &&
+                     is_floating(g.dtype()) && is_floating(in.dtype()),
+                 "foreach_add_: the fused accumulation takes contiguous floating-point CUDA "
+                 "tensors of one shape; tensor {} is {} {} on {}, its addend {} {} on {}",
+                 i, dtype_name(g.dtype()), shape_str(g.shape()), g.device().str(),
+                 dtype_name(in.dtype()), shape_str(in.shape()), in.device().str());
+    }
+    UpdateKind kind;
+    kind.optimizer = "accumulate";
+    kind.buffers = {"grad", "incoming"};
+    const std::span<const Tensor> lists[] = {grads, incoming};
+    run_update(kind, lists, {}, tables_of(cache));
   }
 
   void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& flags,

@@ -1,8 +1,8 @@
-// CUDA's multi-tensor updates (runtime/multi_tensor.h): AdamW, SGD and gradient-norm clipping over
-// a whole list of tensors, one generated kernel per dtype group (templates/multi_tensor.cu and
-// multi_tensor_norm.cu) reading a device table of pointers, sizes and chunk starts. A caller's
-// table is uploaded again only when a tensor moved, so a warm step is launches alone. Registered
-// for CUDA tensors when kiln_jit loads.
+// CUDA's multi-tensor updates (runtime/multi_tensor.h): AdamW, SGD, gradient-norm clipping and
+// gradient accumulation over a whole list of tensors, one generated kernel per dtype group
+// (templates/multi_tensor.cu and multi_tensor_norm.cu) reading a device table of pointers, sizes
+// and chunk starts. A caller's table is uploaded again only when a tensor moved, so a warm step is
+// launches alone. Registered for CUDA tensors when kiln_jit loads.
 #pragma once
 
 #include <cstdint>
