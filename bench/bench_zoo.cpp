@@ -1,6 +1,6 @@
 // The cost of a warm training step of each model of the zoo (demos/zoo/catalog.h: GPT-2, Llama at
-// head dims 8 and 16, ViT, MLP-Mixer), eagerly and with the loss compiled, on the CUDA device (the
-// virtual GPU here). Per model and mode, for the forward + backward of one step (every
+// head dims 8 and 16, ViT, MLP-Mixer, GPT-NeoX), eagerly and with the loss compiled, on the CUDA
+// device (the virtual GPU here). Per model and mode, for the forward + backward of one step (every
 // micro-batch: Llama accumulates two): generated-kernel launches, cuBLASLt calls, DRAM bytes (the
 // virtual GPU profiler's distinct sectors of the generated kernels, plus the library's operand
 // bytes), and the bytes the first micro-batch's forward leaves allocated for its backward; the

@@ -145,12 +145,18 @@ class Matcher {
     w.mask_seen = true;
     w.scale_after_mask = w.scale_seen;  // walking back, a scale met first is applied after
     if (p.op == OpId::where) {
+      const DType t = g_.values[cur].meta.dtype;
       auto a = constant_scalar(p.inputs[1]), b = constant_scalar(p.inputs[2]);
-      if (!(a && *a == -kInf) && !(b && *b == -kInf)) {
-        w.stop = "the masked scores are filled with a value other than -inf";
+      if (!(a && drops(*a, t)) && !(b && drops(*b, t))) {
+        w.stop = fmt::format(
+            "the masked scores are filled with {}, not -inf or at most {}'s lowest finite value",
+            a   ? *a
+            : b ? *b
+                : 0.0,
+            t);
         return cur;
       }
-      m.negate_mask = a && *a == -kInf;
+      m.negate_mask = a && drops(*a, t);
       m.mask = p.inputs[0];
       w.steps.push_back("where");
       return m.negate_mask ? p.inputs[2] : p.inputs[1];
@@ -217,6 +223,25 @@ class Matcher {
       if (back.additive && !is_floating(md)) return "the additive mask is not floating";
     }
     return "";
+  }
+
+  // A where's fill that drops a score: -inf, or at most the lowest finite value of the scores'
+  // dtype (torch.finfo(dtype).min, which Hugging Face models write), whose exp underflows to 0
+  // against any kept score as -inf's does.
+  static bool drops(double fill, DType t) {
+    if (fill == -kInf) return true;
+    switch (t) {
+      case DType::f16:
+        return fill <= -65504.0;
+      case DType::bf16:
+        return fill <= -3.3895313892515355e38;
+      case DType::f32:
+        return fill <= static_cast<double>(std::numeric_limits<float>::lowest());
+      case DType::f64:
+        return fill <= std::numeric_limits<double>::lowest();
+      default:
+        return false;
+    }
   }
 
   static bool scores_like(OpId op) {

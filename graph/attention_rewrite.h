@@ -13,12 +13,12 @@
 // call they would refuse is a near miss, its primitives kept. Every intermediate value must be
 // read by the next step only. Not rewritten, with the reason on KILN_LOG=fusion (near misses):
 // a softmax over another dim, anything between the softmax and the second matmul (dropout), the
-// scores read elsewhere, a fill value other than -inf, a factor that is not a constant, a scale
-// after an additive mask.
+// scores read elsewhere, a fill value other than -inf (or the scores' dtype's lowest finite
+// value, torch.finfo(dtype).min), a factor that is not a constant, a scale after an additive mask.
 //
 // An inexact pass (graph/pipeline.h), off with KILN_ATTENTION_REWRITE=0: the fused op rounds
 // differently from the primitives (results agree to rounding, not bit for bit), and a fully
-// masked row gives 0 where softmax gives NaN.
+// masked row gives 0 where softmax gives NaN (a -inf fill) or the mean of v (a finite fill).
 #pragma once
 
 #include <optional>

@@ -2,10 +2,13 @@
 // grouped-query attention by expand + reshape, causal) and a GPT-style one, at head dims 8 to
 // 128. A compiled forward + backward with KILN_ATTENTION_REWRITE=1 makes no more launches
 // (generated kernels and library calls) than with =0, and both give the same loss and gradients.
+// The same for a compiled training step of every zoo model with attention (demos/zoo/catalog.h:
+// GPT-2, Llama, ViT, GPT-NeoX; the MLP-Mixer has none) at those head dims, one case per model.
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/engine.h"
 #include "demos/attention_blocks.h"
+#include "demos/zoo/catalog.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/compile.h"
@@ -67,6 +70,59 @@ Step compiled_step(bool llama, const demos::AttentionBlock& b, const Tensor& x, 
   return s;
 }
 
+struct ZooStep {
+  std::int64_t launches = 0;  // of a warm forward + backward over the step's micro-batches
+  int attention_nodes = 0;
+  double loss = 0;
+  std::vector<Tensor> grads;  // on the host
+};
+
+// A zoo model's compiled training step traced under the switch (f32, one layer): the loss and
+// gradients of its second (warm) forward + backward on the same micro-batches.
+ZooStep zoo_step(const zoo::CatalogEntry& entry, bool rewrite) {
+  test::ScopedEnv gate("KILN_ATTENTION_REWRITE", rewrite ? "1" : "0");
+  zoo::TrainOptions options;
+  options.compiled = true;
+  options.name = entry.name;
+  auto run = entry.start(1, DType::f32, Device::cuda(), options);
+  Generator data(2);
+  std::vector<zoo::Batch> micro_batches;
+  for (std::int64_t i = 0; i < entry.micro_batches; ++i)
+    micro_batches.push_back(entry.make_batch(data).to(Device::cuda()));
+  run->forward_backward(micro_batches);  // cold: traces and compiles
+  const std::int64_t before = launches_so_far();
+  std::vector<Tensor> losses = run->forward_backward(micro_batches);
+  ZooStep s;
+  s.launches = launches_so_far() - before;
+  BOOST_TEST_REQUIRE(run->compiled()->num_entries() == 1u);
+  s.attention_nodes = count(run->compiled()->graph(0), OpId::attention);
+  for (const Tensor& l : losses) s.loss += l.item();
+  for (const Tensor& p : run->module().parameters()) s.grads.push_back(p.grad().to(Device::cpu()));
+  return s;
+}
+
+// Every head dim of the blocks' test for the model `make_entry(head_dim)` builds.
+template <typename MakeEntry>
+void check_zoo_model(MakeEntry make_entry) {
+  for (std::int64_t d : {8, 16, 64, 80, 128}) {
+    const zoo::CatalogEntry entry = make_entry(d);
+    BOOST_TEST_CONTEXT(entry.name << ", head dim " << d) {
+      ZooStep on = zoo_step(entry, true), off = zoo_step(entry, false);
+      BOOST_TEST_MESSAGE(entry.name << " d " << d << ": launches on " << on.launches << ", off "
+                                    << off.launches);
+      BOOST_TEST(on.attention_nodes == 1);  // one layer, its attention rewritten
+      BOOST_TEST(off.attention_nodes == 0);
+      BOOST_TEST(on.launches <= off.launches,
+                 on.launches << " launches on, " << off.launches << " off");
+      BOOST_TEST(std::fabs(on.loss - off.loss) <= 1e-5 * std::fabs(off.loss),
+                 on.loss << " vs " << off.loss);
+      BOOST_TEST_REQUIRE(on.grads.size() == off.grads.size());
+      for (std::size_t i = 0; i < on.grads.size(); ++i)
+        BOOST_TEST(allclose(on.grads[i], off.grads[i], 1e-3, 1e-5), "parameter " << i);
+    }
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(attention_blocks)
@@ -97,6 +153,22 @@ BOOST_AUTO_TEST_CASE(the_rewrite_never_adds_launches_to_a_compiled_step) {
           BOOST_TEST(allclose(on.grads[i], off.grads[i], 1e-3, 1e-4), "weight " << i);
       }
     }
+}
+
+BOOST_AUTO_TEST_CASE(the_rewrite_never_adds_launches_to_gpt2_training) {
+  check_zoo_model([](std::int64_t d) { return zoo::gpt2_entry(1, d); });
+}
+
+BOOST_AUTO_TEST_CASE(the_rewrite_never_adds_launches_to_llama_training) {
+  check_zoo_model([](std::int64_t d) { return zoo::llama_entry(d, 1); });
+}
+
+BOOST_AUTO_TEST_CASE(the_rewrite_never_adds_launches_to_vit_training) {
+  check_zoo_model([](std::int64_t d) { return zoo::vit_entry(1, d); });
+}
+
+BOOST_AUTO_TEST_CASE(the_rewrite_never_adds_launches_to_neox_training) {
+  check_zoo_model([](std::int64_t d) { return zoo::neox_entry(d, 1); });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -102,6 +102,12 @@ std::vector<Pattern> patterns() {
          Tensor scores = where(keep, matmul(q, k.transpose(-2, -1)), -kInf);
          return matmul(softmax(scores * 0.5, -1), v);
        }},
+      {"where(keep, scores * s, finfo(f64).min), as Hugging Face models write it",
+       "matmul.mul.where.softmax.matmul",
+       [=](const Tensor& q, const Tensor& k, const Tensor& v) {
+         Tensor scores = matmul(q, k.transpose(-2, -1)) * s;
+         return matmul(softmax(where(keep, scores, std::numeric_limits<double>::lowest()), -1), v);
+       }},
       {"k given transposed: a view of it is inserted", "matmul.mul.softmax.matmul",
        [=](const Tensor& q, const Tensor& k, const Tensor& v) {
          Tensor kt = k.transpose(-2, -1).contiguous();
@@ -171,7 +177,7 @@ BOOST_AUTO_TEST_CASE(near_misses_stay_primitives_and_say_why) {
          Tensor scores = matmul(a, b.transpose(-2, -1)) * 0.5;
          return matmul(softmax(scores, -1), c) + sum(scores, {-1}, true);
        }},
-      {"a finite fill value", "other than -inf",
+      {"a finite fill value above the dtype's lowest", "not -inf or at most f64's lowest",
        [=](const Tensor& a, const Tensor& b, const Tensor& c) {
          return matmul(softmax(masked_fill(matmul(a, b.transpose(-2, -1)), drop, -1e9), -1), c);
        }},

@@ -170,4 +170,8 @@ BOOST_AUTO_TEST_CASE(mixer_trains_on_cuda_as_in_f64_on_the_cpu) {
   check_model(kiln::zoo::mixer_entry());
 }
 
+BOOST_AUTO_TEST_CASE(neox_trains_on_cuda_as_in_f64_on_the_cpu) {
+  check_model(kiln::zoo::neox_entry());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

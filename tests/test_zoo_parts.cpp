@@ -1,7 +1,8 @@
 // The pieces of the model zoo (demos/zoo/) against hand-written references on the CPU: patchify's
 // layout, rotate_half, RMSNorm's formula, the rotary tables, grouped-query repetition (through
-// attention with one key / value head equalling attention with that head copied), and the
-// errors that bad configurations and inputs get.
+// attention with one key / value head equalling attention with that head copied), GPT-NeoX's
+// attention (fused projection layout, partial rotary) against loops, and the errors that bad
+// configurations and inputs get.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -103,6 +104,67 @@ BOOST_AUTO_TEST_CASE(grouped_query_attention_equals_attention_over_copied_heads)
   BOOST_TEST(allclose(a(x, cos, sin, mask), b(x, cos, sin, mask), 1e-5, 1e-6));
 }
 
+// GPT-NeoX's attention against loops over its definition: the fused projection holds each head's
+// query, key and value side by side ([T, heads, 3 * hd]); the first rotary_dims of q and k turn
+// by position * base^(-2i / rotary_dims) in pairs (i, i + rotary_dims / 2), the rest unchanged;
+// causal softmax of q . k / sqrt(hd); the heads joined and projected.
+BOOST_AUTO_TEST_CASE(neox_attention_rotates_a_quarter_of_each_head_from_the_fused_projection) {
+  zoo::NeoxConfig c;
+  c.head_dim = 8, c.heads = 2;  // rotary on dims 0..1 of each head
+  Generator gen(5);
+  zoo::NeoxAttention attention(c, &gen);
+  attention.to(DType::f64);
+  zoo::Neox buffers(c, 1);
+  const std::int64_t t = 5, d = c.d_model(), hd = c.head_dim, rot = c.rotary_dims();
+  Tensor x = randn({1, t, d}, DType::f64, &gen);
+  Tensor cos = buffers.cos_cached.slice(0, 0, t).to(DType::f64);
+  Tensor sin = buffers.sin_cached.slice(0, 0, t).to(DType::f64);
+  Tensor causal = buffers.causal.slice(0, 0, t).slice(1, 0, t);
+  std::vector<double> got = attention(x, cos, sin, causal).contiguous().to_vector<double>();
+
+  auto linear_of = [](const nn::Linear& l, const std::vector<double>& in, std::int64_t rows) {
+    std::vector<double> w = l.weight.to_vector<double>(), b = l.bias.to_vector<double>();
+    const std::int64_t n = l.weight.shape()[0], k = l.weight.shape()[1];
+    std::vector<double> out(rows * n);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t o = 0; o < n; ++o) {
+        double acc = b[o];
+        for (std::int64_t i = 0; i < k; ++i) acc += in[r * k + i] * w[o * k + i];
+        out[r * n + o] = acc;
+      }
+    return out;
+  };
+  std::vector<double> qkv = linear_of(attention.query_key_value, x.to_vector<double>(), t);
+  // [position][head][dim] of q, k or v (part 0, 1, 2), q and k rotated.
+  auto part = [&](std::int64_t p, std::int64_t h, std::int64_t i, int which) {
+    auto at = [&](std::int64_t j) { return qkv[(p * c.heads + h) * 3 * hd + which * hd + j]; };
+    if (which == 2 || i >= rot) return at(i);
+    const std::int64_t half = rot / 2, pair = i < half ? i + half : i - half;
+    const double angle = p * std::pow(c.rotary_base, -2.0 * (i % half) / rot);
+    return at(i) * std::cos(angle) + (i < half ? -at(pair) : at(pair)) * std::sin(angle);
+  };
+  std::vector<double> heads(t * d);
+  for (std::int64_t h = 0; h < c.heads; ++h)
+    for (std::int64_t p = 0; p < t; ++p) {
+      std::vector<double> w(p + 1);
+      double top = -INFINITY, total = 0;
+      for (std::int64_t j = 0; j <= p; ++j) {
+        for (std::int64_t i = 0; i < hd; ++i) w[j] += part(p, h, i, 0) * part(j, h, i, 1);
+        w[j] /= std::sqrt(static_cast<double>(hd));
+        top = std::max(top, w[j]);
+      }
+      for (double& v : w) total += v = std::exp(v - top);
+      for (std::int64_t i = 0; i < hd; ++i)
+        for (std::int64_t j = 0; j <= p; ++j)
+          heads[p * d + h * hd + i] += w[j] / total * part(j, h, i, 2);
+    }
+  std::vector<double> want = linear_of(attention.dense, heads, t);
+  BOOST_TEST_REQUIRE(got.size() == want.size());
+  // The model's cos / sin tables are f32: agreement to their rounding.
+  for (std::size_t i = 0; i < want.size(); ++i)
+    BOOST_TEST(std::fabs(got[i] - want[i]) <= 1e-6, got[i] << " vs " << want[i] << " at " << i);
+}
+
 BOOST_AUTO_TEST_CASE(bad_configurations_and_inputs_are_errors_that_say_what_is_wrong) {
   auto message_has = [](const char* word) {
     return [word](const Error& e) { return std::string(e.what()).find(word) != std::string::npos; };
@@ -113,6 +175,9 @@ BOOST_AUTO_TEST_CASE(bad_configurations_and_inputs_are_errors_that_say_what_is_w
   zoo::LlamaConfig odd;
   odd.head_dim = 7;
   BOOST_CHECK_EXCEPTION(zoo::Llama(odd, 1), Error, message_has("head_dim, not 7"));
+  zoo::NeoxConfig narrow;
+  narrow.head_dim = 4;  // a quarter is one rotary dim, which cannot be rotated in pairs
+  BOOST_CHECK_EXCEPTION(zoo::Neox(narrow, 1), Error, message_has("gives 1 rotary dims"));
   BOOST_CHECK_EXCEPTION(zoo::patchify(zeros({1, 3, 6, 8}), 4), Error, message_has("[1, 3, 6, 8]"));
   BOOST_CHECK_EXCEPTION(zoo::patchify(zeros({3, 8, 8}), 4), Error, message_has("[3, 8, 8]"));
   zoo::CatalogEntry llama = zoo::llama_entry(16);

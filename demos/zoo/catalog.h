@@ -1,6 +1,6 @@
 // The zoo's models side by side, each at a small size with its synthetic task and training
 // options, behind one interface: what tests/test_zoo*.cpp and bench/bench_zoo.cpp iterate over.
-// A user copying a model wants its own header (gpt_model.h, llama.h, vit.h, mixer.h) and
+// A user copying a model wants its own header (gpt_model.h, llama.h, vit.h, mixer.h, neox.h) and
 // trainer.h; this file only erases their types.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include "demos/zoo/batch.h"
 #include "demos/zoo/llama.h"
 #include "demos/zoo/mixer.h"
+#include "demos/zoo/neox.h"
 #include "demos/zoo/tasks.h"
 #include "demos/zoo/trainer.h"
 #include "demos/zoo/vit.h"
@@ -86,13 +87,15 @@ auto starter(Build build, std::int64_t micro_batches, double lr) {
 // Per micro-batch: 8 sequences of 8 tokens (vocab 16), or 8 images 3x8x8 in 4x4 patches.
 inline constexpr std::int64_t kMicroBatch = 8;
 
-inline CatalogEntry gpt2_entry(std::int64_t layers = 1) {
+// Two heads of head_dim (16 by default: d_model 32).
+inline CatalogEntry gpt2_entry(std::int64_t layers = 1, std::int64_t head_dim = 16) {
   gpt::GptConfig config;  // vocab 16, seq 8, d_model 32, 2 heads
   config.layers = layers;
+  config.d_model = config.heads * head_dim;
   auto build = [config](std::uint64_t seed) {
     return std::make_unique<gpt::Gpt>(config, seed, Device::cpu());
   };
-  return {"gpt2", 1, 1e-2,
+  return {head_dim == 16 ? std::string("gpt2") : "gpt2-hd" + std::to_string(head_dim), 1, 1e-2,
           [config](Generator& gen) {
             return language_batch(config.vocab, config.seq_len, kMicroBatch, gen);
           },
@@ -115,11 +118,13 @@ inline CatalogEntry llama_entry(std::int64_t head_dim, std::int64_t layers = 1) 
           catalog_detail::starter<Llama>(build, 2, 1e-2)};
 }
 
-inline CatalogEntry vit_entry(std::int64_t layers = 1) {
+// Two heads of head_dim (16 by default: d_model 32).
+inline CatalogEntry vit_entry(std::int64_t layers = 1, std::int64_t head_dim = 16) {
   VitConfig config;
   config.layers = layers;
+  config.d_model = config.heads * head_dim;
   auto build = [config](std::uint64_t seed) { return std::make_unique<Vit>(config, seed); };
-  return {"vit", 1, 3e-3,
+  return {head_dim == 16 ? std::string("vit") : "vit-hd" + std::to_string(head_dim), 1, 3e-3,
           [config](Generator& gen) { return image_batch(config.task, kMicroBatch, gen); },
           catalog_detail::starter<Vit>(build, 1, 3e-3)};
 }
@@ -133,9 +138,24 @@ inline CatalogEntry mixer_entry(std::int64_t layers = 1) {
           catalog_detail::starter<Mixer>(build, 1, 1e-2)};
 }
 
+// GPT-NeoX: d_model 32 over heads of head_dim (at least 2 heads), rotary on a quarter of each.
+inline CatalogEntry neox_entry(std::int64_t head_dim = 8, std::int64_t layers = 1) {
+  NeoxConfig config;
+  config.head_dim = head_dim;
+  config.heads = std::max<std::int64_t>(2, 32 / head_dim);
+  config.intermediate = 4 * config.d_model();
+  config.layers = layers;
+  auto build = [config](std::uint64_t seed) { return std::make_unique<Neox>(config, seed); };
+  return {head_dim == 8 ? std::string("neox") : "neox-hd" + std::to_string(head_dim), 1, 1e-2,
+          [config](Generator& gen) {
+            return language_batch(config.vocab, config.seq_len, kMicroBatch, gen);
+          },
+          catalog_detail::starter<Neox>(build, 1, 1e-2)};
+}
+
 inline std::vector<CatalogEntry> catalog(std::int64_t layers = 1) {
-  return {gpt2_entry(layers), llama_entry(8, layers), llama_entry(16, layers), vit_entry(layers),
-          mixer_entry(layers)};
+  return {gpt2_entry(layers), llama_entry(8, layers), llama_entry(16, layers),
+          vit_entry(layers),  mixer_entry(layers),    neox_entry(8, layers)};
 }
 
 }  // namespace kiln::zoo
