@@ -16,6 +16,7 @@
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/templates.h"
 #include "runtime/attention_heads.h"
+#include "runtime/cuda/backend.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -34,11 +35,19 @@ struct Variant {
   bool tf32 = false;  // f32 products on tensor cores (KILN_MATMUL_TF32=1)
   // The backward's dk/dv blocks sum a group of query heads (grouped or multi-query calls).
   bool grouped = false;
+  // The shared memory a block may have on the device (attention_tiling.h): picks the tiles.
+  std::int64_t budget = kDefaultShared;
 };
 
+// The shared memory one block may have on the current device once its function opts in (the
+// kernels' tiles live in dynamic shared memory, which KernelHandle::launch opts in to).
+std::int64_t device_shared_budget() {
+  const cuda::DeviceProperties& p = cuda::backend().properties(0);
+  return static_cast<std::int64_t>(std::max(p.shared_mem_per_block, p.shared_mem_per_block_optin));
+}
+
 std::string kernel_name(Kernel kind, const Variant& v, const Tiling& t) {
-  std::string tiles = fmt::format("w{}n{}s{}", t.warps, t.first.bn, t.first.stages);
-  if (kind == Kernel::backward) tiles += fmt::format("n{}s{}", t.second.bn, t.second.stages);
+  std::string tiles = t.tag();
   return fmt::format("k_attention_{}_{}_d{}_v{}_{}_{}{}_r{}",
                      kind == Kernel::forward ? "fwd" : "bwd", dtype_name(v.dtype), v.head_qk,
                      v.head_v,
@@ -69,7 +78,6 @@ std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::st
   d.set("stages_q", std::to_string(t.first.stages));
   d.set("bn_kv", std::to_string(t.second.bn));
   d.set("stages_kv", std::to_string(t.second.stages));
-  d.set("smem_bytes", std::to_string(t.shared));
   d.set("batch_rank", std::to_string(v.batch_rank));
   d.set("elem", storage_type(v.dtype));
   bool tensor_cores = v.dtype == DType::f16 || v.dtype == DType::bf16;
@@ -100,22 +108,14 @@ struct Launchable {
 // KILN_LOG=kernels: an attention kernel's schedule, its tiles, when it is first rendered.
 void log_tiling(const std::string& name, const Tiling& t) {
   if (!log_enabled(LogTopic::kernels)) return;
-  auto stream = [](const Stream& s) {
-    return s.bn == 0 ? std::string("-")
-                     : fmt::format("{}-row tiles, {} stage{}", s.bn, s.stages,
-                                   s.stages == 1 ? "" : "s (cp.async double-buffered)");
-  };
-  log_line(
-      fmt::format("kiln: kernel {}: schedule {} warps (16 rows each), streamed {}, then {}; "
-                  "{} bytes of shared memory (at most {} without opting in)",
-                  name, t.warps, stream(t.first), stream(t.second), t.shared, kSharedLimit));
+  log_line(fmt::format("kiln: kernel {}: schedule {}", name, t.str()));
 }
 
 // Each kernel is rendered once per process (its name says its dtype, head dims and tiles) and
 // resolved at its first launch.
 Launchable named_kernel_for(Kernel kind, const Variant& v) {
   int elem = static_cast<int>(itemsize(v.dtype));
-  Tiling t = tiling_for(kind, elem, padded(v.head_qk), padded(v.head_v));
+  Tiling t = tiling_for(kind, elem, padded(v.head_qk), padded(v.head_v), v.budget);
   std::string name = kernel_name(kind, v, t);
   return {&kernel_by_name(name,
                           [&] {
@@ -137,6 +137,7 @@ std::uint64_t variant_key(Kernel kind, const Variant& v) {
   put(static_cast<std::uint64_t>(v.batch_rank), 8);
   put(v.tf32, 1);
   put(v.grouped, 1);
+  put(static_cast<std::uint64_t>(std::min<std::int64_t>(v.budget / 1024, 1023)), 10);
   return key;
 }
 
@@ -381,6 +382,10 @@ std::string attention_unsupported(const AttentionCall& c) {
 }
 
 std::string attention_unsupported(const graph::AttentionSignature& c) {
+  return attention_unsupported(c, device_shared_budget());
+}
+
+std::string attention_unsupported(const graph::AttentionSignature& c, std::int64_t shared_budget) {
   auto fail = [&](const std::string& what) {
     return fmt::format("attention: {} ({})", what, shapes_of(c));
   };
@@ -399,14 +404,16 @@ std::string attention_unsupported(const graph::AttentionSignature& c) {
     if (h < kAttentionMinHeadDim || h > kAttentionMaxHeadDim)
       return fail(fmt::format("head dim {} is outside the kernels' range [{}, {}]", h,
                               kAttentionMinHeadDim, kAttentionMaxHeadDim));
-  for (Kernel kind : {Kernel::forward, Kernel::backward})
-    if (!fitting_tiling(kind, static_cast<int>(itemsize(t)), padded(static_cast<int>(d)),
-                        padded(static_cast<int>(dv))))
-      return fail(
-          fmt::format("no {} tiling fits head dims {} and {} at {} in {} KB of shared "
-                      "memory",
-                      kind == Kernel::forward ? "forward" : "backward", d, dv, dtype_name(t),
-                      kSharedLimit / 1024));
+  for (Kernel kind : {Kernel::forward, Kernel::backward}) {
+    int elem = static_cast<int>(itemsize(t)), pd = padded(static_cast<int>(d)),
+        pdv = padded(static_cast<int>(dv));
+    if (!fitting_tiling(kind, elem, pd, pdv, shared_budget))
+      return fail(fmt::format(
+          "no {} tiling fits head dims {} and {} at {}: the smallest needs {} bytes of shared "
+          "memory per block, the device allows {}",
+          kind == Kernel::forward ? "forward" : "backward", d, dv, dtype_name(t),
+          smallest_shared(kind, elem, pd, pdv), shared_budget));
+  }
   Shape batch;
   try {
     batch = batch_shape(c.q, c.k, c.v);
@@ -429,6 +436,17 @@ std::string attention_unsupported(const graph::AttentionSignature& c) {
   if (!(c.scale > 0 || c.scale < 0) || !std::isfinite(c.scale))
     return fail(fmt::format("scale {} is not a finite nonzero number", c.scale));
   return "";
+}
+
+std::string attention_tiles_note(DType dtype, int head_qk, int head_v, bool backward) {
+  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16) return "";
+  if (std::min(head_qk, head_v) < kAttentionMinHeadDim ||
+      std::max(head_qk, head_v) > kAttentionMaxHeadDim)
+    return "";
+  auto t = fitting_tiling(backward ? Kernel::backward : Kernel::forward,
+                          static_cast<int>(itemsize(dtype)), padded(head_qk), padded(head_v),
+                          device_shared_budget());
+  return t ? fmt::format("tiles {}: {}", t->tag(), t->str()) : "";
 }
 
 // A checked call's sizes: the broadcast batch dims, the query and key lengths, the head dims,
@@ -463,7 +481,9 @@ Variant variant_of(const AttentionCall& c, const Geometry& g, const Layout& l, b
           c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
           vector_loads,
           l.rank,
-          c.q.dtype() == DType::f32 && allow_tf32()};
+          c.q.dtype() == DType::f32 && allow_tf32(),
+          false,
+          device_shared_budget()};
 }
 
 AttentionForward attention_forward(const AttentionCall& c, const std::optional<Tensor>& out_into) {
@@ -492,7 +512,8 @@ AttentionForward attention_forward(const AttentionCall& c, const std::optional<T
   void* params[] = {&pq, &pk, &pv, &pm, &po, &pl, l.words.data(), &scale_log2, &causal};
   std::int64_t read = tensor_bytes(c.q) + tensor_bytes(c.k) + tensor_bytes(c.v) +
                       (mask ? tensor_bytes(*c.mask) : 0);
-  k->launch({blocks, 1, 1}, {static_cast<unsigned>(32 * tl.warps), 1, 1}, params, read,
+  k->launch({blocks, 1, 1}, {static_cast<unsigned>(32 * tl.warps), 1, 1},
+            static_cast<unsigned>(tl.shared), params, read,
             tensor_bytes(r.out) + tensor_bytes(r.lse));
   return r;
 }
@@ -570,7 +591,8 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
                       &pm,    &pdq,    &pdk,      &pdv,  l.words.data(), &scale_log2,
                       &scale, &causal, &q_blocks, &group};
     k->launch({static_cast<unsigned>(q_blocks + kv_blocks), 1, 1},
-              {static_cast<unsigned>(32 * tl.warps), 1, 1}, params,
+              {static_cast<unsigned>(32 * tl.warps), 1, 1}, static_cast<unsigned>(tl.shared),
+              params,
               tensor_bytes(c.q) + tensor_bytes(c.k) + tensor_bytes(c.v) +
                   (mask ? tensor_bytes(*c.mask) : 0) + tensor_bytes(out) + tensor_bytes(dout) +
                   tensor_bytes(lse_c),
@@ -600,8 +622,17 @@ class FusedAttentionKernels final : public graph::AttentionKernels {
 
 std::vector<KernelHandle> render_attention_kernels(DType dtype, int head_qk, int head_v,
                                                    std::optional<DType> mask, bool vector_loads,
-                                                   int batch_rank, bool tf32) {
-  Variant v{dtype, head_qk, head_v, mask, vector_loads, batch_rank, tf32 && dtype == DType::f32};
+                                                   int batch_rank, bool tf32,
+                                                   std::optional<std::int64_t> shared_budget) {
+  Variant v{dtype,
+            head_qk,
+            head_v,
+            mask,
+            vector_loads,
+            batch_rank,
+            tf32 && dtype == DType::f32,
+            false,
+            shared_budget ? *shared_budget : device_shared_budget()};
   std::vector<KernelHandle> out;
   for (Kernel kind : {Kernel::forward, Kernel::backward})
     out.push_back(*kernel_for(kind, v).handle);
