@@ -2,6 +2,7 @@
 // plan_build.h). The notes are what KernelPlan::str() prints.
 #include <fmt/format.h>
 
+#include "jit/codegen/attention.h"
 #include "jit/codegen/epilogue_lowering.h"
 #include "jit/plan_build.h"
 
@@ -47,8 +48,26 @@ StepAction matmul_action(Decisions& d, int group, std::string& note) {
                      d.position[lowering->epilogue_group]};
 }
 
+// The tiles the group's attention kernel takes on this device, as explain() shows them.
+std::string attention_tiles(const graph::Graph& g, const graph::FusionGroup& fg) {
+  for (int n : fg.nodes) {
+    const graph::Node& node = g.nodes[n];
+    if (op_class(node.op) != OpClass::attention || node.inputs.size() < 3) continue;
+    if (!g.values[node.inputs[0]].device.is_cuda()) return "";
+    const auto& q = g.values[node.inputs[0]].meta;
+    const auto& v = g.values[node.inputs[2]].meta;
+    if (q.shape.empty() || v.shape.empty()) return "";
+    return codegen::attention_tiles_note(q.dtype, static_cast<int>(q.shape.back()),
+                                         static_cast<int>(v.shape.back()),
+                                         node.op == OpId::attention_backward);
+  }
+  return "";
+}
+
 StepAction attention_action(Decisions& d, int group, std::string& note) {
   note = eager_note(d.p.groups[group]);
+  if (std::string tiles = attention_tiles(d.g, d.p.groups[group]); !tiles.empty())
+    note += " [" + tiles + "]";
   const auto& placement = d.placements.of_group[group];
   if (placement) note += " [" + placement->str(d.g) + "]";
   return AttentionStep{placement};

@@ -18,6 +18,8 @@
 #include "support/reference.h"
 #include "support/scope_exit.h"
 #include "support/scoped_env.h"
+#include "support/skip_if.h"
+#include "support/virtual_device.h"
 
 using namespace kiln;
 using test::host_random;
@@ -366,9 +368,11 @@ BOOST_AUTO_TEST_CASE(grouped_query_repetitions_are_undone_and_fed_to_one_attenti
   }
 }
 
-// A call the fused kernels refuse (f32 at head dim 256 needs more than 48 KB of shared memory)
-// keeps its primitive ops, which fuse as usual, and says why.
-BOOST_AUTO_TEST_CASE(a_call_the_kernels_refuse_keeps_its_ops) {
+// A call the fused kernels refuse (f32 at head dim 256 needs more than the 48 KB of shared
+// memory a block has on this device) keeps its primitive ops, which fuse as usual, and says why.
+BOOST_AUTO_TEST_CASE(a_call_the_kernels_refuse_keeps_its_ops,
+                     *test::skip_if(test::needs_virtual_gpu)) {
+  test::VirtualDeviceScope small(9, 0, 48 * 1024);
   Tensor q = make({1, 2, 8, 256}, DType::f32, 81).to(Device::cuda());
   Tensor k = make({1, 2, 8, 256}, DType::f32, 82).to(Device::cuda());
   Tensor v = make({1, 2, 8, 256}, DType::f32, 83).to(Device::cuda());
@@ -384,9 +388,11 @@ BOOST_AUTO_TEST_CASE(a_call_the_kernels_refuse_keeps_its_ops) {
 }
 
 // A compiled call whose attention step falls back to primitive ops at run time (the op called
-// directly, f32 at head dim 256: no tiling fits) is not a kernel call, and explain() names the
-// step and why; the same function at head dim 16 is.
-BOOST_AUTO_TEST_CASE(a_step_that_falls_back_at_run_time_is_not_a_kernel_call) {
+// directly, f32 at head dim 256 on a device of 48 KB a block: no tiling fits) is not a kernel
+// call, and explain() names the step and why; the same function at head dim 16 is.
+BOOST_AUTO_TEST_CASE(a_step_that_falls_back_at_run_time_is_not_a_kernel_call,
+                     *test::skip_if(test::needs_virtual_gpu)) {
+  test::VirtualDeviceScope small(9, 0, 48 * 1024);
   for (std::int64_t d : {16, 256}) {
     BOOST_TEST_CONTEXT("head dim " << d) {
       Tensor q = make({1, 2, 8, d}, DType::f32, 91).to(Device::cuda());

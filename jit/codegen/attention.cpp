@@ -1,173 +1,27 @@
-// Rendering, checks and launches of the FlashAttention kernels (see attention.h).
+// Checks and launches of the FlashAttention kernels (see attention.h); their variants and
+// rendering are attention_kernels.cpp's.
 #include "jit/codegen/attention.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
 
+#include "jit/codegen/attention_kernels.h"
 #include "jit/codegen/attention_tiling.h"
-#include "jit/codegen/cuda_expr.h"
-#include "jit/codegen/kernel_variants.h"
 #include "jit/codegen/lt_matmul.h"
-#include "jit/codegen/templates.h"
 #include "runtime/attention_heads.h"
 #include "runtime/error.h"
-#include "runtime/log.h"
 
 namespace kiln::jit::codegen {
 namespace {
 
-using Data = kainjow::mustache::data;
 using namespace attention_tiles;
-
-struct Variant {
-  DType dtype;
-  int head_qk, head_v;
-  std::optional<DType> mask;
-  bool vector_loads;
-  int batch_rank;
-  bool tf32 = false;  // f32 products on tensor cores (KILN_MATMUL_TF32=1)
-  // The backward's dk/dv blocks sum a group of query heads (grouped or multi-query calls).
-  bool grouped = false;
-};
-
-std::string kernel_name(Kernel kind, const Variant& v, const Tiling& t) {
-  std::string tiles = fmt::format("w{}n{}s{}", t.warps, t.first.bn, t.first.stages);
-  if (kind == Kernel::backward) tiles += fmt::format("n{}s{}", t.second.bn, t.second.stages);
-  return fmt::format("k_attention_{}_{}_d{}_v{}_{}_{}{}_r{}",
-                     kind == Kernel::forward ? "fwd" : "bwd", dtype_name(v.dtype), v.head_qk,
-                     v.head_v,
-                     v.mask ? fmt::format("mask_{}", dtype_name(*v.mask)) : std::string("nomask"),
-                     v.vector_loads ? "vec_" : "", tiles, v.batch_rank) +
-         (v.tf32 ? "_tf32" : "") + (v.grouped ? "_grouped" : "");
-}
-
-std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::string& name) {
-  int dk = padded(v.head_qk), dv = padded(v.head_v);
-  Data d;
-  bool f16 = v.dtype == DType::f16 || v.mask == DType::f16;
-  bool bf16 = v.dtype == DType::bf16 || v.mask == DType::bf16;
-  d.set("name", name);
-  d.set("description",
-        fmt::format("{}, head dims {} and {}, {}", dtype_name(v.dtype), v.head_qk, v.head_v,
-                    v.mask ? fmt::format("{} mask", dtype_name(*v.mask)) : std::string("no mask")));
-  d.set("fp16", f16);
-  d.set("bf16", bf16);
-  d.set("dk", std::to_string(dk));
-  d.set("dv", std::to_string(dv));
-  d.set("head_qk", std::to_string(v.head_qk));
-  d.set("head_v", std::to_string(v.head_v));
-  d.set("warps", std::to_string(t.warps));
-  d.set("bn", std::to_string(t.first.bn));
-  d.set("stages", std::to_string(t.first.stages));
-  d.set("bn_q", std::to_string(t.first.bn));
-  d.set("stages_q", std::to_string(t.first.stages));
-  d.set("bn_kv", std::to_string(t.second.bn));
-  d.set("stages_kv", std::to_string(t.second.stages));
-  d.set("smem_bytes", std::to_string(t.shared));
-  d.set("batch_rank", std::to_string(v.batch_rank));
-  d.set("elem", storage_type(v.dtype));
-  bool tensor_cores = v.dtype == DType::f16 || v.dtype == DType::bf16;
-  d.set("tensor_cores", tensor_cores);
-  d.set("tf32", !tensor_cores && v.tf32);
-  d.set("grouped", v.grouped);
-  d.set("fma", !tensor_cores && !v.tf32);
-  d.set("mma_type", v.dtype == DType::f16 ? "f16" : "bf16");
-  d.set("mma_f16", v.dtype == DType::f16);
-  d.set("vector_loads", v.vector_loads);
-  d.set("mma_helpers", std::string(template_text("mma_helpers.cu.mustache")));  // a partial
-  d.set("has_mask", v.mask.has_value());
-  if (v.mask) {
-    d.set("mask_type", storage_type(*v.mask));
-    d.set("bool_mask", *v.mask == DType::bool_);
-    d.set("mask_load", fmt::format("(float)({})", load_expr(*v.mask, "m")));
-  }
-  std::string body = kind == Kernel::forward ? render_template("attention_forward.cu.mustache", d)
-                                             : render_template("attention_backward.cu.mustache", d);
-  return render_template("attention_common.cu.mustache", d) + "\n" + body;
-}
-
-struct Launchable {
-  const KernelHandle* handle;
-  Tiling tiling;
-};
-
-// KILN_LOG=kernels: an attention kernel's schedule, its tiles, when it is first rendered.
-void log_tiling(const std::string& name, const Tiling& t) {
-  if (!log_enabled(LogTopic::kernels)) return;
-  auto stream = [](const Stream& s) {
-    return s.bn == 0 ? std::string("-")
-                     : fmt::format("{}-row tiles, {} stage{}", s.bn, s.stages,
-                                   s.stages == 1 ? "" : "s (cp.async double-buffered)");
-  };
-  log_line(
-      fmt::format("kiln: kernel {}: schedule {} warps (16 rows each), streamed {}, then {}; "
-                  "{} bytes of shared memory (at most {} without opting in)",
-                  name, t.warps, stream(t.first), stream(t.second), t.shared, kSharedLimit));
-}
-
-// Each kernel is rendered once per process (its name says its dtype, head dims and tiles) and
-// resolved at its first launch.
-Launchable named_kernel_for(Kernel kind, const Variant& v) {
-  int elem = static_cast<int>(itemsize(v.dtype));
-  Tiling t = tiling_for(kind, elem, padded(v.head_qk), padded(v.head_v));
-  std::string name = kernel_name(kind, v, t);
-  return {&kernel_by_name(name,
-                          [&] {
-                            log_tiling(name, t);
-                            return render(kind, v, t, name);
-                          }),
-          t};
-}
-
-// Every field of a kernel's variant in one word: what a warm launch looks its kernel up by.
-std::uint64_t variant_key(Kernel kind, const Variant& v) {
-  std::uint64_t key = kind == Kernel::backward;
-  auto put = [&](std::uint64_t value, int bits) { key = key << bits | value; };
-  put(static_cast<std::uint64_t>(v.dtype), 5);
-  put(static_cast<std::uint64_t>(v.head_qk), 12);
-  put(static_cast<std::uint64_t>(v.head_v), 12);
-  put(v.mask ? 1 + static_cast<std::uint64_t>(*v.mask) : 0, 6);
-  put(v.vector_loads, 1);
-  put(static_cast<std::uint64_t>(v.batch_rank), 8);
-  put(v.tf32, 1);
-  put(v.grouped, 1);
-  return key;
-}
-
-// A warm launch's kernel without a name, a string or a lock: the variants already resolved, by
-// key, in a table of atomic slots (open addressing; entries live as long as the process). A
-// variant that finds no slot, or none free, takes the named path.
-Launchable kernel_for(Kernel kind, const Variant& v) {
-  struct Entry {
-    std::uint64_t key;
-    Launchable launchable;
-  };
-  constexpr std::size_t kSlots = 256;
-  static std::array<std::atomic<const Entry*>, kSlots> table{};
-  const std::uint64_t key = variant_key(kind, v);
-  const std::size_t home = (key * 0x9E3779B97F4A7C15ull) >> 56;  // the top 8 bits: 256 slots
-  for (std::size_t i = 0; i < kSlots; ++i) {
-    const Entry* e = table[(home + i) % kSlots].load(std::memory_order_acquire);
-    if (!e) break;
-    if (e->key == key) return e->launchable;
-  }
-  Launchable found = named_kernel_for(kind, v);
-  const Entry* entry = new Entry{key, found};
-  for (std::size_t i = 0; i < kSlots; ++i) {
-    const Entry* expected = nullptr;
-    auto& slot = table[(home + i) % kSlots];
-    if (slot.compare_exchange_strong(expected, entry, std::memory_order_acq_rel)) return found;
-    if (expected->key == key) break;  // another thread published the same variant
-  }
-  delete entry;
-  return found;
-}
+using attention_kernels::device_shared_budget;
+using attention_kernels::kernel_for;
+using attention_kernels::Variant;
 
 std::string shapes_of(const graph::AttentionSignature& c) {
   std::string s =
@@ -381,6 +235,10 @@ std::string attention_unsupported(const AttentionCall& c) {
 }
 
 std::string attention_unsupported(const graph::AttentionSignature& c) {
+  return attention_unsupported(c, device_shared_budget());
+}
+
+std::string attention_unsupported(const graph::AttentionSignature& c, std::int64_t shared_budget) {
   auto fail = [&](const std::string& what) {
     return fmt::format("attention: {} ({})", what, shapes_of(c));
   };
@@ -399,14 +257,16 @@ std::string attention_unsupported(const graph::AttentionSignature& c) {
     if (h < kAttentionMinHeadDim || h > kAttentionMaxHeadDim)
       return fail(fmt::format("head dim {} is outside the kernels' range [{}, {}]", h,
                               kAttentionMinHeadDim, kAttentionMaxHeadDim));
-  for (Kernel kind : {Kernel::forward, Kernel::backward})
-    if (!fitting_tiling(kind, static_cast<int>(itemsize(t)), padded(static_cast<int>(d)),
-                        padded(static_cast<int>(dv))))
-      return fail(
-          fmt::format("no {} tiling fits head dims {} and {} at {} in {} KB of shared "
-                      "memory",
-                      kind == Kernel::forward ? "forward" : "backward", d, dv, dtype_name(t),
-                      kSharedLimit / 1024));
+  for (Kernel kind : {Kernel::forward, Kernel::backward}) {
+    int elem = static_cast<int>(itemsize(t)), pd = padded(static_cast<int>(d)),
+        pdv = padded(static_cast<int>(dv));
+    if (!fitting_tiling(kind, elem, pd, pdv, shared_budget))
+      return fail(fmt::format(
+          "no {} tiling fits head dims {} and {} at {}: the smallest needs {} bytes of shared "
+          "memory per block, the device allows {}",
+          kind == Kernel::forward ? "forward" : "backward", d, dv, dtype_name(t),
+          smallest_shared(kind, elem, pd, pdv), shared_budget));
+  }
   Shape batch;
   try {
     batch = batch_shape(c.q, c.k, c.v);
@@ -429,6 +289,17 @@ std::string attention_unsupported(const graph::AttentionSignature& c) {
   if (!(c.scale > 0 || c.scale < 0) || !std::isfinite(c.scale))
     return fail(fmt::format("scale {} is not a finite nonzero number", c.scale));
   return "";
+}
+
+std::string attention_tiles_note(DType dtype, int head_qk, int head_v, bool backward) {
+  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16) return "";
+  if (std::min(head_qk, head_v) < kAttentionMinHeadDim ||
+      std::max(head_qk, head_v) > kAttentionMaxHeadDim)
+    return "";
+  auto t = fitting_tiling(backward ? Kernel::backward : Kernel::forward,
+                          static_cast<int>(itemsize(dtype)), padded(head_qk), padded(head_v),
+                          device_shared_budget());
+  return t ? fmt::format("tiles {}: {}", t->tag(), t->str()) : "";
 }
 
 // A checked call's sizes: the broadcast batch dims, the query and key lengths, the head dims,
@@ -463,7 +334,9 @@ Variant variant_of(const AttentionCall& c, const Geometry& g, const Layout& l, b
           c.mask ? std::optional(c.mask->dtype()) : std::nullopt,
           vector_loads,
           l.rank,
-          c.q.dtype() == DType::f32 && allow_tf32()};
+          c.q.dtype() == DType::f32 && allow_tf32(),
+          false,
+          device_shared_budget()};
 }
 
 AttentionForward attention_forward(const AttentionCall& c, const std::optional<Tensor>& out_into) {
@@ -492,7 +365,8 @@ AttentionForward attention_forward(const AttentionCall& c, const std::optional<T
   void* params[] = {&pq, &pk, &pv, &pm, &po, &pl, l.words.data(), &scale_log2, &causal};
   std::int64_t read = tensor_bytes(c.q) + tensor_bytes(c.k) + tensor_bytes(c.v) +
                       (mask ? tensor_bytes(*c.mask) : 0);
-  k->launch({blocks, 1, 1}, {static_cast<unsigned>(32 * tl.warps), 1, 1}, params, read,
+  k->launch({blocks, 1, 1}, {static_cast<unsigned>(32 * tl.warps), 1, 1},
+            static_cast<unsigned>(tl.shared), params, read,
             tensor_bytes(r.out) + tensor_bytes(r.lse));
   return r;
 }
@@ -570,7 +444,8 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
                       &pm,    &pdq,    &pdk,      &pdv,  l.words.data(), &scale_log2,
                       &scale, &causal, &q_blocks, &group};
     k->launch({static_cast<unsigned>(q_blocks + kv_blocks), 1, 1},
-              {static_cast<unsigned>(32 * tl.warps), 1, 1}, params,
+              {static_cast<unsigned>(32 * tl.warps), 1, 1}, static_cast<unsigned>(tl.shared),
+              params,
               tensor_bytes(c.q) + tensor_bytes(c.k) + tensor_bytes(c.v) +
                   (mask ? tensor_bytes(*c.mask) : 0) + tensor_bytes(out) + tensor_bytes(dout) +
                   tensor_bytes(lse_c),
@@ -597,15 +472,5 @@ class FusedAttentionKernels final : public graph::AttentionKernels {
 }();
 
 }  // namespace
-
-std::vector<KernelHandle> render_attention_kernels(DType dtype, int head_qk, int head_v,
-                                                   std::optional<DType> mask, bool vector_loads,
-                                                   int batch_rank, bool tf32) {
-  Variant v{dtype, head_qk, head_v, mask, vector_loads, batch_rank, tf32 && dtype == DType::f32};
-  std::vector<KernelHandle> out;
-  for (Kernel kind : {Kernel::forward, Kernel::backward})
-    out.push_back(*kernel_for(kind, v).handle);
-  return out;
-}
 
 }  // namespace kiln::jit::codegen

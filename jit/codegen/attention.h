@@ -5,6 +5,7 @@
 // without the op table.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,8 +31,9 @@ struct AttentionCall {
 AttentionCall attention_call(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs);
 
 // Head dims the kernels are specialized for (each a compile-time constant of its kernel; one that
-// is not a multiple of 16 is zero-padded inside the kernel). Above 128 the tiles shrink, and f32
-// head dims whose smallest tiles exceed the 48 KB of static shared memory are refused.
+// is not a multiple of 16 is zero-padded inside the kernel). The tiles live in dynamic shared
+// memory and are chosen within the device's per-block budget (attention_tiling.h); a head dim
+// whose smallest tiles exceed it (f32 past about 200 on a device of 48 KB) is refused.
 inline constexpr int kAttentionMinHeadDim = 1;
 inline constexpr int kAttentionMaxHeadDim = 256;
 
@@ -41,6 +43,14 @@ std::string attention_unsupported(const AttentionCall& call);
 // The same from shapes and dtypes alone (devices aside): what the attention rewrite asks before
 // replacing a match, through graph::AttentionKernels, which this library registers.
 std::string attention_unsupported(const graph::AttentionSignature& call);
+// The same for a device whose blocks may have `shared_budget` bytes of shared memory.
+std::string attention_unsupported(const graph::AttentionSignature& call,
+                                  std::int64_t shared_budget);
+
+// The tiles the `backward` (else forward) kernel of this dtype and these head dims takes on the
+// current device, in words ("tiles w4n32s2: 4 warps ..."), or "" where no kernel takes it:
+// what explain() prints beside an attention step.
+std::string attention_tiles_note(DType dtype, int head_qk, int head_v, bool backward);
 
 // out [..., T, dv] in q's dtype and lse [..., T] in f32 (natural log of each row's sum of
 // exponentials of the scaled, masked scores); a fully masked row gives out 0 and lse -inf.
@@ -67,9 +77,11 @@ AttentionGrads attention_backward(const AttentionCall& call, const Tensor& out, 
 // The two kernels (forward, backward) calls of this dtype and these head dims launch, rendered but
 // not compiled: what the real-GPU build checks compile. `mask` is the mask's dtype, if any;
 // `vector_loads` the cp.async layout (rows contiguous and 16-byte aligned); `tf32` the f32
-// kernels on tensor cores (what KILN_MATMUL_TF32=1 launches).
-std::vector<KernelHandle> render_attention_kernels(DType dtype, int head_qk, int head_v,
-                                                   std::optional<DType> mask, bool vector_loads,
-                                                   int batch_rank = 1, bool tf32 = false);
+// kernels on tensor cores (what KILN_MATMUL_TF32=1 launches); `shared_budget` the per-block
+// shared memory the tiles are chosen within (default: the current device's).
+std::vector<KernelHandle> render_attention_kernels(
+    DType dtype, int head_qk, int head_v, std::optional<DType> mask, bool vector_loads,
+    int batch_rank = 1, bool tf32 = false,
+    std::optional<std::int64_t> shared_budget = std::nullopt);
 
 }  // namespace kiln::jit::codegen

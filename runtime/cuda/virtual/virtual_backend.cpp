@@ -236,6 +236,11 @@ class VirtualBackend final : public Backend {
     props_.name = fmt::format("kiln virtual GPU (PTX interpreter, sm_{}{})", major, minor);
   }
 
+  void set_shared_memory_optin_limit(std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    props_.shared_mem_per_block_optin = bytes;
+  }
+
   void launch(Function handle, Dim3 grid, Dim3 block, unsigned dynamic_shared, Stream s,
               void** params) override {
     std::lock_guard lock(mu_);
@@ -458,6 +463,16 @@ void set_compute_capability(Backend& backend, int major, int minor) {
   KILN_CHECK(v != nullptr, "set_compute_capability: backend '{}' is not the virtual GPU",
              backend.kind());
   v->set_compute_capability(major, minor);
+}
+
+void set_shared_memory_optin_limit(Backend& backend, std::size_t bytes) {
+  auto* v = dynamic_cast<VirtualBackend*>(&backend);
+  KILN_CHECK(v != nullptr, "set_shared_memory_optin_limit: backend '{}' is not the virtual GPU",
+             backend.kind());
+  KILN_CHECK(bytes >= kDefaultSharedPerBlock,
+             "set_shared_memory_optin_limit: {} bytes is less than the {} every block may have",
+             bytes, kDefaultSharedPerBlock);
+  v->set_shared_memory_optin_limit(bytes);
 }
 
 bool hold_events(bool on) {

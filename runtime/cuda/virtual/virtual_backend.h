@@ -1,6 +1,7 @@
 // Extras of the virtual GPU beyond the Backend interface, for tests and benchmarks.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "runtime/cuda/backend.h"
@@ -26,6 +27,11 @@ bool set_kernel_execution(bool on);
 // Makes the virtual GPU `backend` report compute capability major.minor, with that
 // architecture's shared memory limits (shared_memory_limits.h); sm_90 by default. For tests.
 void set_compute_capability(Backend& backend, int major, int minor);
+// Makes the virtual GPU `backend` report `bytes` (at least the 48 KiB default) as the most shared
+// memory a block may have once its function opts in: a device that allows no more than the
+// default, say, which no architecture NVRTC targets has. set_compute_capability restores its
+// architecture's. For tests.
+void set_shared_memory_optin_limit(Backend& backend, std::size_t bytes);
 
 // While on, events recorded stay unfinished (event_done false) until a synchronization (event,
 // stream or device) that covers them, as on a GPU still busy: tests of code that must not reuse
