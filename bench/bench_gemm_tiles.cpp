@@ -113,9 +113,9 @@ int main(int argc, char** argv) {
           codegen::choose_matmul_tile(s[0], s[1], 1, bf16, d.limits));
   }
   std::printf(
-      "\nrule: a block takes at most half the per-block opt-in maximum, stages what fits (2 to "
-      "4; 3 at least for a 128-wide tile), and the largest shape whose grid covers every SM, else "
-      "64 x 64. H100 us: the profiler's roofline (max of DRAM, issue and tensor-core terms) plus "
-      "3 us launch latency.\n");
+      "\nrule: a block takes at most what lets two fit on an SM ((opt-in maximum + 1 KiB) / 2 - 1 "
+      "KiB reserved), stages what fits (2 to 4; 3 at least for a 128-wide tile), and the largest "
+      "shape whose grid covers every SM, else 64 x 64. H100 us: the profiler's roofline (max of "
+      "DRAM, issue and tensor-core terms) plus 3 us launch latency; it has no notion of waves.\n");
   return 0;
 }
