@@ -68,7 +68,7 @@ int main() {
          {std::tuple{"48 KB", 9, 0, 48 * 1024}, std::tuple{"sm_86", 8, 6, 0},
           std::tuple{"sm_80", 8, 0, 0}, std::tuple{"sm_90", 9, 0, 0}}) {
       vgpu::set_compute_capability(cuda::backend(), major, minor);
-      if (optin) vgpu::set_shared_memory_optin_limit(cuda::backend(), optin);
+      if (optin) vgpu::set_shared_memory_optin(cuda::backend(), optin);
       if (std::string why = codegen::attention_unsupported(call); !why.empty()) {
         std::printf("  %-5s %4lld %-7s refused: %.90s...\n", std::string(dtype_name(dtype)).c_str(),
                     d, label, why.c_str());

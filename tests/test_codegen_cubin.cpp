@@ -188,11 +188,20 @@ BOOST_AUTO_TEST_CASE(every_generated_kernel_builds_for_sm80_and_sm90_without_spi
   };
   for (DType t : {DType::f16, DType::bf16})
     for (bool ak : {true, false})
-      for (bool bk : {true, false}) add_gemm(t, t, {true, false, ak, bk, true});
-  add_gemm(DType::f16, DType::f16, {true, false, true, false, false});
-  add_gemm(DType::bf16, DType::f32, {true, false, false, true, false});
-  add_gemm(DType::f32, DType::f32, {false, true, true, false, true});
-  add_gemm(DType::f32, DType::f32, {false, true, false, true, false});
+      for (bool bk : {true, false}) add_gemm(t, t, {true, false, ak, bk, true, {}});
+  add_gemm(DType::f16, DType::f16, {true, false, true, false, false, {}});
+  add_gemm(DType::bf16, DType::f32, {true, false, false, true, false, {}});
+  add_gemm(DType::f32, DType::f32, {false, true, true, false, true, {}});
+  add_gemm(DType::f32, DType::f32, {false, true, false, true, false, {}});
+  // The larger tiles the per-architecture rule picks (matmul_tiles.h): warps of 64 x 64.
+  for (int shape : {1, 2})
+    for (int stages : {3, 4}) {
+      add_gemm(
+          DType::bf16, DType::bf16,
+          {true, false, stages == 3, stages == 4, true, codegen::matmul_tile_shape(shape, stages)});
+    }
+  add_gemm(DType::f32, DType::f32,
+           {false, true, true, false, true, codegen::matmul_tile_shape(1, 3)});
   // The attention kernels (forward, backward): every dtype at the smallest,
   // middle and largest head dims, the masked, plain-load variants, and f32 on TF32; each with
   // the tiles of the architecture it is built for (the shared memory its blocks may have).

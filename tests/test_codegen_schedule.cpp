@@ -277,7 +277,7 @@ BOOST_AUTO_TEST_CASE(kiln_log_kernels_names_gemm_and_attention_schedules) {
     });
   }
   reload_log_settings();
-  BOOST_TEST(text.find("schedule tensor-core (mma.m16n8k16) tiles of 64 x 64") != std::string::npos,
+  BOOST_TEST(text.find("schedule tensor-core (mma.m16n8k16) tiles of 64x64x32") != std::string::npos,
              text);
   BOOST_TEST(text.find("an operand's rows are strided or not 16-byte aligned") != std::string::npos,
              text);

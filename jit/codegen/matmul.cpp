@@ -23,8 +23,6 @@ namespace kiln::jit::codegen {
 namespace {
 
 constexpr long long kFmaTile = 16;  // templates/matmul.cu: TILE x TILE threads, one output each
-constexpr long long kMmaTile = 64;  // templates/matmul_mma.cu: BM = BN, 4 warps
-constexpr unsigned kMmaThreads = 128;
 constexpr long long kGridLimitYZ = 65535;
 
 bool is_16bit_float(DType t) {
@@ -42,9 +40,10 @@ bool takes_tf32(DType a, DType b, DType out) {
 std::string kernel_name(DType a, DType b, DType out, const MatmulVariant& v) {
   if (!v.mma())
     return fmt::format("k_matmul_{}_{}_{}", dtype_name(a), dtype_name(b), dtype_name(out));
-  return fmt::format("k_matmul_{}_{}_{}_a{}_b{}{}", v.tf32 ? "tf32" : "mma", dtype_name(a),
-                     dtype_name(out), v.a_k_contiguous ? "mk" : "km",
-                     v.b_k_contiguous ? "nk" : "kn", v.vector_loads ? "_vec" : "");
+  return fmt::format("k_matmul_{}_{}_{}_a{}_b{}{}_t{}x{}s{}", v.tf32 ? "tf32" : "mma",
+                     dtype_name(a), dtype_name(out), v.a_k_contiguous ? "mk" : "km",
+                     v.b_k_contiguous ? "nk" : "kn", v.vector_loads ? "_vec" : "", v.tile.bm(),
+                     v.tile.bn(), v.tile.stages);
 }
 
 std::string render_fma(DType a, DType b, DType out, int batch_rank, const std::string& name) {
@@ -84,13 +83,24 @@ std::string render_mma(DType a, DType out, int batch_rank, const MatmulVariant& 
   d.set("a_k_contiguous", v.a_k_contiguous);
   d.set("b_k_contiguous", v.b_k_contiguous);
   d.set("vector_loads", v.vector_loads);
+  d.set("warps_m", std::to_string(v.tile.warps_m));
+  d.set("warps_n", std::to_string(v.tile.warps_n));
+  d.set("mi", std::to_string(v.tile.mi));
+  d.set("nj", std::to_string(v.tile.nj));
+  d.set("stages", std::to_string(v.tile.stages));
   d.set("mma_helpers", std::string(template_text("mma_helpers.cu.mustache")));
   return render_template("matmul_mma.cu.mustache", d);
 }
 
-// Index of a tensor-core variant among the eight layouts.
+// Index of a tensor-core variant: its tile's slot, then the eight layouts.
+constexpr int kLayouts = 8;
 int mma_slot(const MatmulVariant& v) {
-  return (v.a_k_contiguous ? 4 : 0) + (v.b_k_contiguous ? 2 : 0) + (v.vector_loads ? 1 : 0);
+  return matmul_tile_slot(v.tile) * kLayouts + (v.a_k_contiguous ? 4 : 0) +
+         (v.b_k_contiguous ? 2 : 0) + (v.vector_loads ? 1 : 0);
+}
+
+MatmulStaging staging_of(const MatmulVariant& v) {
+  return MatmulStaging{v.tf32 ? 4 : 2, v.a_k_contiguous, v.b_k_contiguous};
 }
 
 // The problem as the kernels read it (their `_index` struct): batch sizes, each operand's batch
@@ -171,17 +181,21 @@ MatmulVariant variant_for(const Tensor& a, const Tensor& b, DType out, const Pro
   v.b_k_contiguous =
       !unit(p.b_cs, p.n) && (unit(p.b_rs, p.k) || std::llabs(p.b_rs) < std::llabs(p.b_cs));
   v.vector_loads = vector_loads_fit(a, b, p, v);
+  v.tile = choose_matmul_tile(p.m, p.n, p.batches, staging_of(v),
+                              MatmulDevice::of(cuda::backend().properties()));
   return v;
 }
 
 // A variant as KILN_LOG=kernels names it, and why a call takes it.
 std::string describe(const MatmulVariant& v) {
   if (!v.mma()) return fmt::format("FMA tiles of {} x {}", kFmaTile, kFmaTile);
-  return fmt::format("{} tiles of {} x {}, a staged {}, b staged {}, {}",
-                     v.tf32 ? "TF32 tensor-core (mma.m16n8k8)" : "tensor-core (mma.m16n8k16)",
-                     kMmaTile, kMmaTile, v.a_k_contiguous ? "[m][k]" : "[k][m]",
-                     v.b_k_contiguous ? "[n][k]" : "[k][n]",
-                     v.vector_loads ? "16-byte cp.async loads, double-buffered" : "scalar loads");
+  return fmt::format(
+      "{} tiles of {} ({} threads, {} bytes of shared memory), a staged {}, b "
+      "staged {}, {}",
+      v.tf32 ? "TF32 tensor-core (mma.m16n8k8)" : "tensor-core (mma.m16n8k16)", tile_text(v.tile),
+      v.tile.threads(), matmul_shared_bytes(v.tile, staging_of(v)),
+      v.a_k_contiguous ? "[m][k]" : "[k][m]", v.b_k_contiguous ? "[n][k]" : "[k][n]",
+      v.vector_loads ? "16-byte cp.async loads" : "scalar loads");
 }
 
 std::string why(const MatmulVariant& v, const Tensor& a, const Tensor& b) {
@@ -190,8 +204,13 @@ std::string why(const MatmulVariant& v, const Tensor& a, const Tensor& b) {
                ? "f32 without KILN_MATMUL_TF32=1"
                : fmt::format("no tensor-core type for {} @ {}", dtype_name(a.dtype()),
                              dtype_name(b.dtype()));
-  return v.vector_loads ? "operand rows contiguous and 16-byte aligned"
-                        : "an operand's rows are strided or not 16-byte aligned";
+  const auto& props = cuda::backend().properties();
+  return fmt::format(
+      "{}; the tile for sm_{}{} with {} SMs ({} bytes of shared memory per block "
+      "at most)",
+      v.vector_loads ? "operand rows contiguous and 16-byte aligned"
+                     : "an operand's rows are strided or not 16-byte aligned",
+      props.compute_major, props.compute_minor, props.sm_count, props.shared_mem_per_block_optin);
 }
 
 std::string shapes_of(const Tensor& a, const Tensor& b) {
@@ -214,7 +233,7 @@ MatmulKernel::MatmulKernel(DType a, DType b, DType out, int batch_rank)
   kernels_->a = a, kernels_->b = b, kernels_->out = out, kernels_->batch_rank = batch_rank;
   std::string name = kernel_name(a, b, out, {});
   kernels_->fma = KernelHandle(name, render_fma(a, b, out, batch_rank, name));
-  kernels_->mma = KernelVariants(name, 8);
+  kernels_->mma = KernelVariants(name, kLayouts * kMatmulTileSlots);
 }
 
 DType MatmulKernel::a_dtype() const {
@@ -239,6 +258,9 @@ const KernelHandle& MatmulKernel::kernel(const MatmulVariant& v) const {
                                                             : takes_tf32(k.a, k.b, k.out)),
              "matmul: no {} kernel for {} @ {} -> {}", v.tf32 ? "TF32" : "tensor-core",
              dtype_name(k.a), dtype_name(k.b), dtype_name(k.out));
+  KILN_CHECK(matmul_tile_slot(v.tile) >= 0,
+             "matmul: no tensor-core kernel with tile {} ({} x {} warps of {} x {} mma tiles)",
+             tile_text(v.tile), v.tile.warps_m, v.tile.warps_n, v.tile.mi, v.tile.nj);
   return k.mma.get(mma_slot(v), [&] {
     std::string name = kernel_name(k.a, k.b, k.out, v);
     return KernelHandle(name, render_mma(k.a, k.out, k.batch_rank, v, name));
@@ -277,12 +299,19 @@ Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
   Tensor out = p.k == 0 ? zeros(out_meta.shape, out_meta.dtype, Device::cuda())
                         : empty(out_meta.shape, out_meta.dtype, Device::cuda());
   if (out.numel() == 0 || p.k == 0) return out;
-  long long tile = variant.mma() ? kMmaTile : kFmaTile;
-  long long grid_x = (p.n + tile - 1) / tile, grid_y = (p.m + tile - 1) / tile;
+  long long tile_m = variant.mma() ? variant.tile.bm() : kFmaTile;
+  long long tile_n = variant.mma() ? variant.tile.bn() : kFmaTile;
+  long long grid_x = (p.n + tile_n - 1) / tile_n, grid_y = (p.m + tile_m - 1) / tile_m;
   KILN_CHECK(grid_y <= kGridLimitYZ && p.batches <= kGridLimitYZ && grid_x < (1ll << 31),
              "matmul: {} needs a grid of {} x {} x {} blocks of {} x {} outputs; CUDA allows "
              "65535 in y and z",
-             shapes_of(a, b), grid_x, grid_y, p.batches, tile, tile);
+             shapes_of(a, b), grid_x, grid_y, p.batches, tile_m, tile_n);
+  std::size_t shared = variant.mma() ? matmul_shared_bytes(variant.tile, staging_of(variant)) : 0;
+  std::size_t optin = cuda::backend().properties().shared_mem_per_block_optin;
+  KILN_CHECK(shared <= optin,
+             "matmul: {} on tile {} needs {} bytes of shared memory per block; the device "
+             "allows {}",
+             shapes_of(a, b), tile_text(variant.tile), shared, optin);
   std::vector<long long> packed = p.packed();
   auto pa = reinterpret_cast<cuda::DevicePtr>(a.raw_data());
   auto pb = reinterpret_cast<cuda::DevicePtr>(b.raw_data());
@@ -290,10 +319,12 @@ Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
   void* params[] = {&pa, &pb, &po, packed.data()};
   cuda::Dim3 grid{static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
                   static_cast<unsigned>(p.batches)};
-  cuda::Dim3 block = variant.mma() ? cuda::Dim3{kMmaThreads, 1, 1}
+  cuda::Dim3 block = variant.mma() ? cuda::Dim3{variant.tile.threads(), 1, 1}
                                    : cuda::Dim3{static_cast<unsigned>(kFmaTile),
                                                 static_cast<unsigned>(kFmaTile), 1};
-  handle.launch(grid, block, params, tensor_bytes(a) + tensor_bytes(b), tensor_bytes(out));
+  // Past 48 KiB the handle opts the function in (cuFuncSetAttribute) before its first launch.
+  handle.launch(grid, block, static_cast<unsigned>(shared), params,
+                tensor_bytes(a) + tensor_bytes(b), tensor_bytes(out));
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "jit/codegen/kernel_cache.h"
+#include "jit/codegen/matmul_tiles.h"
 #include "runtime/op.h"
 #include "runtime/tensor.h"
 
@@ -20,8 +21,11 @@ struct MatmulVariant {
   // [k][n]); the layout that keeps each operand's contiguous dim contiguous.
   bool a_k_contiguous = true;
   bool b_k_contiguous = false;
-  // Tiles staged with 16-byte cp.async copies, double-buffered (rows contiguous and aligned).
+  // Tiles staged with 16-byte cp.async copies (rows contiguous and aligned).
   bool vector_loads = false;
+  // The tensor-core kernels' block tile and pipeline depth (matmul_tiles.h: chosen per
+  // architecture and shape); part of the kernel's name.
+  MatmulTile tile;
 
   bool mma() const { return tensor_cores || tf32; }
   bool operator==(const MatmulVariant&) const = default;
@@ -50,15 +54,16 @@ class MatmulKernel {
 MatmulKernel render_matmul(DType a, DType b, DType out, int batch_rank);
 
 // The variant run_matmul launches for these operands: tensor cores for f16/bf16 (both operands
-// one dtype, a floating output) and, with KILN_MATMUL_TF32=1 (allow_tf32()), for f32; the FMA
-// kernel otherwise.
+// one dtype, a floating output) and, with KILN_MATMUL_TF32=1 (allow_tf32()), for f32, with the
+// tile choose_matmul_tile picks for the current device; the FMA kernel otherwise.
 MatmulVariant matmul_variant(const Tensor& a, const Tensor& b, DType out);
 
 // out = a @ b for CUDA tensors of rank >= 2 (shapes already checked by the op's inference).
 Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
                   const TensorMeta& out);
 // The same with the variant given (what benchmarks compare); kiln::Error, naming the shapes, if
-// the operands do not fit it (dtypes, or strides and alignment for vector loads).
+// the operands do not fit it (dtypes, or strides and alignment for vector loads, or a tile that is
+// not in the table or needs more shared memory than the device has).
 Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
                   const TensorMeta& out, const MatmulVariant& variant);
 

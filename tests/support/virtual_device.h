@@ -26,7 +26,7 @@ class VirtualDeviceScope {
       : major_(cuda::backend().properties(0).compute_major),
         minor_(cuda::backend().properties(0).compute_minor) {
     cuda::vgpu::set_compute_capability(cuda::backend(), major, minor);
-    if (shared_optin) cuda::vgpu::set_shared_memory_optin_limit(cuda::backend(), shared_optin);
+    if (shared_optin) cuda::vgpu::set_shared_memory_optin(cuda::backend(), shared_optin);
   }
   ~VirtualDeviceScope() { cuda::vgpu::set_compute_capability(cuda::backend(), major_, minor_); }
   VirtualDeviceScope(const VirtualDeviceScope&) = delete;

@@ -14,6 +14,7 @@
 #include "runtime/cuda/driver/driver_api.h"
 #include "runtime/cuda/driver/launch_timing.h"
 #include "runtime/cuda/host_sync.h"
+#include "runtime/cuda/launch_blocking.h"
 #include "runtime/cuda/pinned_ranges.h"
 #include "runtime/error.h"
 
@@ -21,15 +22,6 @@ namespace kiln::cuda {
 namespace {
 
 using driver::DriverApi;
-
-// KILN_LAUNCH_BLOCKING=1: every launch waits for its kernel (docs/environment.md).
-bool launch_blocking() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_LAUNCH_BLOCKING");
-    return v && std::string_view(v) == "1";
-  }();
-  return on;
-}
 
 // Handles are the driver's own handles cast to the opaque kiln types, except functions, which
 // also remember the dynamic shared memory they were opted in to.
@@ -243,10 +235,7 @@ class DriverBackend final : public Backend {
         api_.event_destroy(timed.end);
       }
     }
-    auto what = [&] {
-      return fmt::format("'{}' grid ({},{},{}) block ({},{},{}) dynamic shared {} bytes", f->name,
-                         grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_shared_bytes);
-    };
+    auto what = [&] { return launch_text(f->name, grid, block, dynamic_shared_bytes); };
     if (r != CUDA_SUCCESS) check(r, "cuLaunchKernel", what());
     if (launch_blocking()) {
       // A fault surfaces at the next call that waits: wait here, so it names this kernel.
@@ -254,9 +243,7 @@ class DriverBackend final : public Backend {
       CUresult done = api_.ctx_synchronize();
       if (done != CUDA_SUCCESS)
         throw Error(
-            fmt::format("kernel {} failed (KILN_LAUNCH_BLOCKING=1: cuCtxSynchronize after "
-                        "the launch): {}",
-                        what(), driver::error_text(api_, done)));
+            blocking_launch_failure(what(), "cuCtxSynchronize", driver::error_text(api_, done)));
     }
   }
 

@@ -12,9 +12,11 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "runtime/cuda/backends.h"
 #include "runtime/cuda/host_sync.h"
+#include "runtime/cuda/launch_blocking.h"
 #include "runtime/cuda/pinned_ranges.h"
 #include "runtime/cuda/shared_memory_limits.h"
 #include "runtime/cuda/virtual/decoder.h"
@@ -59,6 +61,22 @@ std::atomic<bool>& events_held() {
   return held;
 }
 
+vgpu::FaultMode fault_mode_from_env() {
+  const char* v = std::getenv("KILN_VGPU_FAULTS");
+  if (v == nullptr || std::string_view(v).empty() || std::string_view(v) == "immediate")
+    return vgpu::FaultMode::immediate;
+  KILN_CHECK(std::string_view(v) == "late", "KILN_VGPU_FAULTS='{}': expected immediate or late", v);
+  return vgpu::FaultMode::late;
+}
+
+// The CUresult a real GPU reports for the interpreter's fault (its message's first words).
+std::string driver_error_of(std::string_view fault) {
+  if (fault.starts_with("misaligned")) return "CUDA_ERROR_MISALIGNED_ADDRESS (misaligned address)";
+  if (fault.starts_with("trap") || fault.starts_with("deadlock"))
+    return "CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)";
+  return "CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)";
+}
+
 class VirtualBackend final : public Backend {
  public:
   VirtualBackend() {
@@ -78,6 +96,7 @@ class VirtualBackend final : public Backend {
                               ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
                               : (std::size_t(16) << 30);
     props_.is_virtual = true;
+    fault_mode_ = fault_mode_from_env();
   }
   ~VirtualBackend() override {
     for (VModule* m : modules_) delete m;
@@ -94,6 +113,7 @@ class VirtualBackend final : public Backend {
 
   DevicePtr alloc(std::size_t bytes) override {
     std::lock_guard lock(mu_);
+    check_sticky("cuMemAlloc_v2");
     // initcheck needs to know now: the bytes of a fresh allocation start uninitialized.
     bool track = false;
     try {
@@ -109,6 +129,12 @@ class VirtualBackend final : public Backend {
   void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes, Stream s) override {
     std::lock_guard lock(mu_);
     check_stream(s, "copy_to_device");
+    // From pageable memory the copy waits for the device, as cuMemcpyHtoD does.
+    if (pinned_.contains(src, bytes)) {
+      check_sticky("cuMemcpyHtoDAsync_v2");
+    } else {
+      report_fault("cuMemcpyHtoD_v2");
+    }
     if (!bytes) return;
     KILN_CHECK(src != nullptr, "virtual GPU: copy_to_device of {} bytes from a null host pointer",
                bytes);
@@ -133,6 +159,7 @@ class VirtualBackend final : public Backend {
   void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, Stream s) override {
     std::lock_guard lock(mu_);
     check_stream(s, "copy_to_host");
+    report_fault("cuMemcpyDtoH_v2");
     if (!bytes) return;
     KILN_CHECK(dst != nullptr, "virtual GPU: copy_to_host of {} bytes to a null host pointer",
                bytes);
@@ -142,6 +169,7 @@ class VirtualBackend final : public Backend {
   void copy_device(DevicePtr dst, DevicePtr src, std::size_t bytes, Stream s) override {
     std::lock_guard lock(mu_);
     check_stream(s, "copy_device");
+    check_sticky("cuMemcpyDtoD_v2");
     if (!bytes) return;
     mem_.check_range(src, bytes, "copy_device source");
     mem_.check_range(dst, bytes, "copy_device destination");
@@ -151,6 +179,7 @@ class VirtualBackend final : public Backend {
   void memset8(DevicePtr dst, std::uint8_t value, std::size_t bytes, Stream s) override {
     std::lock_guard lock(mu_);
     check_stream(s, "memset8");
+    check_sticky("cuMemsetD8Async");
     if (!bytes) return;
     mem_.check_range(dst, bytes, "memset8 destination");
     std::memset(reinterpret_cast<void*>(dst), value, bytes);
@@ -159,6 +188,7 @@ class VirtualBackend final : public Backend {
 
   Module load_module(std::string_view image) override {
     std::lock_guard lock(mu_);
+    check_sticky("cuModuleLoadDataEx");
     std::string text(image);
     KILN_CHECK_AS(
         PtxError,
@@ -235,9 +265,17 @@ class VirtualBackend final : public Backend {
     props_.shared_mem_per_block_optin = shared_memory_optin_limit(major, minor);
     props_.name = fmt::format("kiln virtual GPU (PTX interpreter, sm_{}{})", major, minor);
   }
-
-  void set_shared_memory_optin_limit(std::size_t bytes) {
+  void set_sm_count(int sm_count) {
     std::lock_guard lock(mu_);
+    KILN_CHECK(sm_count > 0, "virtual GPU: set_sm_count({}): needs at least 1 SM", sm_count);
+    props_.sm_count = sm_count;
+  }
+  void set_shared_memory_optin(std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    KILN_CHECK(bytes >= props_.shared_mem_per_block,
+               "virtual GPU: set_shared_memory_optin({}): less than the {} bytes every block may "
+               "have",
+               bytes, props_.shared_mem_per_block);
     props_.shared_mem_per_block_optin = bytes;
   }
 
@@ -249,6 +287,7 @@ class VirtualBackend final : public Backend {
                   "virtual GPU: launch of an invalid function handle (unknown or its module was "
                   "unloaded)");
     check_stream(s, "launch");
+    check_sticky("cuLaunchKernel");
     const vgpu::Function& k = *vf->fn;
     validate_launch(*vf, grid, block, dynamic_shared);
     vgpu::LaunchRequest rq;
@@ -261,7 +300,25 @@ class VirtualBackend final : public Backend {
     rq.params = params;
     rq.sm_count = props_.sm_count;
     if (!kernel_execution().load(std::memory_order_relaxed)) return;
-    instructions_ += vgpu::run_launch(rq).thread_instructions;
+    const bool blocking = launch_blocking();
+    if (blocking) count_synchronization();
+    if (!fault_.empty()) {  // the device stopped at an earlier fault: this never runs
+      if (blocking) report_fault("cuCtxSynchronize");
+      return;
+    }
+    try {
+      instructions_ += vgpu::run_launch(rq).thread_instructions;
+    } catch (const KernelFault& e) {
+      if (fault_mode_ == vgpu::FaultMode::late) {
+        fault_ = driver_error_of(e.what());
+        if (!blocking) return;  // reported by the next call that waits
+        fault_reported_ = true;
+      }
+      if (!blocking) throw;
+      throw KernelFault(blocking_launch_failure(
+          launch_text(k.name, grid, block, dynamic_shared), "cuCtxSynchronize",
+          fmt::format("{}: {}", driver_error_of(e.what()), e.what())));
+    }
   }
 
   Stream create_stream() override {
@@ -281,6 +338,7 @@ class VirtualBackend final : public Backend {
   void synchronize_stream(Stream s) override {
     std::lock_guard lock(mu_);
     check_stream(s, "synchronize_stream");
+    report_fault("cuStreamSynchronize");
     complete_events();
   }
   Event create_event() override {
@@ -299,6 +357,7 @@ class VirtualBackend final : public Backend {
     std::lock_guard lock(mu_);
     VEvent* ve = event_of(e, "record_event");
     check_stream(s, "record_event");
+    check_sticky("cuEventRecord");
     ve->recorded = true;
     ve->pending = events_held().load(std::memory_order_relaxed);
     ve->when = Clock::now();
@@ -307,19 +366,25 @@ class VirtualBackend final : public Backend {
     std::lock_guard lock(mu_);
     event_of(e, "wait_event");
     check_stream(s, "wait_event");
+    check_sticky("cuStreamWaitEvent");
   }
   void synchronize_event(Event e) override {
     std::lock_guard lock(mu_);
-    event_of(e, "synchronize_event")->pending = false;
+    VEvent* ve = event_of(e, "synchronize_event");
+    report_fault("cuEventSynchronize");
+    ve->pending = false;
   }
   bool event_done(Event e) override {
     std::lock_guard lock(mu_);
-    return !event_of(e, "event_done")->pending;
+    VEvent* ve = event_of(e, "event_done");
+    report_fault("cuEventQuery");
+    return !ve->pending;
   }
   float elapsed_ms(Event start, Event end) override {
     std::lock_guard lock(mu_);
     VEvent* a = event_of(start, "elapsed_ms");
     VEvent* b = event_of(end, "elapsed_ms");
+    check_sticky("cuEventElapsedTime");
     KILN_CHECK(a->recorded && b->recorded,
                "virtual GPU: elapsed_ms needs both events recorded (start {}, end {})",
                a->recorded ? "recorded" : "never recorded",
@@ -329,10 +394,17 @@ class VirtualBackend final : public Backend {
   }
   void synchronize() override {
     std::lock_guard lock(mu_);
+    report_fault("cuCtxSynchronize");
     complete_events();
   }
 
   std::uint64_t instructions() const { return instructions_; }
+  vgpu::FaultMode set_fault_mode(vgpu::FaultMode mode) {
+    std::lock_guard lock(mu_);
+    fault_.clear();
+    fault_reported_ = false;
+    return std::exchange(fault_mode_, mode);
+  }
   void check_range(DevicePtr ptr, std::uint64_t bytes, const char* what) {
     std::lock_guard lock(mu_);
     mem_.check_range(ptr, bytes, what);
@@ -352,6 +424,26 @@ class VirtualBackend final : public Backend {
   std::set<VEvent*> events_;
   std::uint64_t instructions_ = 0;
   PinnedRanges pinned_;
+  // Late faults (vgpu::FaultMode::late): the driver's error for the fault the device stopped at
+  // (empty: none), and whether a call has reported it (from then on every call does).
+  vgpu::FaultMode fault_mode_ = vgpu::FaultMode::immediate;
+  std::string fault_;
+  bool fault_reported_ = false;
+
+  // A call that waits for the device reports a recorded fault, as the driver's `call` would.
+  void report_fault(const char* call) {
+    if (fault_.empty()) return;
+    fault_reported_ = true;
+    throw KernelFault(fmt::format(
+        "{} failed: {} (a kernel launched earlier faulted: CUDA reports it at the next call that "
+        "waits for the device, and every call after it fails too; KILN_LAUNCH_BLOCKING=1 raises "
+        "it at the launch, naming the kernel)",
+        call, fault_));
+  }
+  // Any other call fails once the fault was reported: the context is poisoned.
+  void check_sticky(const char* call) {
+    if (fault_reported_) report_fault(call);
+  }
 
   // Streams are one queue that runs at once; held events complete at a synchronization.
   void complete_events() {
@@ -465,14 +557,24 @@ void set_compute_capability(Backend& backend, int major, int minor) {
   v->set_compute_capability(major, minor);
 }
 
-void set_shared_memory_optin_limit(Backend& backend, std::size_t bytes) {
+namespace {
+VirtualBackend& virtual_of(Backend& backend, const char* what) {
   auto* v = dynamic_cast<VirtualBackend*>(&backend);
-  KILN_CHECK(v != nullptr, "set_shared_memory_optin_limit: backend '{}' is not the virtual GPU",
-             backend.kind());
-  KILN_CHECK(bytes >= kDefaultSharedPerBlock,
-             "set_shared_memory_optin_limit: {} bytes is less than the {} every block may have",
-             bytes, kDefaultSharedPerBlock);
-  v->set_shared_memory_optin_limit(bytes);
+  KILN_CHECK(v != nullptr, "{}: backend '{}' is not the virtual GPU", what, backend.kind());
+  return *v;
+}
+}  // namespace
+
+void set_sm_count(Backend& backend, int sm_count) {
+  virtual_of(backend, "set_sm_count").set_sm_count(sm_count);
+}
+
+void set_shared_memory_optin(Backend& backend, std::size_t bytes) {
+  virtual_of(backend, "set_shared_memory_optin").set_shared_memory_optin(bytes);
+}
+
+FaultMode set_fault_mode(Backend& backend, FaultMode mode) {
+  return virtual_of(backend, "set_fault_mode").set_fault_mode(mode);
 }
 
 bool hold_events(bool on) {

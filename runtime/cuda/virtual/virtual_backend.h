@@ -27,15 +27,32 @@ bool set_kernel_execution(bool on);
 // Makes the virtual GPU `backend` report compute capability major.minor, with that
 // architecture's shared memory limits (shared_memory_limits.h); sm_90 by default. For tests.
 void set_compute_capability(Backend& backend, int major, int minor);
-// Makes the virtual GPU `backend` report `bytes` (at least the 48 KiB default) as the most shared
-// memory a block may have once its function opts in: a device that allows no more than the
-// default, say, which no architecture NVRTC targets has. set_compute_capability restores its
-// architecture's. For tests.
-void set_shared_memory_optin_limit(Backend& backend, std::size_t bytes);
+// Makes it report `sm_count` SMs (132 by default, an H100 SXM's; an A100 has 108). For tests of
+// schedules that size grids by the SM count.
+void set_sm_count(Backend& backend, int sm_count);
+// Makes its per-block shared memory opt-in maximum `bytes` (48 KiB: a device that allows no
+// more than the static limit), until the next set_compute_capability. For tests.
+void set_shared_memory_optin(Backend& backend, std::size_t bytes);
 
 // While on, events recorded stay unfinished (event_done false) until a synchronization (event,
 // stream or device) that covers them, as on a GPU still busy: tests of code that must not reuse
 // a buffer before its copy's event completes. Returns the previous setting; off by default.
 bool hold_events(bool on);
+
+// How a fault inside a kernel (an illegal address, a trap) reaches the host.
+//  - immediate (the default): the launch throws the KernelFault naming the kernel, block, thread
+//    and instruction; nothing is left behind, so a test goes on after it.
+//  - late, as CUDA reports it: the launch returns; the device stops (launches after it do not
+//    run); the next call that waits for the device (synchronize, a stream or event
+//    synchronization, an event query, a copy to the host, an upload from pageable memory) throws
+//    a KernelFault worded as the driver's error ("cuCtxSynchronize failed:
+//    CUDA_ERROR_ILLEGAL_ADDRESS (...)"), naming no kernel. It is sticky, as a CUDA context is
+//    unusable after a fault: every later call but frees and destroys throws it too.
+// With KILN_LAUNCH_BLOCKING=1 (launch_blocking.h) each launch waits for its kernel, so in either
+// mode the launch throws, naming the kernel, its grid and block (and in late mode still
+// poisons). The mode starts from KILN_VGPU_FAULTS=immediate|late; setting it clears a fault
+// (a fresh context). Returns the previous mode.
+enum class FaultMode { immediate, late };
+FaultMode set_fault_mode(Backend& backend, FaultMode mode);
 
 }  // namespace kiln::cuda::vgpu
