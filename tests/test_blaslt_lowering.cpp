@@ -353,3 +353,102 @@ BOOST_AUTO_TEST_CASE(a_mismatched_aux_is_a_named_rule) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// A cast of an f16/bf16 product to f32 (autocast's weight gradients, f32 results of 16-bit
+// matmuls) is the call's output type: cuBLASLt writes f32 from its f32 accumulator, so the
+// 16-bit product is neither rounded nor stored and read back by a cast kernel.
+BOOST_AUTO_TEST_SUITE(blaslt_widening)
+
+// The f64 product of the operands as the device holds them (already rounded to `t`).
+Tensor exact_product(const Tensor& a, const Tensor& b) {
+  return matmul(a.to(DType::f64), b.to(DType::f64));
+}
+
+BOOST_AUTO_TEST_CASE(a_widening_cast_is_the_calls_output_type) {
+  const std::int64_t M = 6, K = 40, N = 24;
+  for (DType t : {DType::f16, DType::bf16}) {
+    BOOST_TEST_CONTEXT(dtype_name(t)) {
+      Tensor a = randn({M, K}).to(t), b = randn({K, N}).to(t);
+      auto fn = [](const Tensor& a, const Tensor& b) { return cast(matmul(a, b), DType::f32); };
+      auto f = jit::compile(fn);
+      Tensor ad = dev(a), bd = dev(b);
+      (void)f(ad, bd);
+      const auto calls = lt_stats().calls.load(), read = lt_stats().bytes_read.load(),
+                 written = lt_stats().bytes_written.load();
+      const auto launches = jit::codegen::launch_stats().launches.load();
+      Tensor got = f(ad, bd);
+      BOOST_TEST(lt_stats().calls.load() == calls + 1);
+      BOOST_TEST(jit::codegen::launch_stats().launches.load() == launches);  // no cast kernel
+      // The operands at 2 bytes an element, the product written once at 4.
+      BOOST_TEST(lt_stats().bytes_read.load() - read == (M * K + K * N) * 2);
+      BOOST_TEST(lt_stats().bytes_written.load() - written == M * N * 4);
+      lt::MatmulSpec s = last_spec();
+      BOOST_TEST(s.a.type == (t == DType::f16 ? CUDA_R_16F : CUDA_R_16BF));
+      BOOST_TEST(s.d.type == CUDA_R_32F);
+      BOOST_TEST(s.c.type == CUDA_R_32F);
+      BOOST_TEST(s.epilogue == CUBLASLT_EPILOGUE_DEFAULT);
+      BOOST_TEST(contains(f.explain(), "writing f32"), f.explain());
+      BOOST_TEST((got.dtype() == DType::f32));
+      // Not rounded to 16 bits: within f32's accuracy of the exact product, which the
+      // 16-bit product rounded and widened is not.
+      Tensor want = exact_product(a, b);
+      BOOST_TEST(relative_error(got, want) <= 1e-5);
+      BOOST_TEST(relative_error(matmul(a, b).to(DType::f32), want) > 1e-4);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_weight_gradient_comes_out_of_the_gemm_in_f32) {
+  // The autocast pattern: f32 weights cast to bf16 for the matmul, so the weight's gradient is
+  // the bf16 product dyᵀ x cast back to f32.
+  Tensor x = randn({2, 8, 32}), w = randn({16, 32}), g = randn({2, 8, 16});
+  auto fn = [](const Tensor& x, const Tensor& w, const Tensor& g) {
+    Tensor y = matmul(cast(x, DType::bf16), transpose(cast(w, DType::bf16), 0, 1));
+    return sum(cast(y, DType::f32) * g);
+  };
+  auto f = jit::compile(fn);
+  Tensor xd = dev(x), gd = dev(g), wd = dev(w);
+  wd.requires_grad_();
+  Tensor loss;
+  for (int i = 0; i < 2; ++i) {
+    wd.set_grad(Tensor());
+    loss = f(xd, wd, gd);
+    loss.backward();
+  }
+  BOOST_TEST(contains(f.explain(), "cuBLASLt DEFAULT: matmul + cast, writing f32"), f.explain());
+  // dW = cast(g, bf16)ᵀ @ cast(x, bf16) over the 16 rows, exactly in f64.
+  Tensor gb = g.to(DType::bf16).reshape({16, 16}), xb = x.to(DType::bf16).reshape({16, 32});
+  Tensor want = exact_product(transpose(gb, 0, 1), xb);
+  BOOST_TEST((wd.grad().dtype() == DType::f32));
+  BOOST_TEST(relative_error(wd.grad(), want) <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(what_does_not_widen_names_its_rule) {
+  Tensor x = dev(randn({4, 16})), w = dev(randn({16, 8}));
+  jit::codegen::LtForward p;
+  p.a = x, p.b = w, p.out_dtype = DType::f32;
+  BOOST_TEST(jit::codegen::lt_rule_failure(p) == "");  // f32 as it is
+  p.out_dtype = DType::bf16;
+  BOOST_TEST(contains(jit::codegen::lt_rule_failure(p), "widens only f16/bf16 to f32"));
+  p.a = x.to(DType::bf16), p.b = w.to(DType::bf16), p.out_dtype = DType::f32;
+  BOOST_TEST(jit::codegen::lt_rule_failure(p) == "");
+  p.bias = dev(randn({8})).to(DType::bf16);
+  BOOST_TEST(contains(jit::codegen::lt_rule_failure(p), "with a bias"));
+  // In a graph, a 16-bit bias before the cast keeps the generated epilogue, and says why.
+  setenv("KILN_LOG", "fusion", 1);
+  reload_log_settings();
+  Tensor a = randn({4, 16}).to(DType::bf16), b = randn({16, 8}).to(DType::bf16),
+         bias = randn({8}).to(DType::bf16);
+  auto fn = [](const Tensor& a, const Tensor& b, const Tensor& bias) {
+    return cast(matmul(a, b) + bias, DType::f32);
+  };
+  auto f = jit::compile(fn);
+  Tensor got;
+  std::string err = kiln::test::capture_output(2, [&] { got = f(dev(a), dev(b), dev(bias)); });
+  unsetenv("KILN_LOG");
+  reload_log_settings();
+  BOOST_TEST(contains(err, "a cast to f32 after a bf16 bias"), err);
+  BOOST_TEST(relative_error(got, fn(a, b, bias)) <= tolerance(DType::bf16));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

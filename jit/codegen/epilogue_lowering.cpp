@@ -15,6 +15,21 @@
 namespace kiln::jit::codegen {
 namespace {
 
+// Why `cast` (reading the product, after its bias and activation if any) is not the call's
+// output type: only f16/bf16 products widen, to f32, which cuBLASLt writes from its f32
+// accumulator; a 16-bit bias with an f32 D is not a combination it takes.
+std::string widening_failure(const graph::Graph& g, const graph::Node& cast,
+                             const EpilogueLowering& out) {
+  const DType from = g.values[cast.inputs[0]].meta.dtype, to = g.values[cast.output()].meta.dtype;
+  if ((from != DType::f16 && from != DType::bf16) || to != DType::f32)
+    return fmt::format("a cast from {} to {}: a call widens only f16/bf16 products to f32",
+                       dtype_name(from), dtype_name(to));
+  if (out.bias_value >= 0)
+    return fmt::format("a cast to f32 after a {} bias: cuBLASLt's bias is D's type",
+                       dtype_name(from));
+  return "";
+}
+
 // Why the pointwise group `eg` after matmul node `mm` is not a cuBLASLt epilogue ("" if it is);
 // fills `out` when it is.
 std::string match(const graph::Graph& g, const graph::Partition& p, int mm, int eg,
@@ -31,6 +46,9 @@ std::string match(const graph::Graph& g, const graph::Partition& p, int mm, int 
   int expanded_bias = -1, expanded_from = -1, pre_activation = -1;
   for (int ni : group.nodes) {
     const graph::Node& node = g.nodes[ni];
+    if (out.out_dtype)
+      return fmt::format("the epilogue group computes {} after the cast to {}", op_name(node.op),
+                         dtype_name(*out.out_dtype));
     ops.emplace_back(op_name(node.op));
     auto reads = [&](int v) {
       return std::find(node.inputs.begin(), node.inputs.end(), v) != node.inputs.end();
@@ -63,6 +81,12 @@ std::string match(const graph::Graph& g, const graph::Partition& p, int mm, int 
     if (node.op == OpId::gelu && reads(cur))
       return "exact-erf gelu: cuBLASLt's GELU epilogue is the tanh approximation (only gelu(x, "
              "tanh) lowers)";
+    if (node.op == OpId::cast && reads(cur)) {
+      if (std::string why = widening_failure(g, node, out); !why.empty()) return why;
+      out.out_dtype = g.values[node.output()].meta.dtype;
+      cur = node.output();
+      continue;
+    }
     return fmt::format("the epilogue group also computes {}", op_name(node.op));
   }
   auto writes = [&](int v) {
@@ -76,7 +100,10 @@ std::string match(const graph::Graph& g, const graph::Partition& p, int mm, int 
   else if (group.outputs.size() != 1 || group.outputs[0] != cur)
     return "the epilogue group writes values besides the activation's output (and GELU's "
            "pre-activation)";
-  if (out.bias_value < 0 && out.act == Activation::none) return "nothing to fuse";
+  if (out.out_dtype && out.aux_value >= 0)
+    return "GELU's pre-activation is written too: cuBLASLt writes the aux in D's type, and the "
+           "cast widens D";
+  if (out.bias_value < 0 && out.act == Activation::none && !out.out_dtype) return "nothing to fuse";
   out.out_value = cur;
   out.note = fmt::format("matmul + {}", fmt::join(ops, " + "));
   return "";
@@ -272,7 +299,11 @@ std::vector<EpilogueLowering> plan_epilogues(const graph::Graph& g, const graph:
     if (why.empty() && dt != DType::f32 && dt != DType::f16 && dt != DType::bf16)
       why = fmt::format("dtype {}: cuBLASLt epilogues take f32 (TF32 on request), f16 and bf16",
                         dtype_name(dt));
-    if (!why.empty() && (dt == DType::f32 || dt == DType::f16 || dt == DType::bf16)) {
+    // A bare widening cast gives way to a bias-gradient form, which takes the product as it is.
+    const bool bare_cast =
+        why.empty() && l.out_dtype && l.bias_value < 0 && l.act == Activation::none;
+    if ((!why.empty() || bare_cast) &&
+        (dt == DType::f32 || dt == DType::f16 || dt == DType::bf16)) {
       EpilogueLowering grad;
       grad.matmul_group = static_cast<int>(gi);
       grad.matmul_node = mm;
@@ -307,8 +338,9 @@ std::vector<EpilogueLowering> plan_epilogues(const graph::Graph& g, const graph:
       continue;
     }
     l.epilogue = forward_epilogue(l.bias_value >= 0, l.act, l.aux_value >= 0);
-    l.note = fmt::format("cuBLASLt {}: {} (groups {} and {})",
-                         cuda::blaslt::epilogue_name(l.epilogue), l.note, gi, eg);
+    l.note = fmt::format(
+        "cuBLASLt {}: {}{} (groups {} and {})", cuda::blaslt::epilogue_name(l.epilogue), l.note,
+        l.out_dtype ? fmt::format(", writing {}", dtype_name(*l.out_dtype)) : "", gi, eg);
     log.push_back(fmt::format("kiln: group {} (matmul) + group {} -> {}", gi, eg, l.note));
     result.push_back(std::move(l));
   }
@@ -344,6 +376,7 @@ bool run_epilogue(const graph::Graph& g, const EpilogueLowering& l, std::vector<
   if (l.bias_value >= 0) problem.bias = values.at(l.bias_value);
   problem.act = l.act;
   problem.save_aux = l.aux_value >= 0;
+  problem.out_dtype = l.out_dtype;
   std::string why;
   auto r = try_lt_forward(problem, &why);
   if (!r) {

@@ -1,10 +1,12 @@
 // The fuser offers each matmul its elementwise neighbours: a matmul group whose only consumer is
-// a pointwise group computing exactly `+ bias` and/or one activation (relu, gelu(x, tanh)) becomes
-// ONE cuBLASLt call with the matching epilogue (BIAS, RELU_BIAS, GELU_BIAS, ...). Anything else
+// a pointwise group computing exactly `+ bias` and/or one activation (relu, gelu(x, tanh)), and/or
+// last a cast of a f16/bf16 product to f32, becomes ONE cuBLASLt call with the matching epilogue
+// (BIAS, RELU_BIAS, GELU_BIAS, ...) writing the group's dtype. Anything else
 // (exact-erf GELU, other ops in the group, dtypes cuBLASLt does not take) keeps the plain GEMM +
 // the generated epilogue kernel, and KILN_LOG=fusion says which rule failed.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,6 +36,10 @@ struct EpilogueLowering {
   // A backward form (DGELU_BGRAD): aux_value is then the forward's pre-activation it reads,
   // out_value the activation's gradient, bias_grad_value its column sum.
   bool backward = false;
+  // The dtype the call writes when the epilogue group ends in a cast of the f16/bf16 product to
+  // f32 (autocast's weight gradients): the call writes f32 from its f32 accumulator, so the
+  // 16-bit product is never stored and read back. Unset: the matmul's dtype.
+  std::optional<DType> out_dtype;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   std::string note;  // "cuBLASLt GELU_BIAS: matmul + add + gelu_tanh"
 };

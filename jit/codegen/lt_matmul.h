@@ -27,6 +27,9 @@ struct LtForward {
   // Also produce what the backward needs: the pre-activation (GELU, a [..., M, N] tensor of the
   // output's dtype) or the ReLU bitmask (opaque bytes, cuBLASLt's format).
   bool save_aux = false;
+  // The output's dtype when it is not a's: f32 for f16/bf16 operands (cuBLASLt's C/D type
+  // CUDA_R_32F), the product written from the f32 accumulator without rounding to 16 bits.
+  std::optional<DType> out_dtype;
 };
 
 struct LtResult {
