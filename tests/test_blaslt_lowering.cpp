@@ -423,6 +423,28 @@ BOOST_AUTO_TEST_CASE(a_weight_gradient_comes_out_of_the_gemm_in_f32) {
   BOOST_TEST(relative_error(wd.grad(), want) <= 1e-5);
 }
 
+BOOST_AUTO_TEST_CASE(an_autocast_bias_is_the_epilogues_bias) {
+  // f32 parameters cast to bf16 (autocast's linear): the bias cast is a kernel of its own, so
+  // matmul + bias + gelu is one GELU_BIAS call reading it, not a GEMM and an epilogue kernel.
+  Tensor x = randn({2, 6, 32}), w = randn({24, 32}), b = randn({24});
+  auto fn = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor y = matmul(cast(x, DType::bf16), transpose(cast(w, DType::bf16), 0, 1));
+    return gelu(y + cast(b, DType::bf16), GeluApproximation::tanh);
+  };
+  auto f = jit::compile(fn);
+  Tensor xd = dev(x), wd = dev(w), bd = dev(b);
+  (void)f(xd, wd, bd);
+  const auto calls = lt_stats().calls.load(), written = lt_stats().bytes_written.load();
+  Tensor got = f(xd, wd, bd);
+  BOOST_TEST(lt_stats().calls.load() == calls + 1);
+  BOOST_TEST(last_spec().epilogue == CUBLASLT_EPILOGUE_GELU_BIAS);
+  BOOST_TEST(lt_stats().bytes_written.load() - written == 2 * 6 * 24 * 2);  // the output, once
+  BOOST_TEST(contains(f.explain(), "cuBLASLt GELU_BIAS"), f.explain());
+  // Against the CPU's bf16 ops on the same rounded operands.
+  BOOST_TEST(relative_error(got.to(DType::f32), fn(x, w, b).to(DType::f32)) <=
+             tolerance(DType::bf16));
+}
+
 BOOST_AUTO_TEST_CASE(what_does_not_widen_names_its_rule) {
   Tensor x = dev(randn({4, 16})), w = dev(randn({16, 8}));
   jit::codegen::LtForward p;
