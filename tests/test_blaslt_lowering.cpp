@@ -445,6 +445,43 @@ BOOST_AUTO_TEST_CASE(an_autocast_bias_is_the_epilogues_bias) {
              tolerance(DType::bf16));
 }
 
+BOOST_AUTO_TEST_CASE(an_autocast_gelu_layers_bias_gradient_comes_out_of_the_gemm) {
+  // autocast's MLP: the gradient through gelu_tanh and its bias's gradient (summed in bf16, cast
+  // to the f32 parameter's dtype) are one DGELU_BGRAD call; the cast of the 64 sums is left.
+  // Weights at a layer's scale (1/sqrt(fan-in)), so that pre-activations are O(1).
+  Tensor x = randn({2, 8, 16}), w1 = randn({64, 16}) * 0.25, b1 = randn({64}),
+         w2 = randn({8, 64}) * 0.125, g = randn({2, 8, 8});
+  auto fn = [](const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+               const Tensor& g) {
+    auto lin = [](const Tensor& a, const Tensor& w) {
+      return matmul(a, transpose(cast(w, DType::bf16), 0, 1));
+    };
+    Tensor h = gelu(lin(cast(x, DType::bf16), w1) + cast(b1, DType::bf16), GeluApproximation::tanh);
+    return sum(cast(lin(h, w2), DType::f32) * g);
+  };
+  auto f = jit::compile(fn);
+  std::vector<Tensor> params = {dev(w1), dev(b1), dev(w2)};
+  for (Tensor& p : params) p.requires_grad_();
+  for (int i = 0; i < 2; ++i) {
+    for (Tensor& p : params) p.set_grad(Tensor());
+    f(dev(x), params[0], params[1], params[2], dev(g)).backward();
+  }
+  BOOST_TEST(contains(f.explain(), "cuBLASLt DGELU_BGRAD"), f.explain());
+  // Against CPU autograd in f64 on the operands rounded to bf16 as the device reads them (the
+  // device rounds intermediates to bf16 too: h, its pre-activation and the gradient dz).
+  auto f64_of_bf16 = [](const Tensor& t) { return t.to(DType::bf16).to(DType::f64); };
+  std::vector<Tensor> ref = {f64_of_bf16(w1), f64_of_bf16(b1), f64_of_bf16(w2)};
+  for (Tensor& p : ref) p.requires_grad_();
+  Tensor h =
+      gelu(matmul(f64_of_bf16(x), transpose(ref[0], 0, 1)) + ref[1], GeluApproximation::tanh);
+  sum(matmul(h, transpose(ref[2], 0, 1)) * g.to(DType::f64)).backward();
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    BOOST_TEST((params[i].grad().dtype() == DType::f32));
+    double err = relative_error(params[i].grad(), ref[i].grad());
+    BOOST_TEST(err <= 3e-2, "parameter " << i << ": " << err);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(what_does_not_widen_names_its_rule) {
   Tensor x = dev(randn({4, 16})), w = dev(randn({16, 8}));
   jit::codegen::LtForward p;

@@ -170,6 +170,38 @@ int bias_grad_group(const graph::Graph& g, const graph::Partition& p, int mm,
   return -1;
 }
 
+// The value group `group` writes for the column sum `db`: db itself, or db through reshapes and
+// one cast from f16/bf16 to f32 (autocast's bias gradient), those nodes in `tail`; -1 when the
+// group does anything else with it.
+int bias_grad_written(const graph::Graph& g, const graph::FusionGroup& group, int db,
+                      std::vector<int>& tail) {
+  auto writes = [&](int v) {
+    return std::find(group.outputs.begin(), group.outputs.end(), v) != group.outputs.end();
+  };
+  bool widened = false;
+  int v = db;
+  while (!writes(v)) {
+    int reader = -1;
+    for (int n : group.nodes)
+      if (std::find(g.nodes[n].inputs.begin(), g.nodes[n].inputs.end(), v) !=
+          g.nodes[n].inputs.end()) {
+        if (reader >= 0) return -1;
+        reader = n;
+      }
+    if (reader < 0) return -1;
+    const graph::Node& r = g.nodes[reader];
+    const DType from = g.values[v].meta.dtype, to = g.values[r.output()].meta.dtype;
+    if (r.op == OpId::cast && !widened && (from == DType::f16 || from == DType::bf16) &&
+        to == DType::f32)
+      widened = true;
+    else if (r.op != OpId::reshape)
+      return -1;
+    tail.push_back(reader);
+    v = r.output();
+  }
+  return v == db || widened ? v : -1;
+}
+
 // Whether reduction group `eg` after matmul node `mm` (dh = dY @ W) computes exactly
 // dz = dh * gelu_tanh'(z) for a z from outside, and db = dz summed over its rows: the backward
 // of matmul + bias + gelu(x, tanh), which cuBLASLt's DGELU_BGRAD computes in the call. The
@@ -185,18 +217,22 @@ bool match_gelu_grad(const graph::Graph& g, const graph::Partition& p, int mm, i
       dh_value.is_symbolic())
     return false;
   int sum = -1;
-  std::vector<int> pointwise;
-  for (int n : group.nodes) {
-    OpClass c = op_class(g.nodes[n].op);
-    if (g.nodes[n].op == OpId::sum && sum < 0)
+  for (int n : group.nodes)
+    if (g.nodes[n].op == OpId::sum) {
+      if (sum >= 0) return false;
       sum = n;
-    else if (c == OpClass::elementwise)
-      pointwise.push_back(n);
-    else
-      return false;
-  }
+    }
   if (sum < 0) return false;
   const int dz = g.nodes[sum].inputs[0], db = g.nodes[sum].output();
+  std::vector<int> tail;
+  const int db_written = bias_grad_written(g, group, db, tail);
+  if (db_written < 0) return false;
+  std::vector<int> pointwise;
+  for (int n : group.nodes) {
+    if (n == sum || std::find(tail.begin(), tail.end(), n) != tail.end()) continue;
+    if (op_class(g.nodes[n].op) != OpClass::elementwise) return false;
+    pointwise.push_back(n);
+  }
   const std::int64_t n = shape.back();
   std::vector<std::int64_t> rows(shape.size() - 1);
   for (std::size_t d = 0; d < rows.size(); ++d) rows[d] = static_cast<std::int64_t>(d);
@@ -206,7 +242,7 @@ bool match_gelu_grad(const graph::Graph& g, const graph::Partition& p, int mm, i
   auto writes = [&](int v) {
     return std::find(group.outputs.begin(), group.outputs.end(), v) != group.outputs.end();
   };
-  if (!writes(dz) || !writes(db) || g.values[dz].meta.shape != shape || dims != rows ||
+  if (!writes(dz) || g.values[dz].meta.shape != shape || dims != rows ||
       numel(g.values[db].meta.shape) != n)
     return false;
   // The pointwise part reads dh, one z of dh's shape and dtype, and constants.
@@ -263,6 +299,7 @@ bool match_gelu_grad(const graph::Graph& g, const graph::Partition& p, int mm, i
   out.aux_value = z;
   out.out_value = dz;
   out.bias_grad_value = db;
+  if (db_written != db) out.bias_grad_widened_value = db_written;
   out.backward = true;
   return true;
 }
@@ -367,7 +404,11 @@ bool run_epilogue(const graph::Graph& g, const EpilogueLowering& l, std::vector<
       return false;
     }
     values[l.out_value] = std::move(r->out);
-    values[l.bias_grad_value] = r->bias_grad.reshape(g.values[l.bias_grad_value].meta.shape);
+    if (l.bias_grad_widened_value >= 0)  // the cuBLASLt bias gradient is D's 16-bit type
+      values[l.bias_grad_widened_value] =
+          r->bias_grad.to(DType::f32).reshape(g.values[l.bias_grad_widened_value].meta.shape);
+    else
+      values[l.bias_grad_value] = r->bias_grad.reshape(g.values[l.bias_grad_value].meta.shape);
     return true;
   }
   LtForward problem;

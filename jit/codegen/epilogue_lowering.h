@@ -31,6 +31,10 @@ struct EpilogueLowering {
   // computes: cuBLASLt's BGRADB gives both. epilogue_group is then the reduction group, which
   // the plan runs right after the matmul, and this is the sum it writes.
   int bias_grad_value = -1;
+  // The f32 value the epilogue group writes for bias_grad_value (reshaped, cast from f16/bf16:
+  // autocast's bias gradient), or -1: made from the call's 16-bit bias gradient by one cast
+  // launch, as cuBLASLt writes bias gradients in D's type.
+  int bias_grad_widened_value = -1;
   // Host view groups between the two that read the sum: they move after the matmul with it.
   std::vector<int> moved_views;
   // A backward form (DGELU_BGRAD): aux_value is then the forward's pre-activation it reads,
