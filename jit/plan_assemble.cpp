@@ -43,8 +43,10 @@ StepAction matmul_action(Decisions& d, int group, std::string& note) {
     return EagerStep{};
   }
   note = "library " + lowering->note;
+  std::vector<int> absorbs = {d.position[lowering->epilogue_group]};
+  if (lowering->widening_group >= 0) absorbs.push_back(d.position[lowering->widening_group]);
   return LibraryStep{std::make_shared<const codegen::EpilogueLowering>(*lowering),
-                     d.position[lowering->epilogue_group]};
+                     std::move(absorbs)};
 }
 
 StepAction attention_action(Decisions& d, int group, std::string& note) {

@@ -109,6 +109,58 @@ std::string match(const graph::Graph& g, const graph::Partition& p, int mm, int 
   return "";
 }
 
+// The value group `group` writes for the column sum `db`: db itself, or db through reshapes and
+// one cast from f16/bf16 to f32 (autocast's bias gradient), those nodes in `tail`; -1 when the
+// group does anything else with it.
+int bias_grad_written(const graph::Graph& g, const graph::FusionGroup& group, int db,
+                      std::vector<int>& tail) {
+  auto writes = [&](int v) {
+    return std::find(group.outputs.begin(), group.outputs.end(), v) != group.outputs.end();
+  };
+  bool widened = false;
+  int v = db;
+  while (!writes(v)) {
+    int reader = -1;
+    for (int n : group.nodes)
+      if (std::find(g.nodes[n].inputs.begin(), g.nodes[n].inputs.end(), v) !=
+          g.nodes[n].inputs.end()) {
+        if (reader >= 0) return -1;
+        reader = n;
+      }
+    if (reader < 0) return -1;
+    const graph::Node& r = g.nodes[reader];
+    const DType from = g.values[v].meta.dtype, to = g.values[r.output()].meta.dtype;
+    if (r.op == OpId::cast && !widened && (from == DType::f16 || from == DType::bf16) &&
+        to == DType::f32)
+      widened = true;
+    else if (r.op != OpId::reshape)
+      return -1;
+    tail.push_back(reader);
+    v = r.output();
+  }
+  return v == db || widened ? v : -1;
+}
+
+// The group that only casts product `v` (f16/bf16) to f32, the product's one reader, or -1.
+int widening_cast_group(const graph::Graph& g, const graph::Partition& p, int v) {
+  int reader = -1;
+  for (std::size_t ni = 0; ni < g.nodes.size(); ++ni)
+    for (int in : g.nodes[ni].inputs)
+      if (in == v) {
+        if (reader >= 0) return -1;
+        reader = static_cast<int>(ni);
+      }
+  if (reader < 0 || std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end()) return -1;
+  const graph::Node& cast = g.nodes[reader];
+  const int cg = p.group_of[reader];
+  const DType from = g.values[v].meta.dtype;
+  if (cast.op != OpId::cast || (from != DType::f16 && from != DType::bf16) ||
+      g.values[cast.output()].meta.dtype != DType::f32 || p.groups[cg].nodes.size() != 1 ||
+      p.groups[cg].kind != graph::FusionKind::pointwise)
+    return -1;
+  return cg;
+}
+
 // The reduction group summing dY over its rows, where matmul node `mm` computes dYᵀ @ X with
 // dY's 2-D form [rows, N] (a weight gradient): -1 when there is none it can take over. The sum
 // then runs at the matmul, so only host views of it may be read between the two (they move
@@ -149,8 +201,17 @@ int bias_grad_group(const graph::Graph& g, const graph::Partition& p, int mm,
     std::sort(dims.begin(), dims.end());
     const int rg = p.group_of[ni];
     const graph::FusionGroup& group = p.groups[rg];
-    if (dims != rows || group.nodes.size() != 1 || group.outputs.size() != 1) continue;
-    std::vector<int> moved, moved_values = {sum.output()};
+    if (dims != rows || group.outputs.size() != 1) continue;
+    // The sum alone, or (autocast) reshaped and cast to f32 when the product is cast too.
+    std::vector<int> tail;
+    const int written = bias_grad_written(g, group, sum.output(), tail);
+    if (written < 0 || group.nodes.size() != 1 + tail.size()) continue;
+    int widening = -1;
+    if (written != sum.output()) {
+      widening = widening_cast_group(g, p, node.output());
+      if (widening < 0) continue;
+    }
+    std::vector<int> moved, moved_values = {written};
     bool read_between = false;
     for (int x = std::min(rg, mm_group) + 1; x <= std::max(rg, mm_group); ++x) {
       const graph::FusionGroup& reader = p.groups[x];
@@ -163,43 +224,16 @@ int bias_grad_group(const graph::Graph& g, const graph::Partition& p, int mm,
       moved_values.insert(moved_values.end(), reader.outputs.begin(), reader.outputs.end());
     }
     if (read_between) continue;
-    out.bias_grad_value = sum.output();
+    out.bias_grad_value = written;
     out.moved_views = std::move(moved);
+    if (widening >= 0) {
+      out.widening_group = widening;
+      out.out_value = p.groups[widening].outputs[0];
+      out.out_dtype = DType::f32;
+    }
     return rg;
   }
   return -1;
-}
-
-// The value group `group` writes for the column sum `db`: db itself, or db through reshapes and
-// one cast from f16/bf16 to f32 (autocast's bias gradient), those nodes in `tail`; -1 when the
-// group does anything else with it.
-int bias_grad_written(const graph::Graph& g, const graph::FusionGroup& group, int db,
-                      std::vector<int>& tail) {
-  auto writes = [&](int v) {
-    return std::find(group.outputs.begin(), group.outputs.end(), v) != group.outputs.end();
-  };
-  bool widened = false;
-  int v = db;
-  while (!writes(v)) {
-    int reader = -1;
-    for (int n : group.nodes)
-      if (std::find(g.nodes[n].inputs.begin(), g.nodes[n].inputs.end(), v) !=
-          g.nodes[n].inputs.end()) {
-        if (reader >= 0) return -1;
-        reader = n;
-      }
-    if (reader < 0) return -1;
-    const graph::Node& r = g.nodes[reader];
-    const DType from = g.values[v].meta.dtype, to = g.values[r.output()].meta.dtype;
-    if (r.op == OpId::cast && !widened && (from == DType::f16 || from == DType::bf16) &&
-        to == DType::f32)
-      widened = true;
-    else if (r.op != OpId::reshape)
-      return -1;
-    tail.push_back(reader);
-    v = r.output();
-  }
-  return v == db || widened ? v : -1;
 }
 
 // Whether reduction group `eg` after matmul node `mm` (dh = dY @ W) computes exactly
@@ -348,9 +382,12 @@ std::vector<EpilogueLowering> plan_epilogues(const graph::Graph& g, const graph:
       grad.epilogue_group = bias_grad_group(g, p, mm, grad);
       if (grad.epilogue_group >= 0) {
         grad.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-        grad.note =
-            fmt::format("cuBLASLt BGRADB: weight gradient + bias gradient (groups {} and {})", gi,
-                        grad.epilogue_group);
+        grad.note = fmt::format(
+            "cuBLASLt BGRADB: weight gradient + bias gradient (groups {} and {}{})", gi,
+            grad.epilogue_group,
+            grad.widening_group >= 0
+                ? fmt::format(", and the cast of group {}, writing f32", grad.widening_group)
+                : "");
       } else if (readers.size() == 1 && !returned && match_gelu_grad(g, p, mm, eg, grad)) {
         grad.epilogue_group = eg;
         grad.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
@@ -391,6 +428,7 @@ bool run_epilogue(const graph::Graph& g, const EpilogueLowering& l, std::vector<
     problem.a = values.at(mm.inputs[0]);
     problem.b = values.at(mm.inputs[1]);
     problem.bias_grad = true;
+    problem.out_dtype = l.out_dtype;
     if (l.backward) {
       problem.act = l.act;
       problem.aux = values.at(l.aux_value);

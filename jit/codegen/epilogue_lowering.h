@@ -35,6 +35,10 @@ struct EpilogueLowering {
   // autocast's bias gradient), or -1: made from the call's 16-bit bias gradient by one cast
   // launch, as cuBLASLt writes bias gradients in D's type.
   int bias_grad_widened_value = -1;
+  // A BGRADB call whose product and column sum are both cast to f32 (autocast's f32 weight and
+  // bias): the product's cast group, which the call also computes (out_dtype f32, out_value the
+  // cast's output, bias_grad_value the f32 sum the reduction group writes), or -1.
+  int widening_group = -1;
   // Host view groups between the two that read the sum: they move after the matmul with it.
   std::vector<int> moved_views;
   // A backward form (DGELU_BGRAD): aux_value is then the forward's pre-activation it reads,

@@ -157,10 +157,11 @@ std::string operand_rule_failure(const Problem& p) {
     if ((dt != DType::f16 && dt != DType::bf16) || p.out() != DType::f32)
       return fmt::format("a {} output of a {} product: cuBLASLt widens only f16/bf16 to f32",
                          dtype_name(p.out()), dtype_name(dt));
-    if (p.bias.defined() || p.save_aux || p.backward)
+    if (p.bias.defined() || p.save_aux || (p.backward && p.act != Activation::none))
       return fmt::format(
-          "a {} output of a {} product with a bias, aux or backward epilogue: kiln widens only "
-          "the product and its activation (cuBLASLt's bias and aux are D's type)",
+          "a {} output of a {} product with a bias, aux or activation gradient: kiln widens "
+          "only the product, its activation and its BGRADB bias gradient (cuBLASLt's bias and "
+          "aux are D's type)",
           dtype_name(p.out()), dtype_name(dt));
   }
   if (!a.device().is_cuda() || !b.device().is_cuda() ||
@@ -419,12 +420,13 @@ std::optional<LtGrad> try_lt_backward(const LtBackward& g, std::string* why) {
   Problem p;
   p.a = g.a, p.b = g.b, p.act = g.act, p.backward = true, p.aux_in = g.aux, p.aux_in_ld = g.aux_ld,
   p.bias_grad = g.bias_grad;
+  p.out_dtype = g.out_dtype;
   Mapping m;
   std::string failed = map_problem(p, m);
   if (failed.empty() && g.bias_grad && m.batches > 1)
     failed = "a bias gradient over batches that do not fold into rows";
   if (refused(failed, why)) return std::nullopt;
-  DType dt = g.a.dtype();
+  DType dt = p.out();  // the product's and the bias gradient's (D's type)
   LtGrad r;
   r.out = empty(m.out_shape, dt, Device::cuda());
   lt::MatmulSpec& s = m.spec;
@@ -441,7 +443,7 @@ std::optional<LtGrad> try_lt_backward(const LtBackward& g, std::string* why) {
   ++lt_stats().calls;
   std::int64_t item = static_cast<std::int64_t>(itemsize(dt));
   lt_stats().bytes_read +=
-      (g.a.numel() + g.b.numel()) * item +
+      (g.a.numel() + g.b.numel()) * static_cast<std::int64_t>(itemsize(g.a.dtype())) +
       (g.aux.defined() ? g.aux.numel() * std::int64_t(itemsize(g.aux.dtype())) : 0);
   lt_stats().bytes_written +=
       (r.out.numel() + (r.bias_grad.defined() ? r.bias_grad.numel() : 0)) * item;

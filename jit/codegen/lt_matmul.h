@@ -55,7 +55,14 @@ std::optional<LtResult> try_lt_forward(const LtForward& problem, std::string* wh
 //    (DRELU_BGRAD, DGELU_BGRAD): dz = (dy @ W) * gelu'(z) and db = sum(dz) in one call;
 //  - act none with bias_grad: the sum over k of each row of `a` (BGRADB; a = dy^T gives
 //    db = sum of dy's rows next to dW = dy^T @ x).
-using LtBackward = LinearBackwardCall;
+//  With out_dtype f32 (f16/bf16 operands, no activation), the product and the bias gradient
+//  are written in f32, both D's type (autocast's f32 weight and bias gradients).
+struct LtBackward : LinearBackwardCall {
+  LtBackward() = default;
+  LtBackward(const LinearBackwardCall& call)
+      : LinearBackwardCall(call) {}  // NOLINT: as autograd asks
+  std::optional<DType> out_dtype;
+};
 struct LtGrad {
   Tensor out;
   Tensor bias_grad;
