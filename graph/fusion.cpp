@@ -159,6 +159,7 @@ class Partitioner {
     std::vector<int> values = {edge_value};
     for (int n : members)
       for (int v : g_.nodes[n].outputs) values.push_back(v);
+    if (auto why = library_bias_reason(a, b)) return why;
     bool recompute_a = recomputable(a, b);
     for (int v : values) {
       int p = g_.values[v].producer;
@@ -351,6 +352,40 @@ class Partitioner {
     if (node.op != OpId::cast && node.op != OpId::copy) return false;
     return std::all_of(node.inputs.begin(), node.inputs.end(),
                        [&](int v) { return g_.values[v].producer < 0; });
+  }
+
+  // A cast of a graph input that `b` adds to a matmul's product as its bias (one value per
+  // output feature; autocast's bias) is left a kernel of its own, a combo member: recomputed
+  // in `b`, it would keep `b` from being the product's cuBLASLt epilogue (the BIAS epilogue
+  // reads the bias from memory), which saves writing the product and reading it back.
+  std::optional<std::string> library_bias_reason(int a, int b) const {
+    const WorkGroup& w = groups_[a];
+    if (w.nodes.size() != 1 || !is_input_cast(w.nodes[0])) return std::nullopt;
+    const int bias = g_.nodes[w.nodes[0]].output();
+    const auto& bias_shape = g_.values[bias].meta.shape;
+    if (bias_shape.size() != 1) return std::nullopt;
+    auto of_bias = [&](int v) {
+      if (v == bias) return true;
+      int p = g_.values[v].producer;
+      return p >= 0 && g_.nodes[p].op == OpId::expand && g_.nodes[p].inputs[0] == bias;
+    };
+    auto product = [&](int v) {
+      int p = g_.values[v].producer;
+      const auto& shape = g_.values[v].meta.shape;
+      return p >= 0 && g_.nodes[p].op == OpId::matmul && !shape.empty() &&
+             shape.back() == bias_shape[0];
+    };
+    for (int n : groups_[b].nodes) {
+      const Node& node = g_.nodes[n];
+      if (node.op != OpId::add || node.inputs.size() != 2) continue;
+      const int x = node.inputs[0], y = node.inputs[1];
+      if ((product(x) && of_bias(y)) || (product(y) && of_bias(x)))
+        return fmt::format(
+            "%{} is the bias of matmul product %{}: a kernel of its own, so that the product's "
+            "epilogue can be a cuBLASLt call",
+            bias, product(x) ? x : y);
+    }
+    return std::nullopt;
   }
 
   // Rule 5's exception: `a` only casts graph inputs, and only `b` reads what it makes.

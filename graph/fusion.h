@@ -31,7 +31,9 @@
 //  4. No cycles: two groups do not merge when a path between them leaves the pair.
 //  5. No recomputation: every node is in exactly one group; a value needed by several groups is
 //     written once by its own. The one exception is a cast of graph inputs (an f16 weight
-//     widened to f32) read only by one kernel: that kernel recomputes it where it reads it.
+//     widened to f32) read only by one kernel: that kernel recomputes it where it reads it,
+//     unless the kernel adds it to a matmul's product as a bias (autocast's bf16 bias): then it
+//     stays its own kernel, so the product's epilogue can be the cuBLASLt call's BIAS.
 //  6. Bounds: at most `max_inputs` tensors read and `max_nodes` nodes per kernel.
 //  7. Siblings: two groups over the same domain and rows that read a common tensor and do not
 //     depend on each other become one multi-output kernel (the tensor is read once).

@@ -46,7 +46,7 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
 int KernelPlan::kernel_count() const {
   std::set<int> absorbed;
   for (const auto& s : steps_)
-    if (const auto* l = s.as<LibraryStep>()) absorbed.insert(l->absorbs);
+    if (const auto* l = s.as<LibraryStep>()) absorbed.insert(l->absorbs.begin(), l->absorbs.end());
   int n = 0;
   for (std::size_t i = 0; i < steps_.size(); ++i)
     n += (steps_[i].as<KernelStep>() && !absorbed.contains(static_cast<int>(i))) ||

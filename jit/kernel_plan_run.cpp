@@ -94,7 +94,7 @@ void run_combo(const ComboStep& c, RunState& s) {
 
 void run_library(const LibraryStep& l, const PlanStep& step, RunState& s) {
   if (codegen::run_epilogue(s.g, *l.lowering, s.values)) {
-    if (l.absorbs >= 0) s.skip[l.absorbs] = true;
+    for (int absorbed : l.absorbs) s.skip[absorbed] = true;
     return;
   }
   dispatch_nodes(step, s);  // a per-call rule refused it: the matmul alone, eagerly

@@ -44,8 +44,10 @@ StepAction matmul_action(Decisions& d, int group, std::string& note) {
     return EagerStep{};
   }
   note = "library " + lowering->note;
+  std::vector<int> absorbs = {d.position[lowering->epilogue_group]};
+  if (lowering->widening_group >= 0) absorbs.push_back(d.position[lowering->widening_group]);
   return LibraryStep{std::make_shared<const codegen::EpilogueLowering>(*lowering),
-                     d.position[lowering->epilogue_group]};
+                     std::move(absorbs)};
 }
 
 // The tiles the group's attention kernel takes on this device, as explain() shows them.

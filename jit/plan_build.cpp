@@ -69,6 +69,7 @@ LibraryCalls plan_library_calls(const graph::Graph& g, const graph::Partition& p
   result.runs_after.assign(p.groups.size(), -1);
   for (auto& l : codegen::plan_epilogues(g, p, result.log)) {
     result.absorbed_by[l.epilogue_group] = l.matmul_group;
+    if (l.widening_group >= 0) result.absorbed_by[l.widening_group] = l.matmul_group;
     if (l.epilogue_group < l.matmul_group) result.runs_after[l.epilogue_group] = l.matmul_group;
     for (int view : l.moved_views) result.runs_after[view] = l.matmul_group;
     int matmul = l.matmul_group;

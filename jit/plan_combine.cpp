@@ -57,10 +57,11 @@ StepValues step_values(const graph::Graph& g, const std::vector<PlanStep>& steps
   }
   // A library call also reads what the step it computes reads.
   for (const auto& step : steps)
-    if (const auto* l = step.as<LibraryStep>(); l && l->absorbs >= 0) {
-      auto& reads = sv.reads[&step - steps.data()];
-      reads.insert(reads.end(), sv.reads[l->absorbs].begin(), sv.reads[l->absorbs].end());
-    }
+    if (const auto* l = step.as<LibraryStep>())
+      for (int absorbed : l->absorbs) {
+        auto& reads = sv.reads[&step - steps.data()];
+        reads.insert(reads.end(), sv.reads[absorbed].begin(), sv.reads[absorbed].end());
+      }
   return sv;
 }
 
@@ -78,7 +79,8 @@ class Combiner {
       for (int v : writes) ready_[v] = false;
     std::set<int> absorbed;
     for (const auto& step : steps)
-      if (const auto* l = step.as<LibraryStep>()) absorbed.insert(l->absorbs);
+      if (const auto* l = step.as<LibraryStep>())
+        absorbed.insert(l->absorbs.begin(), l->absorbs.end());
     for (std::size_t i = 0; i < steps.size(); ++i)
       eligible_.push_back(can_join(steps[i]) && !absorbed.contains(static_cast<int>(i)));
   }
@@ -102,8 +104,8 @@ class Combiner {
     }
     flush(steps_.size());
     for (auto& step : out_)
-      if (auto* l = std::get_if<LibraryStep>(&step.action); l && l->absorbs >= 0)
-        l->absorbs = new_position_[l->absorbs];
+      if (auto* l = std::get_if<LibraryStep>(&step.action))
+        for (int& absorbed : l->absorbs) absorbed = new_position_[absorbed];
     return std::move(out_);
   }
 

@@ -34,10 +34,12 @@ struct ComboStep {
 };
 
 // A matmul and the epilogue group after it as ONE cuBLASLt call. When a per-call rule refuses
-// it, the matmul runs eagerly and the absorbed step runs as it would have.
+// it, the matmul runs eagerly and the absorbed steps run as they would have.
 struct LibraryStep {
   std::shared_ptr<const codegen::EpilogueLowering> lowering;
-  int absorbs = -1;  // the position in the plan of the step the call computes (skipped then)
+  // The positions in the plan of the steps the call computes (skipped then): the epilogue group,
+  // and a BGRADB call's widening cast of its product.
+  std::vector<int> absorbs;
 };
 
 // An attention or attention-backward node, with its outputs written where their readers want

@@ -353,3 +353,161 @@ BOOST_AUTO_TEST_CASE(a_mismatched_aux_is_a_named_rule) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// A cast of an f16/bf16 product to f32 (autocast's weight gradients, f32 results of 16-bit
+// matmuls) is the call's output type: cuBLASLt writes f32 from its f32 accumulator, so the
+// 16-bit product is neither rounded nor stored and read back by a cast kernel.
+BOOST_AUTO_TEST_SUITE(blaslt_widening)
+
+// The f64 product of the operands as the device holds them (already rounded to `t`).
+Tensor exact_product(const Tensor& a, const Tensor& b) {
+  return matmul(a.to(DType::f64), b.to(DType::f64));
+}
+
+BOOST_AUTO_TEST_CASE(a_widening_cast_is_the_calls_output_type) {
+  const std::int64_t M = 6, K = 40, N = 24;
+  for (DType t : {DType::f16, DType::bf16}) {
+    BOOST_TEST_CONTEXT(dtype_name(t)) {
+      Tensor a = randn({M, K}).to(t), b = randn({K, N}).to(t);
+      auto fn = [](const Tensor& a, const Tensor& b) { return cast(matmul(a, b), DType::f32); };
+      auto f = jit::compile(fn);
+      Tensor ad = dev(a), bd = dev(b);
+      (void)f(ad, bd);
+      const auto calls = lt_stats().calls.load(), read = lt_stats().bytes_read.load(),
+                 written = lt_stats().bytes_written.load();
+      const auto launches = jit::codegen::launch_stats().launches.load();
+      Tensor got = f(ad, bd);
+      BOOST_TEST(lt_stats().calls.load() == calls + 1);
+      BOOST_TEST(jit::codegen::launch_stats().launches.load() == launches);  // no cast kernel
+      // The operands at 2 bytes an element, the product written once at 4.
+      BOOST_TEST(lt_stats().bytes_read.load() - read == (M * K + K * N) * 2);
+      BOOST_TEST(lt_stats().bytes_written.load() - written == M * N * 4);
+      lt::MatmulSpec s = last_spec();
+      BOOST_TEST(s.a.type == (t == DType::f16 ? CUDA_R_16F : CUDA_R_16BF));
+      BOOST_TEST(s.d.type == CUDA_R_32F);
+      BOOST_TEST(s.c.type == CUDA_R_32F);
+      BOOST_TEST(s.epilogue == CUBLASLT_EPILOGUE_DEFAULT);
+      BOOST_TEST(contains(f.explain(), "writing f32"), f.explain());
+      BOOST_TEST((got.dtype() == DType::f32));
+      // Not rounded to 16 bits: within f32's accuracy of the exact product, which the
+      // 16-bit product rounded and widened is not.
+      Tensor want = exact_product(a, b);
+      BOOST_TEST(relative_error(got, want) <= 1e-5);
+      BOOST_TEST(relative_error(matmul(a, b).to(DType::f32), want) > 1e-4);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_weight_gradient_comes_out_of_the_gemm_in_f32) {
+  // The autocast pattern: f32 weights cast to bf16 for the matmul, so the weight's gradient is
+  // the bf16 product dyᵀ x cast back to f32.
+  Tensor x = randn({2, 8, 32}), w = randn({16, 32}), g = randn({2, 8, 16});
+  auto fn = [](const Tensor& x, const Tensor& w, const Tensor& g) {
+    Tensor y = matmul(cast(x, DType::bf16), transpose(cast(w, DType::bf16), 0, 1));
+    return sum(cast(y, DType::f32) * g);
+  };
+  auto f = jit::compile(fn);
+  Tensor xd = dev(x), gd = dev(g), wd = dev(w);
+  wd.requires_grad_();
+  Tensor loss;
+  for (int i = 0; i < 2; ++i) {
+    wd.set_grad(Tensor());
+    loss = f(xd, wd, gd);
+    loss.backward();
+  }
+  BOOST_TEST(contains(f.explain(), "cuBLASLt DEFAULT: matmul + cast, writing f32"), f.explain());
+  // dW = cast(g, bf16)ᵀ @ cast(x, bf16) over the 16 rows, exactly in f64.
+  Tensor gb = g.to(DType::bf16).reshape({16, 16}), xb = x.to(DType::bf16).reshape({16, 32});
+  Tensor want = exact_product(transpose(gb, 0, 1), xb);
+  BOOST_TEST((wd.grad().dtype() == DType::f32));
+  BOOST_TEST(relative_error(wd.grad(), want) <= 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(an_autocast_bias_is_the_epilogues_bias) {
+  // f32 parameters cast to bf16 (autocast's linear): the bias cast is a kernel of its own, so
+  // matmul + bias + gelu is one GELU_BIAS call reading it, not a GEMM and an epilogue kernel.
+  Tensor x = randn({2, 6, 32}), w = randn({24, 32}), b = randn({24});
+  auto fn = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor y = matmul(cast(x, DType::bf16), transpose(cast(w, DType::bf16), 0, 1));
+    return gelu(y + cast(b, DType::bf16), GeluApproximation::tanh);
+  };
+  auto f = jit::compile(fn);
+  Tensor xd = dev(x), wd = dev(w), bd = dev(b);
+  (void)f(xd, wd, bd);
+  const auto calls = lt_stats().calls.load(), written = lt_stats().bytes_written.load();
+  Tensor got = f(xd, wd, bd);
+  BOOST_TEST(lt_stats().calls.load() == calls + 1);
+  BOOST_TEST(last_spec().epilogue == CUBLASLT_EPILOGUE_GELU_BIAS);
+  BOOST_TEST(lt_stats().bytes_written.load() - written == 2 * 6 * 24 * 2);  // the output, once
+  BOOST_TEST(contains(f.explain(), "cuBLASLt GELU_BIAS"), f.explain());
+  // Against the CPU's bf16 ops on the same rounded operands.
+  BOOST_TEST(relative_error(got.to(DType::f32), fn(x, w, b).to(DType::f32)) <=
+             tolerance(DType::bf16));
+}
+
+BOOST_AUTO_TEST_CASE(an_autocast_gelu_layers_bias_gradient_comes_out_of_the_gemm) {
+  // autocast's MLP: the gradient through gelu_tanh and its bias's gradient (summed in bf16, cast
+  // to the f32 parameter's dtype) are one DGELU_BGRAD call; the cast of the 64 sums is left.
+  // Weights at a layer's scale (1/sqrt(fan-in)), so that pre-activations are O(1).
+  Tensor x = randn({2, 8, 16}), w1 = randn({64, 16}) * 0.25, b1 = randn({64}),
+         w2 = randn({8, 64}) * 0.125, g = randn({2, 8, 8});
+  auto fn = [](const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+               const Tensor& g) {
+    auto lin = [](const Tensor& a, const Tensor& w) {
+      return matmul(a, transpose(cast(w, DType::bf16), 0, 1));
+    };
+    Tensor h = gelu(lin(cast(x, DType::bf16), w1) + cast(b1, DType::bf16), GeluApproximation::tanh);
+    return sum(cast(lin(h, w2), DType::f32) * g);
+  };
+  auto f = jit::compile(fn);
+  std::vector<Tensor> params = {dev(w1), dev(b1), dev(w2)};
+  for (Tensor& p : params) p.requires_grad_();
+  for (int i = 0; i < 2; ++i) {
+    for (Tensor& p : params) p.set_grad(Tensor());
+    f(dev(x), params[0], params[1], params[2], dev(g)).backward();
+  }
+  BOOST_TEST(contains(f.explain(), "cuBLASLt DGELU_BGRAD"), f.explain());
+  // Against CPU autograd in f64 on the operands rounded to bf16 as the device reads them (the
+  // device rounds intermediates to bf16 too: h, its pre-activation and the gradient dz).
+  auto f64_of_bf16 = [](const Tensor& t) { return t.to(DType::bf16).to(DType::f64); };
+  std::vector<Tensor> ref = {f64_of_bf16(w1), f64_of_bf16(b1), f64_of_bf16(w2)};
+  for (Tensor& p : ref) p.requires_grad_();
+  Tensor h =
+      gelu(matmul(f64_of_bf16(x), transpose(ref[0], 0, 1)) + ref[1], GeluApproximation::tanh);
+  sum(matmul(h, transpose(ref[2], 0, 1)) * g.to(DType::f64)).backward();
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    BOOST_TEST((params[i].grad().dtype() == DType::f32));
+    double err = relative_error(params[i].grad(), ref[i].grad());
+    BOOST_TEST(err <= 3e-2, "parameter " << i << ": " << err);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(what_does_not_widen_names_its_rule) {
+  Tensor x = dev(randn({4, 16})), w = dev(randn({16, 8}));
+  jit::codegen::LtForward p;
+  p.a = x, p.b = w, p.out_dtype = DType::f32;
+  BOOST_TEST(jit::codegen::lt_rule_failure(p) == "");  // f32 as it is
+  p.out_dtype = DType::bf16;
+  BOOST_TEST(contains(jit::codegen::lt_rule_failure(p), "widens only f16/bf16 to f32"));
+  p.a = x.to(DType::bf16), p.b = w.to(DType::bf16), p.out_dtype = DType::f32;
+  BOOST_TEST(jit::codegen::lt_rule_failure(p) == "");
+  p.bias = dev(randn({8})).to(DType::bf16);
+  BOOST_TEST(contains(jit::codegen::lt_rule_failure(p), "with a bias"));
+  // In a graph, a 16-bit bias before the cast keeps the generated epilogue, and says why.
+  setenv("KILN_LOG", "fusion", 1);
+  reload_log_settings();
+  Tensor a = randn({4, 16}).to(DType::bf16), b = randn({16, 8}).to(DType::bf16),
+         bias = randn({8}).to(DType::bf16);
+  auto fn = [](const Tensor& a, const Tensor& b, const Tensor& bias) {
+    return cast(matmul(a, b) + bias, DType::f32);
+  };
+  auto f = jit::compile(fn);
+  Tensor got;
+  std::string err = kiln::test::capture_output(2, [&] { got = f(dev(a), dev(b), dev(bias)); });
+  unsetenv("KILN_LOG");
+  reload_log_settings();
+  BOOST_TEST(contains(err, "a cast to f32 after a bf16 bias"), err);
+  BOOST_TEST(relative_error(got, fn(a, b, bias)) <= tolerance(DType::bf16));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -131,6 +131,43 @@ BOOST_AUTO_TEST_CASE(a_cast_of_half_precision_weights_is_recomputed_not_a_bounda
   BOOST_TEST(checked_partition(h).launch_count() == 2);
 }
 
+BOOST_AUTO_TEST_CASE(an_input_cast_used_as_a_matmul_bias_stays_its_own_kernel) {
+  // autocast's linear: the f32 bias cast to bf16 is added to the bf16 product. Recomputed in
+  // the add's kernel it would keep that kernel from being the product's cuBLASLt epilogue, so
+  // it stays apart (one cast of 16 values) and the add + gelu group reads the product alone.
+  auto g = traced(
+      [](const Tensor& x, const Tensor& w, const Tensor& b) {
+        Tensor y = matmul(cast(x, DType::bf16), transpose(cast(w, DType::bf16), 0, 1));
+        return gelu(y + cast(b, DType::bf16), GeluApproximation::tanh);
+      },
+      randn({4, 8}), randn({16, 8}), randn({16}));
+  auto p = checked_partition(g);
+  const graph::UnfusedEdge* bias_edge = nullptr;
+  for (const auto& e : p.unfused)
+    if (g.nodes[e.consumer_node].op == OpId::add && g.values[e.value].meta.shape == Shape{16})
+      bias_edge = &e;
+  BOOST_TEST_REQUIRE(bias_edge != nullptr, p.str(g));
+  BOOST_TEST(contains(bias_edge->reason, "is the bias of matmul product"), bias_edge->reason);
+  int epilogue_nodes = -1, bias_casts = 0;
+  for (const auto& group : p.groups) {
+    std::multiset<OpId> ops;
+    for (int n : group.nodes) ops.insert(g.nodes[n].op);
+    if (ops.contains(OpId::add)) epilogue_nodes = static_cast<int>(group.nodes.size());
+    if (ops.size() == 1 && ops.contains(OpId::cast) &&
+        g.values[group.outputs[0]].meta.shape == Shape{16})
+      ++bias_casts;
+  }
+  BOOST_TEST(epilogue_nodes == 2, p.str(g));  // add + gelu_tanh
+  BOOST_TEST(bias_casts == 1, p.str(g));
+  // A cast added to anything but a matmul's product is still recomputed where it is read.
+  auto h = traced(
+      [](const Tensor& x, const Tensor& b) {
+        return gelu(cast(x, DType::bf16) + cast(b, DType::bf16), GeluApproximation::tanh);
+      },
+      randn({4, 16}), randn({16}));
+  BOOST_TEST(checked_partition(h).launch_count() == 1);
+}
+
 BOOST_AUTO_TEST_CASE(softmax_with_prologue_and_epilogue_is_one_kernel) {
   auto g = traced([](const Tensor& x) { return softmax(x * 0.5, -1) + 1.0; }, randn({4, 6}));
   auto p = checked_partition(g);

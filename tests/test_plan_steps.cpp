@@ -76,8 +76,9 @@ BOOST_AUTO_TEST_CASE(matmul_bias_gelu_is_one_library_step_absorbing_the_epilogue
   BOOST_TEST(library.lowering->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS);
   BOOST_TEST(library.lowering->matmul_group == steps[at].group);
   // The epilogue's pointwise group: a kernel step after the call, which it skips.
-  BOOST_TEST_REQUIRE(library.absorbs > at);
-  const jit::PlanStep& absorbed = steps[library.absorbs];
+  BOOST_TEST_REQUIRE(library.absorbs.size() == 1u);
+  BOOST_TEST_REQUIRE(library.absorbs[0] > at);
+  const jit::PlanStep& absorbed = steps[library.absorbs[0]];
   BOOST_TEST(absorbed.as<jit::KernelStep>() != nullptr);
   BOOST_TEST(absorbed.group == library.lowering->epilogue_group);
   BOOST_TEST(absorbed.note.find("computed by the cuBLASLt epilogue") != std::string::npos);
@@ -113,11 +114,52 @@ BOOST_AUTO_TEST_CASE(a_weight_gradients_call_absorbs_the_bias_gradient_that_runs
   BOOST_TEST_REQUIRE(bgradb >= 0, plan.str());
   const jit::LibraryStep& library = *steps[bgradb].as<jit::LibraryStep>();
   // The column sum: a kernel step placed after the call, with only host views between.
-  BOOST_TEST_REQUIRE(library.absorbs > bgradb);
-  BOOST_TEST(steps[library.absorbs].as<jit::KernelStep>() != nullptr);
-  for (int i = bgradb + 1; i < library.absorbs; ++i)
+  BOOST_TEST_REQUIRE(library.absorbs.size() == 1u);
+  BOOST_TEST_REQUIRE(library.absorbs[0] > bgradb);
+  BOOST_TEST(steps[library.absorbs[0]].as<jit::KernelStep>() != nullptr);
+  for (int i = bgradb + 1; i < library.absorbs[0]; ++i)
     BOOST_TEST(steps[i].as<jit::HostViewStep>() != nullptr, plan.str());
   BOOST_TEST(plan.kernel_count() == 0, plan.str());
+}
+
+BOOST_AUTO_TEST_CASE(an_autocast_weight_gradients_call_also_absorbs_the_casts_to_f32) {
+  // f32 parameters cast to bf16 (autocast's linear): the first layer's weight and bias
+  // gradients are the bf16 product dhᵀ x and column sum of dh (dh a matmul's product, so its
+  // sum is a kernel of its own), each cast to f32. One BGRADB call writes both in f32 (D's
+  // type), absorbing the sum's kernel and the product's cast kernel.
+  auto fn = [](const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+               const Tensor& g) {
+    auto lin = [](const Tensor& a, const Tensor& w) {
+      return matmul(a, cast(w, DType::bf16).transpose(0, 1));
+    };
+    Tensor h = lin(cast(x, DType::bf16), w1) + cast(b1, DType::bf16);
+    return sum(cast(lin(h, w2), DType::f32) * g);
+  };
+  auto f = jit::compile(fn);
+  // Small integers: every bf16 operand and product is exact, and the gradients (sums of 12 rows,
+  // up to a few thousand) are exact in f32 but not in bf16's 8 bits.
+  auto ints = [](Shape shape) { return randint(-3, 4, shape).to(DType::f32); };
+  Tensor x0 = ints({3, 4, 16}), w10 = ints({8, 16}), b10 = ints({8}), w20 = ints({5, 8}),
+         g0 = ints({3, 4, 5});
+  Tensor w1 = leaf(w10, DType::f32, Device::cuda()), b1 = leaf(b10, DType::f32, Device::cuda());
+  f(x0.to(Device::cuda()), w1, b1, w20.to(Device::cuda()), g0.to(Device::cuda())).backward();
+
+  const jit::KernelPlan& plan = f.core().aot(0)->backward_plan();
+  const auto& steps = plan.steps();
+  const jit::LibraryStep* library = nullptr;
+  for (const auto& step : steps)
+    if (const auto* l = step.as<jit::LibraryStep>())
+      if (l->lowering->epilogue == CUBLASLT_EPILOGUE_BGRADB) library = l;
+  BOOST_TEST_REQUIRE(library != nullptr, plan.str());
+  BOOST_TEST_REQUIRE(library->absorbs.size() == 2u, plan.str());
+  for (int absorbed : library->absorbs)
+    BOOST_TEST(steps[absorbed].as<jit::KernelStep>() != nullptr, plan.str());
+  BOOST_TEST((library->lowering->out_dtype == DType::f32));
+  // dh = g @ w2 and the sums, exactly, in f64.
+  Tensor dh = matmul(g0.to(DType::f64).reshape({12, 5}), w20.to(DType::f64));
+  Tensor x = x0.to(DType::f64).reshape({12, 16});
+  BOOST_TEST(relative_error(w1.grad(), matmul(dh.transpose(0, 1), x)) == 0.0);
+  BOOST_TEST(relative_error(b1.grad(), sum(dh, {0})) == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(attention_steps_carry_their_output_placement) {

@@ -15,6 +15,21 @@
 namespace kiln::jit::codegen {
 namespace {
 
+// Why `cast` (reading the product, after its bias and activation if any) is not the call's
+// output type: only f16/bf16 products widen, to f32, which cuBLASLt writes from its f32
+// accumulator; a 16-bit bias with an f32 D is not a combination it takes.
+std::string widening_failure(const graph::Graph& g, const graph::Node& cast,
+                             const EpilogueLowering& out) {
+  const DType from = g.values[cast.inputs[0]].meta.dtype, to = g.values[cast.output()].meta.dtype;
+  if ((from != DType::f16 && from != DType::bf16) || to != DType::f32)
+    return fmt::format("a cast from {} to {}: a call widens only f16/bf16 products to f32",
+                       dtype_name(from), dtype_name(to));
+  if (out.bias_value >= 0)
+    return fmt::format("a cast to f32 after a {} bias: cuBLASLt's bias is D's type",
+                       dtype_name(from));
+  return "";
+}
+
 // Why the pointwise group `eg` after matmul node `mm` is not a cuBLASLt epilogue ("" if it is);
 // fills `out` when it is.
 std::string match(const graph::Graph& g, const graph::Partition& p, int mm, int eg,
@@ -31,6 +46,9 @@ std::string match(const graph::Graph& g, const graph::Partition& p, int mm, int 
   int expanded_bias = -1, expanded_from = -1, pre_activation = -1;
   for (int ni : group.nodes) {
     const graph::Node& node = g.nodes[ni];
+    if (out.out_dtype)
+      return fmt::format("the epilogue group computes {} after the cast to {}", op_name(node.op),
+                         dtype_name(*out.out_dtype));
     ops.emplace_back(op_name(node.op));
     auto reads = [&](int v) {
       return std::find(node.inputs.begin(), node.inputs.end(), v) != node.inputs.end();
@@ -63,6 +81,12 @@ std::string match(const graph::Graph& g, const graph::Partition& p, int mm, int 
     if (node.op == OpId::gelu && reads(cur))
       return "exact-erf gelu: cuBLASLt's GELU epilogue is the tanh approximation (only gelu(x, "
              "tanh) lowers)";
+    if (node.op == OpId::cast && reads(cur)) {
+      if (std::string why = widening_failure(g, node, out); !why.empty()) return why;
+      out.out_dtype = g.values[node.output()].meta.dtype;
+      cur = node.output();
+      continue;
+    }
     return fmt::format("the epilogue group also computes {}", op_name(node.op));
   }
   auto writes = [&](int v) {
@@ -76,10 +100,65 @@ std::string match(const graph::Graph& g, const graph::Partition& p, int mm, int 
   else if (group.outputs.size() != 1 || group.outputs[0] != cur)
     return "the epilogue group writes values besides the activation's output (and GELU's "
            "pre-activation)";
-  if (out.bias_value < 0 && out.act == Activation::none) return "nothing to fuse";
+  if (out.out_dtype && out.aux_value >= 0)
+    return "GELU's pre-activation is written too: cuBLASLt writes the aux in D's type, and the "
+           "cast widens D";
+  if (out.bias_value < 0 && out.act == Activation::none && !out.out_dtype) return "nothing to fuse";
   out.out_value = cur;
   out.note = fmt::format("matmul + {}", fmt::join(ops, " + "));
   return "";
+}
+
+// The value group `group` writes for the column sum `db`: db itself, or db through reshapes and
+// one cast from f16/bf16 to f32 (autocast's bias gradient), those nodes in `tail`; -1 when the
+// group does anything else with it.
+int bias_grad_written(const graph::Graph& g, const graph::FusionGroup& group, int db,
+                      std::vector<int>& tail) {
+  auto writes = [&](int v) {
+    return std::find(group.outputs.begin(), group.outputs.end(), v) != group.outputs.end();
+  };
+  bool widened = false;
+  int v = db;
+  while (!writes(v)) {
+    int reader = -1;
+    for (int n : group.nodes)
+      if (std::find(g.nodes[n].inputs.begin(), g.nodes[n].inputs.end(), v) !=
+          g.nodes[n].inputs.end()) {
+        if (reader >= 0) return -1;
+        reader = n;
+      }
+    if (reader < 0) return -1;
+    const graph::Node& r = g.nodes[reader];
+    const DType from = g.values[v].meta.dtype, to = g.values[r.output()].meta.dtype;
+    if (r.op == OpId::cast && !widened && (from == DType::f16 || from == DType::bf16) &&
+        to == DType::f32)
+      widened = true;
+    else if (r.op != OpId::reshape)
+      return -1;
+    tail.push_back(reader);
+    v = r.output();
+  }
+  return v == db || widened ? v : -1;
+}
+
+// The group that only casts product `v` (f16/bf16) to f32, the product's one reader, or -1.
+int widening_cast_group(const graph::Graph& g, const graph::Partition& p, int v) {
+  int reader = -1;
+  for (std::size_t ni = 0; ni < g.nodes.size(); ++ni)
+    for (int in : g.nodes[ni].inputs)
+      if (in == v) {
+        if (reader >= 0) return -1;
+        reader = static_cast<int>(ni);
+      }
+  if (reader < 0 || std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end()) return -1;
+  const graph::Node& cast = g.nodes[reader];
+  const int cg = p.group_of[reader];
+  const DType from = g.values[v].meta.dtype;
+  if (cast.op != OpId::cast || (from != DType::f16 && from != DType::bf16) ||
+      g.values[cast.output()].meta.dtype != DType::f32 || p.groups[cg].nodes.size() != 1 ||
+      p.groups[cg].kind != graph::FusionKind::pointwise)
+    return -1;
+  return cg;
 }
 
 // The reduction group summing dY over its rows, where matmul node `mm` computes dYᵀ @ X with
@@ -122,8 +201,17 @@ int bias_grad_group(const graph::Graph& g, const graph::Partition& p, int mm,
     std::sort(dims.begin(), dims.end());
     const int rg = p.group_of[ni];
     const graph::FusionGroup& group = p.groups[rg];
-    if (dims != rows || group.nodes.size() != 1 || group.outputs.size() != 1) continue;
-    std::vector<int> moved, moved_values = {sum.output()};
+    if (dims != rows || group.outputs.size() != 1) continue;
+    // The sum alone, or (autocast) reshaped and cast to f32 when the product is cast too.
+    std::vector<int> tail;
+    const int written = bias_grad_written(g, group, sum.output(), tail);
+    if (written < 0 || group.nodes.size() != 1 + tail.size()) continue;
+    int widening = -1;
+    if (written != sum.output()) {
+      widening = widening_cast_group(g, p, node.output());
+      if (widening < 0) continue;
+    }
+    std::vector<int> moved, moved_values = {written};
     bool read_between = false;
     for (int x = std::min(rg, mm_group) + 1; x <= std::max(rg, mm_group); ++x) {
       const graph::FusionGroup& reader = p.groups[x];
@@ -136,8 +224,13 @@ int bias_grad_group(const graph::Graph& g, const graph::Partition& p, int mm,
       moved_values.insert(moved_values.end(), reader.outputs.begin(), reader.outputs.end());
     }
     if (read_between) continue;
-    out.bias_grad_value = sum.output();
+    out.bias_grad_value = written;
     out.moved_views = std::move(moved);
+    if (widening >= 0) {
+      out.widening_group = widening;
+      out.out_value = p.groups[widening].outputs[0];
+      out.out_dtype = DType::f32;
+    }
     return rg;
   }
   return -1;
@@ -158,18 +251,22 @@ bool match_gelu_grad(const graph::Graph& g, const graph::Partition& p, int mm, i
       dh_value.is_symbolic())
     return false;
   int sum = -1;
-  std::vector<int> pointwise;
-  for (int n : group.nodes) {
-    OpClass c = op_class(g.nodes[n].op);
-    if (g.nodes[n].op == OpId::sum && sum < 0)
+  for (int n : group.nodes)
+    if (g.nodes[n].op == OpId::sum) {
+      if (sum >= 0) return false;
       sum = n;
-    else if (c == OpClass::elementwise)
-      pointwise.push_back(n);
-    else
-      return false;
-  }
+    }
   if (sum < 0) return false;
   const int dz = g.nodes[sum].inputs[0], db = g.nodes[sum].output();
+  std::vector<int> tail;
+  const int db_written = bias_grad_written(g, group, db, tail);
+  if (db_written < 0) return false;
+  std::vector<int> pointwise;
+  for (int n : group.nodes) {
+    if (n == sum || std::find(tail.begin(), tail.end(), n) != tail.end()) continue;
+    if (op_class(g.nodes[n].op) != OpClass::elementwise) return false;
+    pointwise.push_back(n);
+  }
   const std::int64_t n = shape.back();
   std::vector<std::int64_t> rows(shape.size() - 1);
   for (std::size_t d = 0; d < rows.size(); ++d) rows[d] = static_cast<std::int64_t>(d);
@@ -179,7 +276,7 @@ bool match_gelu_grad(const graph::Graph& g, const graph::Partition& p, int mm, i
   auto writes = [&](int v) {
     return std::find(group.outputs.begin(), group.outputs.end(), v) != group.outputs.end();
   };
-  if (!writes(dz) || !writes(db) || g.values[dz].meta.shape != shape || dims != rows ||
+  if (!writes(dz) || g.values[dz].meta.shape != shape || dims != rows ||
       numel(g.values[db].meta.shape) != n)
     return false;
   // The pointwise part reads dh, one z of dh's shape and dtype, and constants.
@@ -236,6 +333,7 @@ bool match_gelu_grad(const graph::Graph& g, const graph::Partition& p, int mm, i
   out.aux_value = z;
   out.out_value = dz;
   out.bias_grad_value = db;
+  if (db_written != db) out.bias_grad_widened_value = db_written;
   out.backward = true;
   return true;
 }
@@ -272,7 +370,11 @@ std::vector<EpilogueLowering> plan_epilogues(const graph::Graph& g, const graph:
     if (why.empty() && dt != DType::f32 && dt != DType::f16 && dt != DType::bf16)
       why = fmt::format("dtype {}: cuBLASLt epilogues take f32 (TF32 on request), f16 and bf16",
                         dtype_name(dt));
-    if (!why.empty() && (dt == DType::f32 || dt == DType::f16 || dt == DType::bf16)) {
+    // A bare widening cast gives way to a bias-gradient form, which takes the product as it is.
+    const bool bare_cast =
+        why.empty() && l.out_dtype && l.bias_value < 0 && l.act == Activation::none;
+    if ((!why.empty() || bare_cast) &&
+        (dt == DType::f32 || dt == DType::f16 || dt == DType::bf16)) {
       EpilogueLowering grad;
       grad.matmul_group = static_cast<int>(gi);
       grad.matmul_node = mm;
@@ -280,9 +382,12 @@ std::vector<EpilogueLowering> plan_epilogues(const graph::Graph& g, const graph:
       grad.epilogue_group = bias_grad_group(g, p, mm, grad);
       if (grad.epilogue_group >= 0) {
         grad.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-        grad.note =
-            fmt::format("cuBLASLt BGRADB: weight gradient + bias gradient (groups {} and {})", gi,
-                        grad.epilogue_group);
+        grad.note = fmt::format(
+            "cuBLASLt BGRADB: weight gradient + bias gradient (groups {} and {}{})", gi,
+            grad.epilogue_group,
+            grad.widening_group >= 0
+                ? fmt::format(", and the cast of group {}, writing f32", grad.widening_group)
+                : "");
       } else if (readers.size() == 1 && !returned && match_gelu_grad(g, p, mm, eg, grad)) {
         grad.epilogue_group = eg;
         grad.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
@@ -307,8 +412,9 @@ std::vector<EpilogueLowering> plan_epilogues(const graph::Graph& g, const graph:
       continue;
     }
     l.epilogue = forward_epilogue(l.bias_value >= 0, l.act, l.aux_value >= 0);
-    l.note = fmt::format("cuBLASLt {}: {} (groups {} and {})",
-                         cuda::blaslt::epilogue_name(l.epilogue), l.note, gi, eg);
+    l.note = fmt::format(
+        "cuBLASLt {}: {}{} (groups {} and {})", cuda::blaslt::epilogue_name(l.epilogue), l.note,
+        l.out_dtype ? fmt::format(", writing {}", dtype_name(*l.out_dtype)) : "", gi, eg);
     log.push_back(fmt::format("kiln: group {} (matmul) + group {} -> {}", gi, eg, l.note));
     result.push_back(std::move(l));
   }
@@ -322,6 +428,7 @@ bool run_epilogue(const graph::Graph& g, const EpilogueLowering& l, std::vector<
     problem.a = values.at(mm.inputs[0]);
     problem.b = values.at(mm.inputs[1]);
     problem.bias_grad = true;
+    problem.out_dtype = l.out_dtype;
     if (l.backward) {
       problem.act = l.act;
       problem.aux = values.at(l.aux_value);
@@ -335,7 +442,11 @@ bool run_epilogue(const graph::Graph& g, const EpilogueLowering& l, std::vector<
       return false;
     }
     values[l.out_value] = std::move(r->out);
-    values[l.bias_grad_value] = r->bias_grad.reshape(g.values[l.bias_grad_value].meta.shape);
+    if (l.bias_grad_widened_value >= 0)  // the cuBLASLt bias gradient is D's 16-bit type
+      values[l.bias_grad_widened_value] =
+          r->bias_grad.to(DType::f32).reshape(g.values[l.bias_grad_widened_value].meta.shape);
+    else
+      values[l.bias_grad_value] = r->bias_grad.reshape(g.values[l.bias_grad_value].meta.shape);
     return true;
   }
   LtForward problem;
@@ -344,6 +455,7 @@ bool run_epilogue(const graph::Graph& g, const EpilogueLowering& l, std::vector<
   if (l.bias_value >= 0) problem.bias = values.at(l.bias_value);
   problem.act = l.act;
   problem.save_aux = l.aux_value >= 0;
+  problem.out_dtype = l.out_dtype;
   std::string why;
   auto r = try_lt_forward(problem, &why);
   if (!r) {

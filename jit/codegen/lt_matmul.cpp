@@ -107,10 +107,13 @@ struct Problem {
   Tensor aux_in;
   std::int64_t aux_in_ld = 0;
   bool bias_grad = false;
+  std::optional<DType> out_dtype;  // unset: a's
+  DType out() const { return out_dtype.value_or(a.dtype()); }
 };
 Problem forward_problem(const LtForward& f) {
   Problem p;
   p.a = f.a, p.b = f.b, p.bias = f.bias, p.act = f.act, p.save_aux = f.save_aux;
+  p.out_dtype = f.out_dtype;
   return p;
 }
 
@@ -150,6 +153,17 @@ std::string operand_rule_failure(const Problem& p) {
   if (dt == DType::f64 && (p.bias.defined() || p.act != Activation::none || p.bias_grad))
     return "f64 with an epilogue: kiln lowers f64 only as a plain GEMM (cuBLASLt documents its "
            "epilogues for f32, f16 and bf16)";
+  if (p.out() != dt) {
+    if ((dt != DType::f16 && dt != DType::bf16) || p.out() != DType::f32)
+      return fmt::format("a {} output of a {} product: cuBLASLt widens only f16/bf16 to f32",
+                         dtype_name(p.out()), dtype_name(dt));
+    if (p.bias.defined() || p.save_aux || (p.backward && p.act != Activation::none))
+      return fmt::format(
+          "a {} output of a {} product with a bias, aux or activation gradient: kiln widens "
+          "only the product, its activation and its BGRADB bias gradient (cuBLASLt's bias and "
+          "aux are D's type)",
+          dtype_name(p.out()), dtype_name(dt));
+  }
   if (!a.device().is_cuda() || !b.device().is_cuda() ||
       (p.bias.defined() && !p.bias.device().is_cuda()))
     return "an operand is not a CUDA tensor";
@@ -233,12 +247,9 @@ void fill_spec(const Problem& p, const Operands& o, std::int64_t M, std::int64_t
   auto bc = static_cast<std::int32_t>(o.batches);
   s.a = {type, o.A.rows, o.A.cols, o.A.ld, CUBLASLT_ORDER_COL, bc, o.A.batch_stride};
   s.b = {type, o.B.rows, o.B.cols, o.B.ld, CUBLASLT_ORDER_COL, bc, o.B.batch_stride};
-  s.c = s.d = {type,
-               std::uint64_t(N),
-               std::uint64_t(o.rows),
-               std::max<std::int64_t>(N, 1),
-               CUBLASLT_ORDER_COL,
-               bc,
+  s.c = s.d = {lt_type(p.out()),         std::uint64_t(N),
+               std::uint64_t(o.rows),    std::max<std::int64_t>(N, 1),
+               CUBLASLT_ORDER_COL,       bc,
                o.batches > 1 ? M * N : 0};
   if (p.save_aux && p.act == Activation::gelu_tanh) {
     s.aux_ld = N;  // the aux is the pre-activation as a plain [..., M, N] tensor
@@ -376,7 +387,7 @@ std::optional<LtResult> try_lt_forward(const LtForward& p, std::string* why) {
   if (refused(map_problem(forward_problem(p), m), why)) return std::nullopt;
   DType dt = p.a.dtype();
   LtResult r;
-  r.out = empty(m.out_shape, dt, Device::cuda());
+  r.out = empty(m.out_shape, forward_problem(p).out(), Device::cuda());
   lt::MatmulSpec& s = m.spec;
   if (p.save_aux) {
     r.aux_ld = s.aux_ld;
@@ -400,7 +411,7 @@ std::optional<LtResult> try_lt_forward(const LtForward& p, std::string* why) {
   if (p.bias.defined()) read += p.bias.numel() * std::int64_t(itemsize(dt));
   lt_stats().bytes_read += read;
   lt_stats().bytes_written +=
-      r.out.numel() * std::int64_t(itemsize(dt)) +
+      r.out.numel() * std::int64_t(itemsize(r.out.dtype())) +
       (r.aux.defined() ? r.aux.numel() * std::int64_t(itemsize(r.aux.dtype())) : 0);
   return r;
 }
@@ -409,12 +420,13 @@ std::optional<LtGrad> try_lt_backward(const LtBackward& g, std::string* why) {
   Problem p;
   p.a = g.a, p.b = g.b, p.act = g.act, p.backward = true, p.aux_in = g.aux, p.aux_in_ld = g.aux_ld,
   p.bias_grad = g.bias_grad;
+  p.out_dtype = g.out_dtype;
   Mapping m;
   std::string failed = map_problem(p, m);
   if (failed.empty() && g.bias_grad && m.batches > 1)
     failed = "a bias gradient over batches that do not fold into rows";
   if (refused(failed, why)) return std::nullopt;
-  DType dt = g.a.dtype();
+  DType dt = p.out();  // the product's and the bias gradient's (D's type)
   LtGrad r;
   r.out = empty(m.out_shape, dt, Device::cuda());
   lt::MatmulSpec& s = m.spec;
@@ -431,7 +443,7 @@ std::optional<LtGrad> try_lt_backward(const LtBackward& g, std::string* why) {
   ++lt_stats().calls;
   std::int64_t item = static_cast<std::int64_t>(itemsize(dt));
   lt_stats().bytes_read +=
-      (g.a.numel() + g.b.numel()) * item +
+      (g.a.numel() + g.b.numel()) * static_cast<std::int64_t>(itemsize(g.a.dtype())) +
       (g.aux.defined() ? g.aux.numel() * std::int64_t(itemsize(g.aux.dtype())) : 0);
   lt_stats().bytes_written +=
       (r.out.numel() + (r.bias_grad.defined() ? r.bias_grad.numel() : 0)) * item;

@@ -27,6 +27,9 @@ struct LtForward {
   // Also produce what the backward needs: the pre-activation (GELU, a [..., M, N] tensor of the
   // output's dtype) or the ReLU bitmask (opaque bytes, cuBLASLt's format).
   bool save_aux = false;
+  // The output's dtype when it is not a's: f32 for f16/bf16 operands (cuBLASLt's C/D type
+  // CUDA_R_32F), the product written from the f32 accumulator without rounding to 16 bits.
+  std::optional<DType> out_dtype;
 };
 
 struct LtResult {
@@ -52,7 +55,14 @@ std::optional<LtResult> try_lt_forward(const LtForward& problem, std::string* wh
 //    (DRELU_BGRAD, DGELU_BGRAD): dz = (dy @ W) * gelu'(z) and db = sum(dz) in one call;
 //  - act none with bias_grad: the sum over k of each row of `a` (BGRADB; a = dy^T gives
 //    db = sum of dy's rows next to dW = dy^T @ x).
-using LtBackward = LinearBackwardCall;
+//  With out_dtype f32 (f16/bf16 operands, no activation), the product and the bias gradient
+//  are written in f32, both D's type (autocast's f32 weight and bias gradients).
+struct LtBackward : LinearBackwardCall {
+  LtBackward() = default;
+  LtBackward(const LinearBackwardCall& call)
+      : LinearBackwardCall(call) {}  // NOLINT: as autograd asks
+  std::optional<DType> out_dtype;
+};
 struct LtGrad {
   Tensor out;
   Tensor bias_grad;

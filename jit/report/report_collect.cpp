@@ -153,7 +153,7 @@ ProgramFacts collect_program(const graph::Graph& g, const graph::Partition& fusi
   p.peak_bytes = plan.peak_bytes();
   std::set<int> absorbed;
   for (const auto& s : plan.steps())
-    if (const auto* l = s.as<LibraryStep>()) absorbed.insert(l->absorbs);
+    if (const auto* l = s.as<LibraryStep>()) absorbed.insert(l->absorbs.begin(), l->absorbs.end());
   for (std::size_t i = 0; i < plan.steps().size(); ++i) {
     const PlanStep& s = plan.steps()[i];
     const graph::FusionGroup& group = fusion.groups[s.group];
