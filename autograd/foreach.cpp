@@ -47,7 +47,8 @@ void foreach_add_(std::span<const Tensor> selves, std::span<const Tensor> others
     if (written.count(a.impl().storage.get())) a = a.clone();
 
   const Device device = selves[0].device();
-  MultiTensorBackend* backend = multi_tensor_backend(device.type);
+  // The one cached device table below lives on the first device: lists elsewhere go one by one.
+  MultiTensorBackend* backend = device.index == 0 ? multi_tensor_backend(device.type) : nullptr;
   std::vector<Tensor> fused_selves, fused_addends;
   std::vector<std::size_t> one_by_one;
   // A storage written by two entries may overlap: its later entries wait for the launch.

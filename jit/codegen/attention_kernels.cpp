@@ -20,9 +20,13 @@ namespace attention_kernels {
 
 using namespace attention_tiles;
 
+// Whole KiB (what GPUs report): a warm launch's key (variant_key) holds the budget in KiB, so
+// tiles are chosen from exactly what the key says.
 std::int64_t device_shared_budget() {
   const cuda::DeviceProperties& p = cuda::backend().properties(0);
-  return static_cast<std::int64_t>(std::max(p.shared_mem_per_block, p.shared_mem_per_block_optin));
+  auto bytes =
+      static_cast<std::int64_t>(std::max(p.shared_mem_per_block, p.shared_mem_per_block_optin));
+  return bytes / 1024 * 1024;
 }
 
 namespace {

@@ -52,6 +52,7 @@ class DriverBackend final : public Backend {
     DriverVersionCheck version = check_driver_version(api_.driver_version, CUDA_VERSION);
     if (!version.error.empty()) throw Error(version.error);
     if (!version.warning.empty()) std::fprintf(stderr, "%s\n", version.warning.c_str());
+    launch_blocking();  // a bad KILN_LAUNCH_BLOCKING fails here, before any kernel runs
     int count = 0;
     check(api_.device_get_count(&count), "cuDeviceGetCount");
     KILN_CHECK(count > 0, "the CUDA driver (version {}) reports no GPU", api_.driver_version);

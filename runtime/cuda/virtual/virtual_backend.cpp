@@ -97,6 +97,7 @@ class VirtualBackend final : public Backend {
                               : (std::size_t(16) << 30);
     props_.is_virtual = true;
     fault_mode_ = fault_mode_from_env();
+    launch_blocking();  // a bad KILN_LAUNCH_BLOCKING fails here, before any kernel runs
   }
   ~VirtualBackend() override {
     for (VModule* m : modules_) delete m;
