@@ -67,9 +67,7 @@ StepFigures measure(const zoo::CatalogEntry& entry, bool compiled, std::optional
   options.name = entry.name;
   auto run = entry.start(1, DType::f32, Device::cuda(), options);
   Generator data(2);
-  std::vector<zoo::Batch> micro_batches;
-  for (std::int64_t i = 0; i < entry.micro_batches; ++i)
-    micro_batches.push_back(entry.make_batch(data).to(Device::cuda()));
+  const std::vector<zoo::Batch> micro_batches = entry.step_batches(data, Device::cuda());
   for (int i = 0; i < 3; ++i) run->step(micro_batches);  // compiled, allocator settled
 
   StepFigures out;

@@ -99,9 +99,7 @@ void train(const zoo::CatalogEntry& entry, const Options& o) {
   std::int64_t launches[2] = {0, 0};
   std::printf("  %5s %12s %12s\n", "step", "eager", "compiled");
   for (std::int64_t step = 1; step <= o.steps; ++step) {
-    std::vector<zoo::Batch> batches;
-    for (std::int64_t m = 0; m < entry.micro_batches; ++m)
-      batches.push_back(entry.make_batch(gen).to(o.device));
+    const std::vector<zoo::Batch> batches = entry.step_batches(gen, o.device);
     double loss[2];
     for (int mode = 0; mode < 2; ++mode) {
       std::int64_t before = launches_so_far();

@@ -86,9 +86,7 @@ ZooStep zoo_step(const zoo::CatalogEntry& entry, bool rewrite) {
   options.name = entry.name;
   auto run = entry.start(1, DType::f32, Device::cuda(), options);
   Generator data(2);
-  std::vector<zoo::Batch> micro_batches;
-  for (std::int64_t i = 0; i < entry.micro_batches; ++i)
-    micro_batches.push_back(entry.make_batch(data).to(Device::cuda()));
+  const std::vector<zoo::Batch> micro_batches = entry.step_batches(data, Device::cuda());
   run->forward_backward(micro_batches);  // cold: traces and compiles
   const std::int64_t before = launches_so_far();
   std::vector<Tensor> losses = run->forward_backward(micro_batches);

@@ -56,10 +56,7 @@ Trajectory train(const zoo::CatalogEntry& entry, DType dtype, Device device, boo
   Generator data(2);
   Trajectory out;
   for (int s = 0; s < kSteps; ++s) {
-    std::vector<zoo::Batch> micro_batches;
-    for (std::int64_t i = 0; i < entry.micro_batches; ++i)
-      micro_batches.push_back(entry.make_batch(data).to(device, dtype));
-    out.losses.push_back(run->step(micro_batches));
+    out.losses.push_back(run->step(entry.step_batches(data, device, dtype)));
     if (s == 0) {
       std::vector<Tensor> grads;
       for (const Tensor& p : run->module().parameters()) grads.push_back(p.grad());

@@ -63,6 +63,16 @@ struct CatalogEntry {
   std::function<std::unique_ptr<Run>(std::uint64_t seed, DType dtype, Device device,
                                      TrainOptions options)>
       start;
+
+  // One step's micro-batches, drawn in order from `gen`, on `device` with floating inputs as
+  // `float_dtype` (targets unchanged).
+  std::vector<Batch> step_batches(Generator& gen, Device device,
+                                  DType float_dtype = DType::f32) const {
+    std::vector<Batch> batches;
+    for (std::int64_t i = 0; i < micro_batches; ++i)
+      batches.push_back(make_batch(gen).to(device, float_dtype));
+    return batches;
+  }
 };
 
 namespace catalog_detail {
