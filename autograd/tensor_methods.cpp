@@ -1,4 +1,7 @@
 // Tensor's autograd state and its method forms of the ops, all routed through autograd/ops.h.
+#include <cstdio>
+#include <mutex>
+
 #include "autograd/engine.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
@@ -32,6 +35,21 @@ void Tensor::set_grad(const Tensor& g) const {
 }
 bool Tensor::is_leaf() const { return impl().grad_fn == nullptr; }
 
+namespace {
+// What PyTorch's backward says once per process: a leaf's .grad built under create_graph holds
+// a graph that holds the leaf, a cycle of shared_ptrs that outlives them both.
+void warn_create_graph_cycle() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::fprintf(stderr,
+                 "kiln: warning: backward() with create_graph=true makes a reference cycle "
+                 "between a leaf and its gradient, which leaks both; autograd::grad does not. "
+                 "Otherwise reset each leaf's gradient (set_grad(Tensor())) after use to break "
+                 "the cycle.\n");
+  });
+}
+}  // namespace
+
 void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
   Tensor g = gradient;
   if (!g.defined()) {
@@ -44,6 +62,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_gra
   KILN_CHECK_AS(ShapeError, g.shape() == shape(),
                 "backward: gradient shape {} does not match output shape {}", shape_str(g.shape()),
                 shape_str(shape()));
+  if (create_graph) warn_create_graph_cycle();
   autograd::run_backward({*this}, {g}, retain_graph, create_graph);
 }
 

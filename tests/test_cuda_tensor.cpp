@@ -15,9 +15,7 @@ struct UseVirtualGpu {
 };
 }  // namespace
 
-BOOST_TEST_GLOBAL_FIXTURE(UseVirtualGpu);
-
-BOOST_AUTO_TEST_SUITE(cuda_tensors)
+BOOST_AUTO_TEST_SUITE(cuda_tensors, *boost::unit_test::fixture<UseVirtualGpu>())
 
 BOOST_AUTO_TEST_CASE(round_trip_preserves_values_in_every_dtype) {
   std::vector<double> values = {0, 1, -2.5, 3, 1e3, -7, 0.125, 42};

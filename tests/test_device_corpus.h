@@ -290,7 +290,7 @@ inline void run_case(const KernelCase& kc) {
 }
 
 // Registers one Boost.Test case per KernelCase under suite `suite`, at static-initialization
-// time (as BOOST_AUTO_TEST_CASE does).
+// time (as BOOST_AUTO_TEST_CASE does), inside the file's suite (tests/support/file_suite.h).
 struct Register {
   Register(const char* suite, std::vector<KernelCase> (*make)()) {
     static std::deque<std::vector<KernelCase>> keep;  // cases outlive registration
@@ -300,7 +300,7 @@ struct Register {
       ts->add(
           boost::unit_test::make_test_case([&kc] { run_case(kc); }, kc.name, __FILE__, __LINE__));
     }
-    boost::unit_test::framework::master_test_suite().add(ts);
+    boost::unit_test::framework::current_auto_test_suite().add(ts);
   }
 };
 

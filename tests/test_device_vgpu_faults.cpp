@@ -81,9 +81,7 @@ void launch1(Backend& b, const std::string& ptx, Dim3 grid, Dim3 block, void** p
 struct InOrderSchedule {
   InOrderSchedule() { setenv("KILN_VGPU_SCHEDULE", "in_order", 1); }
 };
-BOOST_TEST_GLOBAL_FIXTURE(InOrderSchedule);
-
-BOOST_FIXTURE_TEST_SUITE(vgpu_faults, Fixture)
+BOOST_FIXTURE_TEST_SUITE(vgpu_faults, Fixture, *boost::unit_test::fixture<InOrderSchedule>())
 
 BOOST_AUTO_TEST_CASE(out_of_bounds_global_load_names_kernel_thread_and_allocation) {
   DevicePtr p = b->alloc(1024);

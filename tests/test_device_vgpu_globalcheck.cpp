@@ -30,9 +30,7 @@ DevicePtr fresh(Gpu& gpu, std::size_t bytes) {
 struct InOrderSchedule {
   InOrderSchedule() { setenv("KILN_VGPU_SCHEDULE", "in_order", 1); }
 };
-BOOST_TEST_GLOBAL_FIXTURE(InOrderSchedule);
-
-BOOST_AUTO_TEST_SUITE(vgpu_globalcheck)
+BOOST_AUTO_TEST_SUITE(vgpu_globalcheck, *boost::unit_test::fixture<InOrderSchedule>())
 
 BOOST_AUTO_TEST_CASE(reading_another_blocks_write_is_a_cross_block_raw_hazard) {
   // Each block fills its slice; thread 0 then adds its left neighbour's last element, which

@@ -9,8 +9,8 @@
 // central differences of the loss along random directions. A failure prints the seed and the
 // model's layers.
 //
-// KILN_FUZZ_ITERS sets the number of models (default 300, split over the two shard cases, which
-// ctest runs as two entries), KILN_FUZZ_SEED the first seed (default 1);
+// KILN_FUZZ_ITERS sets the number of models (default 300, dealt over the four shard cases, which
+// ctest runs as four entries), KILN_FUZZ_SEED the first seed (default 1);
 // KILN_FUZZ_SEED=s KILN_FUZZ_ITERS=1 replays seed s.
 //
 // What it catches was checked by breaking the library on purpose, rebuilding and running the
@@ -305,16 +305,20 @@ std::string check_model(const Model& m, std::uint64_t seed) {
   return all;
 }
 
-// Runs this shard's seeds: of `iters` models from `first`, shard 0 takes the first half. Every
-// model runs; the first three failures are printed in full, the rest counted.
-void run_shard(int shard) {
+// The shard cases below: ctest runs each as an entry, side by side.
+constexpr std::uint64_t kShards = 4;
+
+// Runs this shard's seeds: of `iters` models from `first`, every kShards-th from first + shard
+// (dealt, so that the slow models spread over the shards). Every model runs; the first three
+// failures are printed in full, the rest counted.
+void run_shard(std::uint64_t shard) {
   std::uint64_t iters = env_number("KILN_FUZZ_ITERS", 300);
   std::uint64_t first = env_number("KILN_FUZZ_SEED", 1);
-  std::uint64_t half = (iters + 1) / 2;
-  std::uint64_t begin = first + (shard == 0 ? 0 : half), end = first + (shard == 0 ? half : iters);
+  std::uint64_t begin = first + shard, end = first + iters, models = 0;
   std::uint64_t failures = 0;
   std::vector<std::uint64_t> failed;
-  for (std::uint64_t seed = begin; seed < end; ++seed) {
+  for (std::uint64_t seed = begin; seed < end; seed += kShards) {
+    ++models;
     Model m = random_model(seed);
     std::string why = check_model(m, seed);
     if (why.empty()) continue;
@@ -324,11 +328,12 @@ void run_shard(int shard) {
           seed, seed, why, describe(m)));
     failed.push_back(seed);
   }
-  BOOST_TEST_MESSAGE(fmt::format(
-      "fuzz training: {} models from seed {}; largest relative error f32 {:.3g}, bf16 {:.3g}, "
-      "directional derivative {:.3g}",
-      end - begin, begin, largest_error[0], largest_error[1], largest_error[2]));
-  BOOST_TEST(failures == 0, failures << " of " << end - begin << " models failed, seeds "
+  BOOST_TEST_MESSAGE(
+      fmt::format("fuzz training: {} models from seed {}, every {}th; largest relative error f32 "
+                  "{:.3g}, bf16 {:.3g}, "
+                  "directional derivative {:.3g}",
+                  models, begin, kShards, largest_error[0], largest_error[1], largest_error[2]));
+  BOOST_TEST(failures == 0, failures << " of " << models << " models failed, seeds "
                                      << fmt::format("{}", fmt::join(failed, " ")));
 }
 
@@ -362,6 +367,14 @@ BOOST_AUTO_TEST_CASE(random_models_shard_0) {
 
 BOOST_AUTO_TEST_CASE(random_models_shard_1) {
   run_shard(1);
+}
+
+BOOST_AUTO_TEST_CASE(random_models_shard_2) {
+  run_shard(2);
+}
+
+BOOST_AUTO_TEST_CASE(random_models_shard_3) {
+  run_shard(3);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -10,8 +10,9 @@
 namespace {
 
 kiln::test::CommandResult build(const std::string& target) {
-  return kiln::test::run_command(std::string(KILN_CMAKE_COMMAND) + " --build " + KILN_BINARY_DIR +
-                                 " --target " + target);
+  std::string command = KILN_CMAKE_COMMAND;
+  for (const char* part : {" --build ", KILN_BINARY_DIR, " --target "}) command += part;
+  return kiln::test::run_command(command + target);
 }
 
 bool contains(const std::string& text, const std::string& part) {

@@ -78,9 +78,7 @@ struct UseVirtualGpu {
 
 }  // namespace
 
-BOOST_TEST_GLOBAL_FIXTURE(UseVirtualGpu);
-
-BOOST_AUTO_TEST_SUITE(state_dicts)
+BOOST_AUTO_TEST_SUITE(state_dicts, *boost::unit_test::fixture<UseVirtualGpu>())
 
 BOOST_AUTO_TEST_CASE(names_follow_registration_through_nested_modules_and_buffers) {
   Generator gen(1);
@@ -385,7 +383,7 @@ BOOST_AUTO_TEST_CASE(the_fixture_from_another_writer_loads_with_its_exact_values
 
 BOOST_AUTO_TEST_SUITE_END()
 
-BOOST_AUTO_TEST_SUITE(safetensors_round_trip)
+BOOST_AUTO_TEST_SUITE(safetensors_round_trip, *boost::unit_test::fixture<UseVirtualGpu>())
 
 BOOST_AUTO_TEST_CASE(every_dtype_round_trips_bit_for_bit_in_the_spec_layout) {
   TempDir dir;

@@ -106,7 +106,7 @@ MatmulStaging staging_of(const MatmulVariant& v) {
 // The problem as the kernels read it (their `_index` struct): batch sizes, each operand's batch
 // strides (0 where it broadcasts, right-aligned), then the row and column strides of a and b, and
 // m, n, k.
-struct Problem {
+struct GemmIndex {
   std::vector<long long> batch_size, a_batch, b_batch;
   long long a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0, m = 0, n = 0, k = 0;
   long long batches = 1;
@@ -120,8 +120,8 @@ struct Problem {
   }
 };
 
-Problem problem_of(const Tensor& a, const Tensor& b) {
-  Problem p;
+GemmIndex problem_of(const Tensor& a, const Tensor& b) {
+  GemmIndex p;
   int rank = static_cast<int>(std::max(a.dim(), b.dim()));
   int batch_rank = std::max(1, rank - 2);
   for (int d = 0; d < batch_rank; ++d) {
@@ -154,7 +154,8 @@ bool unit(long long stride, long long size) {
 }
 
 // Whether every 16-byte chunk of both operands' tiles is a 16-byte aligned, contiguous copy.
-bool vector_loads_fit(const Tensor& a, const Tensor& b, const Problem& p, const MatmulVariant& v) {
+bool vector_loads_fit(const Tensor& a, const Tensor& b, const GemmIndex& p,
+                      const MatmulVariant& v) {
   long long chunk = 16 / static_cast<long long>(itemsize(a.dtype()));
   auto whole = [&](long long stride, long long size) { return size <= 1 || stride % chunk == 0; };
   bool a_fits = v.a_k_contiguous ? unit(p.a_cs, p.k) && whole(p.a_rs, p.m)
@@ -169,7 +170,7 @@ bool vector_loads_fit(const Tensor& a, const Tensor& b, const Problem& p, const 
   return a_fits && b_fits && aligned(a) && aligned(b);
 }
 
-MatmulVariant variant_for(const Tensor& a, const Tensor& b, DType out, const Problem& p) {
+MatmulVariant variant_for(const Tensor& a, const Tensor& b, DType out, const GemmIndex& p) {
   MatmulVariant v;
   v.tensor_cores = takes_tensor_cores(a.dtype(), b.dtype(), out);
   v.tf32 = takes_tf32(a.dtype(), b.dtype(), out) && allow_tf32();
@@ -282,7 +283,7 @@ Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
 
 Tensor run_matmul(const MatmulKernel& kernel, const Tensor& a, const Tensor& b,
                   const TensorMeta& out_meta, const MatmulVariant& variant) {
-  Problem p = problem_of(a, b);
+  GemmIndex p = problem_of(a, b);
   KILN_CHECK(a.dtype() == kernel.a_dtype() && b.dtype() == kernel.b_dtype() &&
                  out_meta.dtype == kernel.out_dtype(),
              "matmul: operands {} -> {} given to the kernels of {} @ {} -> {}", shapes_of(a, b),
