@@ -19,6 +19,7 @@
 #include "graph/tracer.h"
 #include "jit/aot/joint_graph.h"
 #include "jit/codegen/kernel_coverage.h"
+#include "jit/codegen/lt_matmul.h"
 #include "jit/reference_executor.h"
 #include "jit/report/report_writer.h"
 #include "runtime/log.h"
@@ -137,16 +138,18 @@ namespace {
 // A graph runs as generated kernels when its tensors live on a CUDA device: every argument with
 // elements is on one (0-dim host tensors are numbers), and every node computes there (a graph
 // that copies to the host runs node by node).
-// True when a node other than a view computes a value with an untracked size: a kernel or a
-// library call would have to allocate it, and only a host view can size itself from its input.
-bool computes_untracked_size(const graph::Graph& g) {
-  for (const auto& n : g.nodes) {
+// The first node other than a view that computes a value with an untracked size ("cat (%5)"),
+// or "": a kernel or a library call would have to allocate it, and only a host view can size
+// itself from its input.
+std::string computes_untracked_size(const graph::Graph& g) {
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const auto& n = g.nodes[i];
     if (op_class(n.op) == OpClass::view) continue;
     for (int v : n.outputs)
       for (const auto& e : g.values[v].sizes)
-        if (e.is_opaque()) return true;
+        if (e.is_opaque()) return fmt::format("{} (%{})", op_name(n.op), v);
   }
-  return false;
+  return "";
 }
 
 bool runs_on_device(const graph::Graph& g, std::span<const CallArg> args) {
@@ -214,6 +217,15 @@ std::string CompiledFunctionCore::dump_prefix() const {
   return fmt::format("{}.{}", options_.name, entries_.size());
 }
 
+void CompiledFunctionCore::log_specialized(const DimSet& dims, const std::string& why) const {
+  if (!log_enabled(LogTopic::recompiles)) return;
+  std::vector<std::string> names;
+  for (const auto& [arg, dim] : dims)
+    names.push_back(fmt::format("'{}' dim {}", arg_name(arg), dim));
+  log_line(
+      fmt::format("kiln: '{}' keeps {} static, as {}", options_.name, fmt::join(names, ", "), why));
+}
+
 void CompiledFunctionCore::specialize(const DimSet& dims, DimSet& candidates) {
   for (const auto& d : dims) {
     specialized_.insert(d);
@@ -246,6 +258,8 @@ CompiledFunctionCore::DimSet CompiledFunctionCore::backward_demotions(
     if (!why.empty() || joint.read_symbols.count(sym.arg_symbols[c.first][c.second]))
       demote.insert(c);
   if (why.empty() && !demote.empty()) why = "a derivative rule read their sizes";
+  if (!demote.empty())
+    log_specialized(demote, fmt::format("the backward does not serve every size ({})", why));
   if (!demote.empty() && log_enabled(LogTopic::aot))
     log_line(
         fmt::format("kiln: aot: the backward of '{}' does not serve every size of {} dynamic "
@@ -290,6 +304,7 @@ GuardSet CompiledFunctionCore::guards_for(const Graph& g, std::span<const CallAr
   GuardSet gs;
   gs.grad_enabled = grad_enabled();
   gs.autocast = autocast_state();
+  gs.matmul_tf32 = codegen::allow_tf32();
   gs.num_symbols = static_cast<int>(g.symbols.size());
   gs.whole = divisions(g);
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -330,14 +345,20 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
       }
       // A compiled plan sizes what it computes from the symbols, so an untracked size there
       // specializes as a read does; the CPU runs ops on real tensors and needs no sizes.
-      bool untracked = computes_untracked_size(trace.graph) && runs_on_device(trace.graph, args);
+      std::string untracked =
+          runs_on_device(trace.graph, args) ? computes_untracked_size(trace.graph) : "";
+      std::string why = !matched            ? "traced at other sizes it differs"
+                        : trace.read_opaque ? "it read an untracked size"
+                        : !untracked.empty()
+                            ? fmt::format("{} computes a size its symbols do not track", untracked)
+                            : "";
       DimSet demote;
       for (const auto& c : candidates) {
         int s = sym.arg_symbols[c.first][c.second];
-        if (!matched || trace.read_opaque || untracked || trace.read_symbols.count(s))
-          demote.insert(c);
+        if (!why.empty() || trace.read_symbols.count(s)) demote.insert(c);
       }
       if (!demote.empty()) {
+        log_specialized(demote, why.empty() ? "it read their sizes as numbers" : why);
         specialize(demote, candidates);
         continue;
       }

@@ -130,6 +130,8 @@ class CompiledFunctionCore {
   GuardSet guards_for(const graph::Graph& g, std::span<const CallArg> args,
                       const std::vector<std::vector<int>>& arg_symbols) const;
   void specialize(const DimSet& dims, DimSet& candidates);
+  // KILN_LOG=recompiles: which dims stay static, and why (the op, where one is to blame).
+  void log_specialized(const DimSet& dims, const std::string& why) const;
   // Names the KILN_DUMP_DIR files of the entry being made: `<function>.<entry>`.
   std::string dump_prefix() const;
   Trace run_trace(std::span<const CallArg> args, InvokeRef invoke,

@@ -1,6 +1,7 @@
 // Guard checking. The pass path allocates nothing; reasons are formatted only on failure.
 #include "jit/guards.h"
 
+#include "jit/codegen/lt_matmul.h"
 #include "runtime/grad_mode.h"
 
 namespace kiln::jit {
@@ -52,6 +53,12 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
     return fail(failure, Kind::autocast,
                 fmt::format("autocast mismatch: expected {}, actual {}", autocast_name(autocast),
                             autocast_name(now)),
+                passed);
+  if (bool now = codegen::allow_tf32(); now != matmul_tf32)
+    return fail(failure, Kind::matmul_tf32,
+                fmt::format("matmul TF32 mismatch: expected {}, actual {} (set_allow_tf32, "
+                            "KILN_MATMUL_TF32)",
+                            matmul_tf32 ? "on" : "off", now ? "on" : "off"),
                 passed);
   symbol_values.assign(num_symbols, -1);
   for (const TensorGuard& g : tensors) {
@@ -141,14 +148,15 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
 }
 
 std::size_t GuardSet::count() const {
-  std::size_t n = 3 + arg_is_tensor.size() + scalars.size() + whole.size();
+  std::size_t n = 4 + arg_is_tensor.size() + scalars.size() + whole.size();
   for (const auto& g : tensors) n += 5 + g.sizes.size();
   return n;
 }
 
 std::string GuardSet::str() const {
-  std::string out = fmt::format("  grad mode: {}\n  autocast: {}\n",
-                                grad_enabled ? "enabled" : "disabled", autocast_name(autocast));
+  std::string out = fmt::format("  grad mode: {}\n  autocast: {}\n  matmul TF32: {}\n",
+                                grad_enabled ? "enabled" : "disabled", autocast_name(autocast),
+                                matmul_tf32 ? "on" : "off");
   for (const TensorGuard& g : tensors) {
     std::vector<std::string> dims;
     for (std::size_t d = 0; d < g.sizes.size(); ++d)

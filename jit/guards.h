@@ -1,5 +1,6 @@
-// A GuardSet states what one trace assumed about a call: the grad mode and the autocast state
-// (runtime/autocast.h: the trace holds the casts it made); for each tensor
+// A GuardSet states what one trace assumed about a call: the grad mode, the autocast state
+// (runtime/autocast.h: the trace holds the casts it made) and whether f32 matmuls may use TF32
+// (the plan picks its kernels by it); for each tensor
 // (argument, declared state or captured) its device, dtype, rank, sizes (static, or symbolic
 // >= 2), stride class and requires_grad; for each scalar argument its value; and that every
 // symbolic size the graph divides is a whole number. Checked in that fixed order, stopping at
@@ -43,6 +44,7 @@ struct GuardFailure {
     signature,
     grad_mode,
     autocast,
+    matmul_tf32,
     undefined,
     device,
     dtype,
@@ -64,6 +66,7 @@ class GuardSet {
   std::vector<std::string> arg_names;
   bool grad_enabled = true;
   AutocastState autocast;
+  bool matmul_tf32 = false;  // codegen::allow_tf32() when traced
   std::vector<TensorGuard> tensors;
   std::vector<ScalarGuard> scalars;
   std::vector<SymExpr> whole;  // size expressions with a denominator: must divide evenly

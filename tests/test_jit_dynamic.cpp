@@ -5,7 +5,10 @@
 #include "autograd/nn.h"
 #include "autograd/ops.h"
 #include "jit/compile.h"
+#include "runtime/log.h"
+#include "support/capture_output.h"
 #include "support/device_compare.h"
+#include "support/scope_exit.h"
 
 using namespace kiln;
 
@@ -37,6 +40,31 @@ BOOST_AUTO_TEST_CASE(after_one_size_recompile_ten_more_batch_sizes_reuse_one_ent
   BOOST_TEST(f.core().num_entries() == 2u);
   BOOST_TEST(f.core().stats().hits == 10);
   BOOST_TEST(f.core().graph(1).str().find("f32[s0, 8] argument") != std::string::npos);
+}
+
+// A dim that stays static says so under KILN_LOG=recompiles, naming the op to blame: here a cat
+// along it, whose output size the symbols do not track on the device.
+BOOST_AUTO_TEST_CASE(kiln_log_names_the_op_that_keeps_a_dim_static) {
+  setenv("KILN_LOG", "recompiles", 1);
+  reload_log_settings();
+  test::ScopeExit restore([] {
+    unsetenv("KILN_LOG");
+    reload_log_settings();
+  });
+  jit::CompileOptions options;
+  options.name = "grow";
+  options.arg_names = {"cache", "row"};
+  auto f = jit::compile([](const Tensor& a, const Tensor& b) { return cat({a, b}, 2) * 2.0; },
+                        options);
+  Tensor row = ones({2, 4, 1}).to(Device::cuda());
+  std::string err = test::capture_output(2, [&] {
+    f(ones({2, 4, 8}).to(Device::cuda()), row);
+    f(ones({2, 4, 9}).to(Device::cuda()), row);
+  });
+  BOOST_TEST(err.find("kiln: 'grow' keeps 'cache' dim 2 static, as cat (%") != std::string::npos,
+             err);
+  BOOST_TEST(err.find(") computes a size its symbols do not track") != std::string::npos, err);
+  BOOST_TEST(f.core().num_entries() == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(sizes_zero_and_one_stay_specialized) {

@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include "autograd/ops.h"
+#include "jit/codegen/lt_matmul.h"
 #include "jit/compile.h"
 #include "runtime/log.h"
 #include "support/capture_output.h"
+#include "support/scope_exit.h"
 
 using namespace kiln;
 
@@ -47,6 +49,28 @@ BOOST_AUTO_TEST_CASE(matching_calls_never_recompile) {
   BOOST_TEST(f(zeros({2, 3}), ones({3, 4})).item() == 0.0);  // new tensors, same metadata
   BOOST_TEST(f.core().num_entries() == 1u);
   BOOST_TEST(f.core().stats().hits == 5);
+}
+
+// The plan picks the f32 GEMM and attention kernels (and cuBLASLt's compute type) by
+// allow_tf32(): an entry traced with it off must not serve a call made with it on.
+BOOST_AUTO_TEST_CASE(flipping_matmul_tf32_traces_again_with_its_reason) {
+  bool was = jit::codegen::allow_tf32();
+  test::ScopeExit restore([was] { jit::codegen::set_allow_tf32(was); });
+  jit::codegen::set_allow_tf32(false);
+  auto f = make_f();
+  Tensor x = ones({2, 3}), w = ones({3, 4});
+  f(x, w);
+  jit::codegen::set_allow_tf32(true);
+  f(x, w);
+  jit::codegen::set_allow_tf32(false);
+  f(x, w);  // the first entry again
+  BOOST_TEST(f.core().num_entries() == 2u);
+  BOOST_TEST(f.core().stats().hits == 1);
+  std::vector<std::string> expected = {
+      "matmul TF32 mismatch: expected off, actual on (set_allow_tf32, KILN_MATMUL_TF32)"};
+  BOOST_TEST(f.core().recompile_reasons() == expected, boost::test_tools::per_element());
+  BOOST_TEST(f.core().guards(0).str().find("matmul TF32: off") != std::string::npos);
+  BOOST_TEST(f.core().guards(1).str().find("matmul TF32: on") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(each_guard_kind_recompiles_once_with_its_reason) {
