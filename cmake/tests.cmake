@@ -193,9 +193,10 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
         ENVIRONMENT "${kiln_test_cache}" SKIP_REGULAR_EXPRESSION "${kiln_skip_message}")
     endforeach()
     if(name MATCHES "${kiln_random_schedule_suites}")
-      add_test(NAME ${name}_random COMMAND ${runner} ${kiln_test_common_args} --run_test=${name})
+      add_test(NAME ${name}_random COMMAND ${runner} ${kiln_test_common_args} ${filter})
       set_tests_properties(${name}_random PROPERTIES TIMEOUT 600
-        ENVIRONMENT "KILN_VGPU_SCHEDULE=random:1;${kiln_test_cache}")
+        ENVIRONMENT "KILN_VGPU_SCHEDULE=random:1;${kiln_test_cache}"
+        FAIL_REGULAR_EXPRESSION "${kiln_skip_message}")
     endif()
   endforeach()
 

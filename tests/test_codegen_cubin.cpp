@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -146,22 +147,39 @@ void build_program(std::vector<Build*>& program) {
   }
 }
 
-// The builds as programs, one target and distinct names each, built on every core (NVRTC is
-// thread-safe) and checked on this thread (Boost.Test is not). Returns the number of programs.
+// A source's #include lines: a combined program puts every kernel's at its top, so kernels share
+// a program only where theirs are the same, and one that lacks a header it needs still fails.
+std::string include_lines(const std::string& source) {
+  std::istringstream in(source);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (line.starts_with("#include")) out += line + '\n';
+  return out;
+}
+
+// The builds as programs, one target, one set of #include lines and distinct names each, built
+// on every core (NVRTC is thread-safe) and checked on this thread (Boost.Test is not). Returns
+// the number of programs.
 std::size_t build_all(std::vector<Build>& builds) {
+  struct Program {
+    nvrtc::Target target;
+    std::string includes;
+    std::set<std::string> names;
+  };
   std::vector<std::vector<Build*>> programs;
-  std::vector<std::set<std::string>> names;
+  std::vector<Program> keys;
   for (Build& b : builds) {
+    std::string includes = include_lines(b.source);
     std::size_t p = 0;
-    while (p < programs.size() &&
-           (programs[p][0]->target != b.target || names[p].count(b.name) != 0))
+    while (p < programs.size() && (keys[p].target != b.target || keys[p].includes != includes ||
+                                   keys[p].names.count(b.name) != 0))
       ++p;
     if (p == programs.size()) {
       programs.emplace_back();
-      names.emplace_back();
+      keys.push_back({b.target, includes, {}});
     }
     programs[p].push_back(&b);
-    names[p].insert(b.name);
+    keys[p].names.insert(b.name);
   }
   std::atomic<std::size_t> next{0};
   auto work = [&] {

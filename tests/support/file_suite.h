@@ -1,5 +1,5 @@
 // Makes each test file a Boost.Test suite named after the file inside its area's runner
-// (CMakeLists.txt compiles tests/test_x.cpp through a generated unit that wraps it in
+// (cmake/tests.cmake compiles tests/test_x.cpp through a generated unit that wraps it in
 // KILN_FILE_SUITE_BEGIN(test_x) ... KILN_FILE_SUITE_END()), so that ctest's entry for the file
 // runs `runner --run_test=test_x` and a case is test_x/suite/case.
 #pragma once

@@ -1,5 +1,5 @@
 // A precondition for a test case that runs only on some machines (with a GPU, as root, ...).
-// Boost.Test then reports the case as skipped, and CMakeLists.txt gives the case a ctest entry
+// Boost.Test then reports the case as skipped, and cmake/tests.cmake gives the case a ctest entry
 // of its own that ctest shows as Skipped: a case that did not run never reads as a pass.
 #pragma once
 
