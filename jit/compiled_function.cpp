@@ -142,8 +142,7 @@ namespace {
 // or "": a kernel or a library call would have to allocate it, and only a host view can size
 // itself from its input.
 std::string computes_untracked_size(const graph::Graph& g) {
-  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-    const auto& n = g.nodes[i];
+  for (const auto& n : g.nodes) {
     if (op_class(n.op) == OpClass::view) continue;
     for (int v : n.outputs)
       for (const auto& e : g.values[v].sizes)
