@@ -63,8 +63,8 @@ bool KernelChecks::computed_in(int v, const std::set<int>& inside) const {
 bool KernelChecks::reshapes_expanded(const Node& node) const {
   if (node.op != OpId::reshape) return false;
   const Node* p = producer_of(g_, node.inputs.at(0));
-  return p && p->op == OpId::expand && constant_sizes(g_.values[node.inputs[0]].sizes) &&
-         constant_sizes(g_.values[node.output()].sizes);
+  return p && p->op == OpId::expand && tracked_sizes(g_.values[node.inputs[0]].sizes) &&
+         tracked_sizes(g_.values[node.output()].sizes);
 }
 
 // Whether the kernel made of `inside` moves data by index (an index-aware kernel).
@@ -76,8 +76,8 @@ bool KernelChecks::moves_data(const std::set<int>& inside) const {
   });
 }
 
-bool KernelChecks::constant_sizes(const std::vector<SymExpr>& sizes) {
-  return std::all_of(sizes.begin(), sizes.end(), [](const SymExpr& s) { return s.is_constant(); });
+bool KernelChecks::tracked_sizes(const std::vector<SymExpr>& sizes) {
+  return std::none_of(sizes.begin(), sizes.end(), [](const SymExpr& s) { return s.is_opaque(); });
 }
 
 // Rule 2 for index-aware pointwise kernels: a value that does not cover the domain is computed
@@ -86,7 +86,7 @@ bool KernelChecks::constant_sizes(const std::vector<SymExpr>& sizes) {
 // is read only inside the kernel, by such maps or by elementwise ops of its own sizes (never
 // broadcast: that would recompute it for every element).
 bool KernelChecks::index_mapped(int v, const std::set<int>& inside, const Domain& d) const {
-  if (!coverage_ || d.reduces || !constant_sizes(g_.values[v].sizes) || readers_.returned(v))
+  if (!coverage_ || d.reduces || !tracked_sizes(g_.values[v].sizes) || readers_.returned(v))
     return false;
   for (int r : readers_.nodes(v)) {
     if (!inside.count(r)) return false;
@@ -99,15 +99,17 @@ bool KernelChecks::index_mapped(int v, const std::set<int>& inside, const Domain
   return true;
 }
 
-// An index-aware kernel bakes its sizes into its code and writes only values of the domain's
-// shape (every other value is computed at mapped coordinates, never in its own order).
+// An index-aware kernel takes its sizes as constants or as arguments it is given (never one no
+// expression tracks) and writes only values of the domain's shape (every other value is
+// computed at mapped coordinates, never in its own order).
 std::optional<std::string> KernelChecks::index_reason(const std::vector<int>& members,
                                                       const std::set<int>& inside,
                                                       const Domain& d) const {
   if (!coverage_ || d.reduces || !moves_data(inside)) return std::nullopt;
-  if (!constant_sizes(d.sizes))
+  if (!tracked_sizes(d.sizes))
     return fmt::format(
-        "a kernel that moves data by index needs constant sizes, and its domain {} is symbolic",
+        "a kernel that moves data by index needs sizes it can be given, and its domain {} has "
+        "one no expression tracks",
         sizes_str(d.sizes));
   auto squeezed = [](const std::vector<SymExpr>& sizes) {
     std::size_t k = 0;
@@ -122,7 +124,7 @@ std::optional<std::string> KernelChecks::index_reason(const std::vector<int>& me
           readers_.returned(v) || std::any_of(readers_.nodes(v).begin(), readers_.nodes(v).end(),
                                               [&](int c) { return !inside.count(c); });
       if (!outside) continue;
-      if (!constant_sizes(sizes) || !same_sizes(squeezed(sizes), squeezed(d.sizes)))
+      if (!tracked_sizes(sizes) || !same_sizes(squeezed(sizes), squeezed(d.sizes)))
         return fmt::format(
             "%{} {} is read outside a kernel that moves data by index over {}: such a kernel "
             "writes only values of its domain's shape",

@@ -48,7 +48,7 @@ class KernelChecks {
   bool computed_in(int v, const std::set<int>& inside) const;
   bool reshapes_expanded(const Node& node) const;
   bool moves_data(const std::set<int>& inside) const;
-  static bool constant_sizes(const std::vector<SymExpr>& sizes);
+  static bool tracked_sizes(const std::vector<SymExpr>& sizes);  // none opaque
 
   const Graph& g_;
   const KernelCoverage* coverage_;

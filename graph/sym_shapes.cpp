@@ -45,7 +45,8 @@ SizeExprs target(const OpAttrs& attrs, const SizeExprs* input, const Shape* inpu
   return r;
 }
 
-// A dim changed by a fixed amount (cat, pad, slice): constant if it was, else opaque.
+// What a slice to the end leaves of a dim: constant if the dim was, else opaque (the slice
+// records its end as the traced size, which other sizes do not follow).
 SymExpr changed(const SymExpr& before, std::int64_t after) {
   return before.is_constant() ? SymExpr::constant(after) : SymExpr::opaque();
 }
@@ -123,18 +124,18 @@ SizeExprs batch_sizes(std::span<const SizeExprs> in, std::span<const TensorMeta>
 }
 
 SizeExprs movement_sizes(OpId op, std::span<const SizeExprs> in, std::span<const TensorMeta> meta,
-                         const OpAttrs& attrs, const Shape& out0) {
+                         const OpAttrs& attrs) {
   SizeExprs r = in[0];
   if (op == OpId::cat) {
     auto rank = static_cast<std::int64_t>(meta[0].shape.size());
     auto d = static_cast<std::size_t>(normalize_dim(attrs.dim, rank, "cat"));
-    bool all_constant = true;
-    for (const auto& e : in) all_constant = all_constant && e[d].is_constant();
-    r[d] = all_constant ? SymExpr::constant(out0[d]) : SymExpr::opaque();
-  } else {  // pad
+    SymExpr total;
+    for (const auto& e : in) total = total + e[d];
+    r[d] = total;
+  } else {  // pad: the amounts are constants (negative ones crop)
     for (std::size_t i = 0; i < attrs.dims.size() / 2; ++i) {
       std::size_t d = r.size() - 1 - i;
-      if (attrs.dims[2 * i] != 0 || attrs.dims[2 * i + 1] != 0) r[d] = changed(r[d], out0[d]);
+      r[d] = r[d] + SymExpr::constant(attrs.dims[2 * i] + attrs.dims[2 * i + 1]);
     }
   }
   return r;
@@ -181,7 +182,7 @@ std::vector<SizeExprs> infer_size_exprs(OpId op, std::span<const SizeExprs> in,
       return {o, lse};
     }
     case OpClass::movement:
-      return {movement_sizes(op, in, meta, attrs, out0)};
+      return {movement_sizes(op, in, meta, attrs)};
   }
   throw Error(fmt::format("{}: no size-expression rule", op));
 }

@@ -134,7 +134,7 @@ SymExpr Tracer::size_expr(const TensorImpl& tensor, std::int64_t dim) {
 
 void Tracer::on_size_read(const SymExpr& size) {
   if (size.is_opaque()) read_opaque_ = true;
-  for (auto [symbol, power] : size.factors()) read_symbols_.insert(symbol);
+  for (int symbol : size.symbols()) read_symbols_.insert(symbol);
 }
 
 void Tracer::set_outputs(const std::vector<Tensor>& outputs) {

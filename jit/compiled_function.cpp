@@ -103,18 +103,30 @@ bool match_traces(const Graph& a, const Graph& b, const std::vector<std::int64_t
   return true;
 }
 
-// Size expressions of `g` that divide: each must come out whole in a call.
-std::vector<SymExpr> divisions(const Graph& g) {
+// Distinct size expressions of `g` that `keep` selects.
+template <class Keep>
+std::vector<SymExpr> size_exprs_where(const Graph& g, Keep keep) {
   std::vector<SymExpr> out;
   auto add = [&](const SymExpr& e) {
-    if (e.denominator() != 1 && std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+    if (!e.is_opaque() && keep(e) && std::find(out.begin(), out.end(), e) == out.end())
+      out.push_back(e);
   };
   for (const auto& v : g.values)
-    for (const auto& e : v.sizes)
-      if (!e.is_opaque()) add(e);
+    for (const auto& e : v.sizes) add(e);
   for (const auto& n : g.nodes)
     for (const auto& e : n.attrs.shape_exprs) add(e);
   return out;
+}
+
+// Size expressions of `g` that divide: each must come out whole in a call.
+std::vector<SymExpr> divisions(const Graph& g) {
+  return size_exprs_where(g, [](const SymExpr& e) { return e.denominator() != 1; });
+}
+
+// Size expressions of `g` that subtract (a pad that crops): each must stay >= 2 in a call, as
+// the trace assumed of every symbolic size.
+std::vector<SymExpr> subtractions(const Graph& g) {
+  return size_exprs_where(g, [](const SymExpr& e) { return e.has_negative_term(); });
 }
 
 }  // namespace
@@ -138,15 +150,25 @@ namespace {
 // A graph runs as generated kernels when its tensors live on a CUDA device: every argument with
 // elements is on one (0-dim host tensors are numbers), and every node computes there (a graph
 // that copies to the host runs node by node).
-// The first node other than a view that computes a value with an untracked size ("cat (%5)"),
-// or "": a kernel or a library call would have to allocate it, and only a host view can size
-// itself from its input.
+// The first node other than a view that computes a value with an untracked size ("mul (%5)" of
+// a slice to the end), or "": a kernel or a library call would have to allocate it, and only a
+// host view can size itself from its input.
 std::string computes_untracked_size(const graph::Graph& g) {
   for (const auto& n : g.nodes) {
     if (op_class(n.op) == OpClass::view) continue;
     for (int v : n.outputs)
       for (const auto& e : g.values[v].sizes)
         if (e.is_opaque()) return fmt::format("{} (%{})", op_name(n.op), v);
+  }
+  return "";
+}
+
+// A size that subtracts ("s0 - 2 (%3)") and is below 2 at the traced symbol values, or "":
+// the guards hold such sizes at >= 2, as symbols are, so that entry would never match.
+std::string size_below_two(const Graph& g, std::span<const std::int64_t> traced) {
+  for (const auto& e : subtractions(g)) {
+    auto v = e.evaluate(traced);
+    if (!v || *v < 2) return fmt::format("size {}", e.str());
   }
   return "";
 }
@@ -306,6 +328,7 @@ GuardSet CompiledFunctionCore::guards_for(const Graph& g, std::span<const CallAr
   gs.matmul_tf32 = codegen::allow_tf32();
   gs.num_symbols = static_cast<int>(g.symbols.size());
   gs.whole = divisions(g);
+  gs.at_least_two = subtractions(g);
   for (std::size_t i = 0; i < args.size(); ++i) {
     gs.arg_is_tensor.push_back(args[i].is_tensor);
     gs.arg_names.push_back(arg_name(i));
@@ -336,21 +359,27 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
     std::optional<Trace> probe;
     if (!sym.symbols.empty()) {
       bool matched = false;
+      std::string differs = "traced at other sizes it differs";
       try {
         probe = run_trace(args, invoke, sym.arg_symbols, sym.probe);
         matched = match_traces(trace.graph, probe->graph, sym.traced, sym.probe);
-      } catch (const Error&) {
+        if (auto what = graph::structural_difference(trace.graph, probe->graph))
+          differs += fmt::format(" ({})", *what);
+      } catch (const Error& err) {
         matched = false;  // the function cannot run at other sizes as traced
+        differs = fmt::format("it cannot be traced at other sizes ({})", err.what());
       }
       // A compiled plan sizes what it computes from the symbols, so an untracked size there
       // specializes as a read does; the CPU runs ops on real tensors and needs no sizes.
       std::string untracked =
           runs_on_device(trace.graph, args) ? computes_untracked_size(trace.graph) : "";
-      std::string why = !matched            ? "traced at other sizes it differs"
+      std::string small = size_below_two(trace.graph, sym.traced);
+      std::string why = !matched            ? differs
                         : trace.read_opaque ? "it read an untracked size"
                         : !untracked.empty()
                             ? fmt::format("{} computes a size its symbols do not track", untracked)
-                            : "";
+                        : !small.empty() ? fmt::format("{} is below 2 where traced", small)
+                                         : "";
       DimSet demote;
       for (const auto& c : candidates) {
         int s = sym.arg_symbols[c.first][c.second];

@@ -144,11 +144,20 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
           fmt::format("size {} is not a whole number with {}", e.str(), symbols_str(symbol_values)),
                   passed);
   }
+  for (const SymExpr& e : at_least_two) {
+    ++passed;
+    auto v = e.evaluate(symbol_values);
+    if (!v || *v < 2)
+      return fail(failure, Kind::size_range,
+                  fmt::format("size {} is {} with {}, and must be >= 2 as when traced", e.str(),
+                              v ? std::to_string(*v) : "not whole", symbols_str(symbol_values)),
+                  passed);
+  }
   return true;
 }
 
 std::size_t GuardSet::count() const {
-  std::size_t n = 4 + arg_is_tensor.size() + scalars.size() + whole.size();
+  std::size_t n = 4 + arg_is_tensor.size() + scalars.size() + whole.size() + at_least_two.size();
   for (const auto& g : tensors) n += 5 + g.sizes.size();
   return n;
 }
@@ -175,6 +184,7 @@ std::string GuardSet::str() const {
   for (const ScalarGuard& g : scalars)
     out += fmt::format("  scalar '{}': value == {}\n", g.name, g.value);
   for (const SymExpr& e : whole) out += fmt::format("  size {} is a whole number\n", e.str());
+  for (const SymExpr& e : at_least_two) out += fmt::format("  size {} >= 2\n", e.str());
   return out;
 }
 

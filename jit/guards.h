@@ -3,7 +3,8 @@
 // (the plan picks its kernels by it); for each tensor
 // (argument, declared state or captured) its device, dtype, rank, sizes (static, or symbolic
 // >= 2), stride class and requires_grad; for each scalar argument its value; and that every
-// symbolic size the graph divides is a whole number. Checked in that fixed order, stopping at
+// symbolic size the graph divides is a whole number, and that every symbolic size it subtracts
+// from (a pad that crops) stays >= 2, as symbols are. Checked in that fixed order, stopping at
 // the first failure, whose reason reads like PyTorch's: "tensor 'x' size mismatch at index 0:
 // expected 3, actual 4".
 #pragma once
@@ -53,7 +54,8 @@ struct GuardFailure {
     strides,
     requires_grad,
     scalar,
-    divisibility
+    divisibility,
+    size_range
   };
   Kind kind = Kind::none;
   std::string reason;
@@ -70,6 +72,7 @@ class GuardSet {
   std::vector<TensorGuard> tensors;
   std::vector<ScalarGuard> scalars;
   std::vector<SymExpr> whole;  // size expressions with a denominator: must divide evenly
+  std::vector<SymExpr> at_least_two;  // size expressions with a negative term: must stay >= 2
   int num_symbols = 0;
 
   // True when every guard passes; then `symbol_values` holds each symbol's size in this call.

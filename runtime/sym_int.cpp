@@ -1,4 +1,4 @@
-// Monomial size expressions and their arithmetic.
+// Size expressions (sums of monomials) and their arithmetic.
 #include "runtime/sym_int.h"
 
 #include <algorithm>
@@ -30,18 +30,33 @@ std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
   return out;
 }
 
+std::int64_t checked_add(std::int64_t a, std::int64_t b) {
+  std::int64_t out;
+  KILN_CHECK(!__builtin_add_overflow(a, b, &out),
+             "size expression: coefficient {} + {} overflows 64 bits", a, b);
+  return out;
+}
+
+__int128 gcd128(__int128 a, __int128 b) {
+  while (b != 0) {
+    __int128 r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
 }  // namespace
 
 SymExpr SymExpr::constant(std::int64_t value) {
   SymExpr e;
-  e.num_ = value;
+  if (value != 0) e.terms_.push_back({value, 1, {}});
   return e;
 }
 
 SymExpr SymExpr::symbol(int id) {
   SymExpr e;
-  e.num_ = 1;
-  e.factors_.push_back({id, 1});
+  e.terms_.push_back({1, 1, {{id, 1}}});
   return e;
 }
 
@@ -51,28 +66,69 @@ SymExpr SymExpr::opaque() {
   return e;
 }
 
-std::int64_t SymExpr::constant_value() const {
-  KILN_CHECK(is_constant() && den_ == 1, "size expression {} is not an integer constant", str());
-  return num_;
+SymExpr SymExpr::sum_of(std::vector<Term> terms) {
+  std::sort(terms.begin(), terms.end(),
+            [](const Term& a, const Term& b) { return a.factors < b.factors; });
+  SymExpr r;
+  for (Term& t : terms) {
+    if (!r.terms_.empty() && r.terms_.back().factors == t.factors) {
+      Term& last = r.terms_.back();
+      // a/b + c/d = (ad + cb) / bd
+      last.num = checked_add(checked_mul(last.num, t.den), checked_mul(t.num, last.den));
+      last.den = checked_mul(last.den, t.den);
+      reduce(last.num, last.den);
+    } else {
+      r.terms_.push_back(std::move(t));
+    }
+  }
+  std::erase_if(r.terms_, [](const Term& t) { return t.num == 0; });
+  return r;
 }
 
-SymExpr SymExpr::operator*(const SymExpr& o) const {
-  if (opaque_ || o.opaque_) return opaque();
-  SymExpr r;
-  r.num_ = checked_mul(num_, o.num_);
-  r.den_ = checked_mul(den_, o.den_);
-  reduce(r.num_, r.den_);
-  if (r.num_ == 0) return constant(0);
-  // Merge the sorted factor lists, adding powers and dropping those that cancel.
+bool SymExpr::has_negative_term() const {
+  return std::any_of(terms_.begin(), terms_.end(), [](const Term& t) { return t.num < 0; });
+}
+
+std::int64_t SymExpr::constant_value() const {
+  KILN_CHECK(is_constant() && denominator() == 1, "size expression {} is not an integer constant",
+             str());
+  return terms_.empty() ? 0 : terms_[0].num;
+}
+
+std::int64_t SymExpr::denominator() const {
+  std::int64_t d = 1;
+  for (const Term& t : terms_) d = std::lcm(d, t.den);
+  return d;
+}
+
+std::vector<int> SymExpr::symbols() const {
+  std::vector<int> out;
+  for (const Term& t : terms_)
+    for (auto [s, p] : t.factors) out.push_back(s);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+namespace {
+
+// The product of two terms: coefficients multiplied, powers of each symbol added.
+template <class Term>
+Term term_product(const Term& a, const Term& b) {
+  Term r;
+  r.num = checked_mul(a.num, b.num);
+  r.den = checked_mul(a.den, b.den);
+  reduce(r.num, r.den);
   std::size_t i = 0, j = 0;
-  while (i < factors_.size() || j < o.factors_.size()) {
-    if (j == o.factors_.size() || (i < factors_.size() && factors_[i].first < o.factors_[j].first)) {
-      r.factors_.push_back(factors_[i++]);
-    } else if (i == factors_.size() || o.factors_[j].first < factors_[i].first) {
-      r.factors_.push_back(o.factors_[j++]);
+  while (i < a.factors.size() || j < b.factors.size()) {
+    if (j == b.factors.size() ||
+        (i < a.factors.size() && a.factors[i].first < b.factors[j].first)) {
+      r.factors.push_back(a.factors[i++]);
+    } else if (i == a.factors.size() || b.factors[j].first < a.factors[i].first) {
+      r.factors.push_back(b.factors[j++]);
     } else {
-      int power = factors_[i].second + o.factors_[j].second;
-      if (power != 0) r.factors_.push_back({factors_[i].first, power});
+      int power = a.factors[i].second + b.factors[j].second;
+      if (power != 0) r.factors.push_back({a.factors[i].first, power});
       ++i;
       ++j;
     }
@@ -80,41 +136,96 @@ SymExpr SymExpr::operator*(const SymExpr& o) const {
   return r;
 }
 
+}  // namespace
+
+SymExpr SymExpr::operator*(const SymExpr& o) const {
+  if (opaque_ || o.opaque_) return opaque();
+  std::vector<Term> terms;
+  for (const Term& a : terms_)
+    for (const Term& b : o.terms_) terms.push_back(term_product(a, b));
+  return sum_of(std::move(terms));
+}
+
 SymExpr SymExpr::operator/(const SymExpr& o) const {
   if (opaque_ || o.opaque_) return opaque();
-  KILN_CHECK(o.num_ != 0, "size expression: division of {} by zero", str());
-  SymExpr inverse;
-  inverse.num_ = o.den_;
-  inverse.den_ = o.num_;
-  reduce(inverse.num_, inverse.den_);
-  for (auto [s, p] : o.factors_) inverse.factors_.push_back({s, -p});
-  return *this * inverse;
+  KILN_CHECK(!o.terms_.empty(), "size expression: division of {} by zero", str());
+  if (o.terms_.size() > 1) return *this == o ? constant(1) : opaque();
+  const Term& d = o.terms_[0];
+  Term inverse{d.den, d.num, {}};
+  reduce(inverse.num, inverse.den);
+  for (auto [s, p] : d.factors) inverse.factors.push_back({s, -p});
+  SymExpr r;
+  r.terms_ = {inverse};
+  return *this * r;
+}
+
+SymExpr SymExpr::operator+(const SymExpr& o) const {
+  if (opaque_ || o.opaque_) return opaque();
+  std::vector<Term> terms = terms_;
+  terms.insert(terms.end(), o.terms_.begin(), o.terms_.end());
+  return sum_of(std::move(terms));
+}
+
+SymExpr SymExpr::operator-(const SymExpr& o) const {
+  return *this + o * constant(-1);
 }
 
 std::optional<std::int64_t> SymExpr::evaluate(std::span<const std::int64_t> symbols) const {
   if (opaque_) return std::nullopt;
-  if (factors_.empty() && den_ == 1) return num_;  // a constant: every launch asks for its sizes
-  __int128 num = num_, den = den_;
-  for (auto [s, p] : factors_) {
-    KILN_CHECK(s >= 0 && static_cast<std::size_t>(s) < symbols.size(),
-               "size expression {} names symbol s{}, which this call does not bind", str(), s);
-    for (int k = 0; k < std::abs(p); ++k) (p > 0 ? num : den) *= symbols[s];
+  if (is_constant() && denominator() == 1) return constant_value();  // every launch asks
+  // The sum as one fraction num/den, reduced after each term so that it stays in 128 bits.
+  __int128 num = 0, den = 1;
+  for (const Term& t : terms_) {
+    __int128 tn = t.num, td = t.den;
+    for (auto [s, p] : t.factors) {
+      KILN_CHECK(s >= 0 && static_cast<std::size_t>(s) < symbols.size(),
+                 "size expression {} names symbol s{}, which this call does not bind", str(), s);
+      for (int k = 0; k < std::abs(p); ++k) (p > 0 ? tn : td) *= symbols[s];
+    }
+    if (td == 0) return std::nullopt;
+    num = num * td + tn * den;
+    den *= td;
+    __int128 g = gcd128(num < 0 ? -num : num, den < 0 ? -den : den);
+    if (g > 1) {
+      num /= g;
+      den /= g;
+    }
   }
-  if (den == 0 || num % den != 0) return std::nullopt;
+  if (num % den != 0) return std::nullopt;
   return static_cast<std::int64_t>(num / den);
 }
 
 std::string SymExpr::str() const {
   if (opaque_) return "?";
-  std::string numerator, denominator;
-  if (num_ != 1 || factors_.empty()) numerator = std::to_string(num_);
-  if (den_ != 1) denominator = std::to_string(den_);
-  for (auto [s, p] : factors_) {
-    std::string& side = p > 0 ? numerator : denominator;
-    for (int k = 0; k < std::abs(p); ++k) side += (side.empty() ? "" : "*") + fmt::format("s{}", s);
+  if (terms_.empty()) return "0";
+  auto term_str = [](const Term& t, std::int64_t num) {
+    std::string numerator, denominator;
+    if (num != 1 || t.factors.empty()) numerator = std::to_string(num);
+    if (t.den != 1) denominator = std::to_string(t.den);
+    for (auto [s, p] : t.factors) {
+      std::string& side = p > 0 ? numerator : denominator;
+      for (int k = 0; k < std::abs(p); ++k)
+        side += (side.empty() ? "" : "*") + fmt::format("s{}", s);
+    }
+    if (numerator.empty()) numerator = "1";
+    return denominator.empty() ? numerator : numerator + "/" + denominator;
+  };
+  // Symbolic terms first, the constant last: "s0 + 1", "2*s0 - 1".
+  std::vector<const Term*> order;
+  for (const Term& t : terms_)
+    if (!t.factors.empty()) order.push_back(&t);
+  for (const Term& t : terms_)
+    if (t.factors.empty()) order.push_back(&t);
+  std::string out;
+  for (const Term* t : order) {
+    if (out.empty()) {
+      out = term_str(*t, t->num);
+    } else {
+      out += t->num < 0 ? " - " : " + ";
+      out += term_str(*t, t->num < 0 ? -t->num : t->num);
+    }
   }
-  if (numerator.empty()) numerator = "1";
-  return denominator.empty() ? numerator : numerator + "/" + denominator;
+  return out;
 }
 
 // ---- SymInt ----
@@ -133,16 +244,17 @@ SymInt operator/(const SymInt& a, const SymInt& b) {
   bool exact = a.value_ % b.value_ == 0;
   if (!a.is_symbolic() && !b.is_symbolic()) return SymInt(a.value_ / b.value_);
   if (exact) return SymInt(a.value_ / b.value_, a.expr_ / b.expr_);
-  // A rounded quotient is not a monomial: it specializes what it came from.
+  // A rounded quotient is not tracked: it specializes what it came from.
   return SymInt(static_cast<std::int64_t>(a) / static_cast<std::int64_t>(b));
 }
 
-// Sums are not monomials: a symbolic operand is read (and so specialized).
 SymInt operator+(const SymInt& a, const SymInt& b) {
-  return SymInt(static_cast<std::int64_t>(a) + static_cast<std::int64_t>(b));
+  if (!a.is_symbolic() && !b.is_symbolic()) return SymInt(a.value_ + b.value_);
+  return SymInt(a.value_ + b.value_, a.expr_ + b.expr_);
 }
 SymInt operator-(const SymInt& a, const SymInt& b) {
-  return SymInt(static_cast<std::int64_t>(a) - static_cast<std::int64_t>(b));
+  if (!a.is_symbolic() && !b.is_symbolic()) return SymInt(a.value_ - b.value_);
+  return SymInt(a.value_ - b.value_, a.expr_ - b.expr_);
 }
 
 // ---- SymShape ----

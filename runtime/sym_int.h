@@ -1,12 +1,12 @@
 // Sizes that stay symbolic while a function is traced for compilation.
 //
 // A dynamic dim of a traced tensor is a symbol s_i. Sizes computed from such dims by
-// multiplication and exact division stay symbolic as a SymExpr, a monomial with a rational
-// coefficient (2*s0, s0*s1, 3*s0/2): what reshape, view, flatten and unflatten produce. A
-// SymInt pairs a size's value in the current trace with its expression. Arithmetic on SymInts
-// keeps them symbolic; converting one to a plain integer (a comparison, control flow, building a
-// Shape) is a size read, which the tracer answers by specializing the symbols involved.
-// Outside tracing every SymInt is a constant and behaves as the integer it holds.
+// multiplication, exact division, addition and subtraction stay symbolic as a SymExpr, a sum of
+// monomials with rational coefficients (2*s0, s0*s1, 3*s0/2, s0 + 1): what reshape, flatten,
+// cat and pad produce. A SymInt pairs a size's value in the current trace with its expression.
+// Arithmetic on SymInts keeps them symbolic; converting one to a plain integer (a comparison,
+// control flow, building a Shape) is a size read, which the tracer answers by specializing the
+// symbols involved. Outside tracing every SymInt is a constant and behaves as the integer it holds.
 #pragma once
 
 #include <concepts>
@@ -28,30 +28,50 @@ class SymExpr {
   SymExpr() = default;  // the constant 0
   static SymExpr constant(std::int64_t value);
   static SymExpr symbol(int id);
-  // A size that follows symbols in a way kiln does not track (a sum such as s0 + 2): it stays
-  // correct as long as nothing reads it; a read specializes every symbol.
+  // A size that follows symbols in a way kiln does not track (a rounded quotient such as
+  // (s0 - 1) / 2 + 1): it stays correct as long as nothing reads it; a read specializes every
+  // symbol.
   static SymExpr opaque();
 
-  bool is_constant() const { return !opaque_ && factors_.empty(); }
+  bool is_constant() const { return !opaque_ && (terms_.empty() || is_term_constant(0)); }
   bool is_opaque() const { return opaque_; }
+  // One term (2*s0, s0/s1): what reshapes make. A sum (s0 + 1) is not.
+  bool is_monomial() const { return !opaque_ && terms_.size() <= 1; }
+  // Whether some term is subtracted (s0 - 1): such a size is not positive at every symbol value.
+  bool has_negative_term() const;
   // The value of a constant expression with an integral coefficient.
   std::int64_t constant_value() const;
-  std::int64_t denominator() const { return den_; }
-  // (symbol, power) pairs, sorted by symbol; powers are never 0.
-  const std::vector<std::pair<int, int>>& factors() const { return factors_; }
+  // The least common denominator of the coefficients (1 when none divides).
+  std::int64_t denominator() const;
+  // The symbols the expression names, sorted.
+  std::vector<int> symbols() const;
 
   SymExpr operator*(const SymExpr& other) const;
-  SymExpr operator/(const SymExpr& other) const;  // exact: the coefficient becomes rational
+  // Exact: the coefficients become rational. A sum divided by a sum is opaque.
+  SymExpr operator/(const SymExpr& other) const;
+  SymExpr operator+(const SymExpr& other) const;
+  SymExpr operator-(const SymExpr& other) const;
 
   // The value with the given symbol values, or nullopt when it is not an integer (or opaque).
   std::optional<std::int64_t> evaluate(std::span<const std::int64_t> symbols) const;
-  std::string str() const;  // "4", "s0", "2*s0", "s0*s1/4", "?"
+  std::string str() const;  // "4", "s0", "2*s0", "s0*s1/4", "s0 + 1", "?"
 
   bool operator==(const SymExpr&) const = default;
 
  private:
-  std::int64_t num_ = 0, den_ = 1;
-  std::vector<std::pair<int, int>> factors_;
+  // coefficient num/den times the product of symbols to their powers; (symbol, power) pairs are
+  // sorted by symbol and powers are never 0.
+  struct Term {
+    std::int64_t num = 0, den = 1;
+    std::vector<std::pair<int, int>> factors;
+    bool operator==(const Term&) const = default;
+  };
+  static SymExpr sum_of(std::vector<Term> terms);  // merges like terms, drops zeros, sorts
+  bool is_term_constant(std::size_t i) const {
+    return terms_.size() == 1 && terms_[i].factors.empty();
+  }
+
+  std::vector<Term> terms_;  // canonical: sorted by factors, none with a zero coefficient
   bool opaque_ = false;
 };
 

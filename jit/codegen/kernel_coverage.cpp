@@ -70,24 +70,25 @@ class TemplateCoverage final : public graph::KernelCoverage {
   }
 
  private:
-  // cat and pad are index arithmetic in pointwise kernels whose sizes are constants (they are
-  // written into the code); anywhere else they run as their own kernel.
+  // cat and pad are index arithmetic in pointwise kernels, which take their symbolic sizes as
+  // arguments; anywhere else, or over a size no expression tracks, they run as their own kernel.
   static std::optional<std::string> unrendered_movement(const graph::Graph& g, int n,
                                                         graph::FusionKind kind) {
     const graph::Node& node = g.nodes.at(n);
     if (kind != graph::FusionKind::pointwise)
       return fmt::format("{} is index arithmetic in pointwise kernels only, not in {} kernels",
                          node.op, graph::fusion_kind_name(kind));
-    auto constant = [&](int v) {
+    auto tracked = [&](int v) {
       const auto& sizes = g.values[v].sizes;
-      return std::all_of(sizes.begin(), sizes.end(),
-                         [](const SymExpr& s) { return s.is_constant(); });
+      return std::none_of(sizes.begin(), sizes.end(),
+                          [](const SymExpr& s) { return s.is_opaque(); });
     };
-    bool all = constant(node.output());
-    for (int v : node.inputs) all = all && constant(v);
+    bool all = tracked(node.output());
+    for (int v : node.inputs) all = all && tracked(v);
     if (!all)
-      return fmt::format("{} over symbolic sizes copies with index arithmetic: a kernel of its own",
-                         node.op);
+      return fmt::format(
+          "{} over a size no expression tracks copies with index arithmetic: a kernel of its own",
+          node.op);
     return std::nullopt;
   }
 };

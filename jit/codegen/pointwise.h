@@ -40,6 +40,9 @@ struct PointwiseKernel {
   bool checks_errors = false;
   // Rendered index-aware (pointwise_indexed.h): it moves data of values it computes.
   bool indexed = false;
+  // Symbolic sizes an index-aware kernel takes as arguments (z0, z1..), after its error flag:
+  // a cat's split points, its domain's extents; evaluated from each call's symbols.
+  std::vector<SymExpr> size_args;
   // Its element function alone (templates/pointwise_element.cu.mustache) where it can be a member
   // of a combo kernel (combo_kernel.h): no host views, numbers, positions, error flag or helper
   // functions, and every read has the domain's sizes. Empty otherwise.

@@ -23,12 +23,13 @@ namespace {
 
 using Data = kainjow::mustache::data;
 
-bool all_constant(const std::vector<SymExpr>& sizes) {
-  return std::all_of(sizes.begin(), sizes.end(), [](const SymExpr& s) { return s.is_constant(); });
+// Sizes a kernel can be given: constants, or expressions it takes as arguments.
+bool all_tracked(const std::vector<SymExpr>& sizes) {
+  return std::none_of(sizes.begin(), sizes.end(), [](const SymExpr& s) { return s.is_opaque(); });
 }
 
-std::int64_t size_at(const std::vector<SymExpr>& sizes, std::size_t d) {
-  return sizes[d].constant_value();
+bool is_constant_size(const SymExpr& s, std::int64_t value) {
+  return s.is_constant() && s.constant_value() == value;
 }
 
 std::string sizes_text(const std::vector<SymExpr>& sizes) {
@@ -61,7 +62,7 @@ Coords broadcast(const Coords& c, const std::vector<SymExpr>& out, const std::ve
   for (std::size_t k = 0; k < in.size(); ++k) {
     auto d = static_cast<std::ptrdiff_t>(out.size()) - static_cast<std::ptrdiff_t>(in.size()) +
              static_cast<std::ptrdiff_t>(k);
-    bool one = in[k].is_constant() && in[k].constant_value() == 1;
+    bool one = is_constant_size(in[k], 1);
     r.at.push_back(d < 0 || one ? "0" : c.at[static_cast<std::size_t>(d)]);
   }
   return r;
@@ -81,8 +82,8 @@ class IndexedRenderer {
     k_.indexed = true;
     k_.logged = std::make_shared<std::atomic<bool>>(false);
     k_.name = "k_" + group_.name;
-    KILN_CHECK(all_constant(group_.domain),
-               "codegen: '{}' moves data by index over a symbolic domain {}", group_.name,
+    KILN_CHECK(all_tracked(group_.domain),
+               "codegen: '{}' moves data by index over a domain of untracked size {}", group_.name,
                sizes_text(group_.domain));
     k_.rank = std::max<int>(1, static_cast<int>(group_.domain.size()));
     for (int n : group_.nodes) {
@@ -120,8 +121,21 @@ class IndexedRenderer {
     bf16_ = bf16_ || t == DType::bf16;
   }
 
-  // The domain's coordinates c0.. from the linear index i (constant sizes: the divisions are
-  // multiplies).
+  // A size in the code: a literal when constant (the compiler turns its divisions into
+  // multiplies; `suffix` makes it a long long), else a kernel argument z<k> the launch evaluates
+  // from the call's symbols.
+  std::string size_code(const SymExpr& e, const char* suffix = "LL") {
+    if (e.is_constant()) return fmt::format("{}{}", e.constant_value(), suffix);
+    auto it = std::find(k_.size_args.begin(), k_.size_args.end(), e);
+    auto k = static_cast<std::size_t>(it - k_.size_args.begin());
+    if (it == k_.size_args.end()) {
+      k_.size_args.push_back(e);
+      sizes_.push_back(fmt::format("const long long z{}", k));
+    }
+    return fmt::format("z{}", k);
+  }
+
+  // The domain's coordinates c0.. from the linear index i.
   Coords coordinates() {
     Coords c;
     auto rank = group_.domain.size();
@@ -130,9 +144,9 @@ class IndexedRenderer {
       if (d == 0) {
         coords_.push_back("const long long c0 = kiln_rest;");
       } else {
-        auto size = size_at(group_.domain, d);
+        std::string size = size_code(group_.domain[d]);
         coords_.push_back(
-            fmt::format("const long long c{0} = kiln_rest % {1}LL; kiln_rest /= {1}LL;", d, size));
+            fmt::format("const long long c{0} = kiln_rest % {1}; kiln_rest /= {1};", d, size));
       }
     }
     for (std::size_t d = 0; d < rank; ++d) c.at.push_back(fmt::format("c{}", d));
@@ -221,16 +235,16 @@ class IndexedRenderer {
       // The element's place in the value's own last two dims, at these coordinates.
       KILN_CHECK(out.size() >= 2, "codegen: '{}': {} needs two dims", group_.name,
                  node_text(g_, n));
-      auto rows = size_at(out, out.size() - 2), cols = size_at(out, out.size() - 1);
+      auto rows = size_code(out[out.size() - 2]), cols = size_code(out[out.size() - 1]);
       expr = fmt::format(
-          "[&]() {{ const long long kiln_rows = {}LL, kiln_cols = {}LL, kiln_index = {} * "
+          "[&]() {{ const long long kiln_rows = {}, kiln_cols = {}, kiln_index = {} * "
           "kiln_cols + {}; return {}; }}()",
           rows, cols, c.at[out.size() - 2], c.at[out.size() - 1], expr);
     }
     return emit(t, guarded(c, t, expr));
   }
 
-  Coords view_input(int n, const Coords& c) const {
+  Coords view_input(int n, const Coords& c) {
     const graph::Node& node = g_.nodes[n];
     const auto& in = g_.values[node.inputs[0]].sizes;
     const auto& out = g_.values[node.output()].sizes;
@@ -253,11 +267,10 @@ class IndexedRenderer {
       default: {  // reshape adding or dropping size-1 dims, detach
         std::vector<std::string> kept;
         for (std::size_t d = 0; d < out.size(); ++d)
-          if (!(out[d].is_constant() && out[d].constant_value() == 1)) kept.push_back(c.at[d]);
+          if (!is_constant_size(out[d], 1)) kept.push_back(c.at[d]);
         r.at.clear();
         std::size_t next = 0;
-        for (const auto& s : in)
-          r.at.push_back(s.is_constant() && s.constant_value() == 1 ? "0" : kept.at(next++));
+        for (const auto& s : in) r.at.push_back(is_constant_size(s, 1) ? "0" : kept.at(next++));
         return r;
       }
     }
@@ -265,48 +278,56 @@ class IndexedRenderer {
 
   // A reshape in general: the element's linear index in the output's sizes, decomposed in the
   // input's (constant sizes: multiplies and shifts).
-  static Coords relinearized(const Coords& c, const std::vector<SymExpr>& out,
-                             const std::vector<SymExpr>& in) {
+  Coords relinearized(const Coords& c, const std::vector<SymExpr>& out,
+                      const std::vector<SymExpr>& in) {
     std::vector<std::string> terms;
-    std::int64_t inner = 1;
+    SymExpr inner = SymExpr::constant(1);
     for (std::size_t d = out.size(); d-- > 0;) {
       if (c.at[d] != "0")
-        terms.push_back(inner == 1 ? c.at[d] : fmt::format("{} * {}LL", c.at[d], inner));
-      inner *= size_at(out, d);
+        terms.push_back(is_constant_size(inner, 1)
+                            ? c.at[d]
+                            : fmt::format("{} * {}", c.at[d], size_code(inner)));
+      inner = inner * out[d];
     }
     std::string linear = terms.empty() ? "0LL" : fmt::format("({})", fmt::join(terms, " + "));
     Coords r{{}, c.guard};
-    inner = 1;
+    inner = SymExpr::constant(1);
     std::vector<std::string> at(in.size());
     for (std::size_t d = in.size(); d-- > 0;) {
-      auto size = size_at(in, d);
-      std::string q = inner == 1 ? linear : fmt::format("({} / {}LL)", linear, inner);
-      at[d] = size == 1 ? "0" : d == 0 ? q : fmt::format("({} % {}LL)", q, size);
-      inner *= size;
+      std::string q =
+          is_constant_size(inner, 1) ? linear : fmt::format("({} / {})", linear, size_code(inner));
+      at[d] = is_constant_size(in[d], 1) ? "0"
+              : d == 0                   ? q
+                                         : fmt::format("({} % {})", q, size_code(in[d]));
+      inner = inner * in[d];
     }
     r.at = std::move(at);
     return r;
   }
 
-  // Each output element takes the input whose range along the dim holds it.
+  // Each output element takes the input whose range along the dim holds it (its split points
+  // are kernel arguments where the sizes are symbolic).
   std::string cat(const graph::Node& node, const Coords& c) {
     DType t = g_.values[node.output()].meta.dtype;
     auto d = static_cast<std::size_t>(normalized(node.attrs.dim, c.at.size()));
-    std::vector<std::pair<std::int64_t, std::string>> branches;  // (end along d, value)
-    std::int64_t offset = 0;
+    std::vector<std::pair<std::string, std::string>> branches;  // (end along d, value)
+    SymExpr offset;
+    auto empty = [&](int u) { return is_constant_size(g_.values[u].sizes[d], 0); };
     std::size_t last = node.inputs.size();
-    while (last > 0 && size_at(g_.values[node.inputs[last - 1]].sizes, d) == 0) --last;
+    while (last > 0 && empty(node.inputs[last - 1])) --last;
     for (std::size_t k = 0; k < last; ++k) {
       int u = node.inputs[k];
-      auto size = size_at(g_.values[u].sizes, d);
-      if (size == 0) continue;
+      if (empty(u)) continue;
+      SymExpr end = offset + g_.values[u].sizes[d];
+      bool first = is_constant_size(offset, 0);
       Coords in{c.at, c.guard};
-      in.at[d] = shifted(c.at[d], -offset);
-      std::string lower = offset > 0 ? fmt::format("{} >= {}", c.at[d], offset) : "";
-      std::string upper = k + 1 < last ? fmt::format("{} < {}", c.at[d], offset + size) : "";
+      std::string from = size_code(offset, ""), to = size_code(end, "");
+      in.at[d] = first ? c.at[d] : fmt::format("({} - {})", c.at[d], from);
+      std::string lower = first ? "" : fmt::format("{} >= {}", c.at[d], from);
+      std::string upper = k + 1 < last ? fmt::format("{} < {}", c.at[d], to) : "";
       in.guard = both(c.guard, both(lower, upper));
-      branches.push_back({offset + size, convert_expr(g_.values[u].meta.dtype, t, eval(u, in))});
-      offset += size;
+      branches.push_back({to, convert_expr(g_.values[u].meta.dtype, t, eval(u, in))});
+      offset = end;
     }
     std::string expr = branches.back().second;
     for (std::size_t k = branches.size() - 1; k-- > 0;)
@@ -329,7 +350,8 @@ class IndexedRenderer {
       r.at[d] = shifted(c.at[d], -before);
       if (before > 0) inside = both(inside, fmt::format("{} >= {}", c.at[d], before));
       if (after > 0)
-        inside = both(inside, fmt::format("{} < {}", c.at[d], before + size_at(in, d)));
+        inside = both(inside, fmt::format("{} < {}", c.at[d],
+                                          size_code(in[d] + SymExpr::constant(before), "")));
     }
     r.guard = both(c.guard, inside);
     std::string x = eval(u, r);
@@ -348,6 +370,7 @@ class IndexedRenderer {
     for (const auto& s : scalars_) params.push_back(Data("decl", s));
     for (const auto& s : writes_) params.push_back(Data("decl", s));
     if (k_.checks_errors) params.push_back(Data("decl", "long long* __restrict__ kiln_error"));
+    for (const auto& s : sizes_) params.push_back(Data("decl", s));
     Data nodes(Data::type::list);
     for (int n : group_.nodes) nodes.push_back(Data("text", node_text(g_, n)));
     Data d;
@@ -372,7 +395,7 @@ class IndexedRenderer {
   PointwiseKernel k_;
   std::map<std::string, std::string> memo_;
   std::map<int, int> read_of_, scalar_of_;
-  std::vector<std::string> reads_, scalars_, writes_, coords_, lines_;
+  std::vector<std::string> reads_, scalars_, writes_, sizes_, coords_, lines_;
   std::size_t max_rank_ = 1;
   int temps_ = 0;
   bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false;
@@ -382,8 +405,8 @@ class IndexedRenderer {
 
 bool renders_view_by_index(const graph::Graph& g, int n) {
   const graph::Node& node = g.nodes[n];
-  if (!all_constant(g.values[node.inputs.at(0)].sizes) ||
-      !all_constant(g.values[node.output()].sizes))
+  if (!all_tracked(g.values[node.inputs.at(0)].sizes) ||
+      !all_tracked(g.values[node.output()].sizes))
     return false;
   return node.op == OpId::slice || node.op == OpId::permute || node.op == OpId::reshape ||
          node.op == OpId::detach;
@@ -438,7 +461,7 @@ std::vector<Tensor> run_indexed(const graph::Graph& g, const PointwiseKernel& ke
                t.device().str());
     bool same = t.shape().size() == sizes.size();
     for (std::size_t d = 0; same && d < sizes.size(); ++d)
-      same = sizes[d].is_constant() && sizes[d].constant_value() == t.shape()[d];
+      same = sizes[d].evaluate(symbol_values) == t.shape()[d];
     KILN_CHECK(same, "codegen: kernel '{}' reads %{} of shape {}, not its traced sizes {}",
                kernel.name, v, shape_str(t.shape()), sizes_text(sizes));
     for (std::size_t d = 0; d < sizes.size(); ++d) strides[r * max_rank + d] = t.strides()[d];
@@ -464,6 +487,14 @@ std::vector<Tensor> run_indexed(const graph::Graph& g, const PointwiseKernel& ke
   for (std::size_t i = kernel.reads.size(); i < pointers.size(); ++i)
     params.push_back(&pointers[i]);
   if (kernel.checks_errors) params.push_back(&error);
+  std::vector<long long> sizes;
+  for (const SymExpr& e : kernel.size_args) {
+    auto v = e.evaluate(symbol_values);
+    KILN_CHECK(v.has_value(), "codegen: kernel '{}' takes size {}, which is not whole here",
+               kernel.name, e.str());
+    sizes.push_back(*v);
+  }
+  for (auto& size : sizes) params.push_back(&size);
   long long count = n;
   params.push_back(strides.data());
   params.push_back(&count);

@@ -17,7 +17,8 @@
 namespace kiln::jit::codegen {
 
 // Whether view node `n` of a value computed in a kernel renders there as an index map: slice,
-// permute, detach or reshape (by linear index), over constant sizes.
+// permute, detach or reshape (by linear index), over sizes that are constants or tracked
+// expressions (which the kernel takes as arguments).
 bool renders_view_by_index(const graph::Graph& g, int n);
 
 // Whether view node `n` reshapes an expanded view (grouped-query heads repeated for the query
@@ -29,11 +30,11 @@ bool reshapes_expanded(const graph::Graph& g, int n);
 // renders through render_indexed.
 bool is_indexed_group(const graph::Graph& g, const graph::FusionGroup& group);
 
-// Renders `group` (kind pointwise, every size constant); the kernel's `indexed` is set.
+// Renders `group` (kind pointwise, no size opaque); the kernel's `indexed` is set.
 PointwiseKernel render_indexed(const graph::Graph& g, const graph::FusionGroup& group);
 
-// Runs an indexed kernel over `domain` (the traced one: its sizes are in the code); `values` as
-// for run_pointwise.
+// Runs an indexed kernel over `domain` (at this call's sizes: its symbolic sizes are evaluated
+// from `symbol_values` into its size arguments); `values` as for run_pointwise.
 std::vector<Tensor> run_indexed(const graph::Graph& g, const PointwiseKernel& kernel,
                                 const Shape& domain, std::vector<Tensor>& values,
                                 std::span<const std::int64_t> symbol_values,
