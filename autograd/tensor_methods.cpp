@@ -145,6 +145,12 @@ Tensor Tensor::pow(Scalar e) const { return kiln::pow(*this, e); }
 
 namespace {
 
+// While tracing, a write moves no data (it is functionalized), so no version changes: the call
+// that writes the value back bumps it.
+void bump_version(const Tensor& self) {
+  if (!active_interceptor()) self.impl().storage->bump_version();
+}
+
 void check_inplace(const Tensor& self, const char* op) {
   KILN_CHECK_AS(AutogradError, !(grad_enabled() && self.requires_grad() && self.is_leaf()),
                 "{}: a leaf tensor of shape {} that requires grad is used in an in-place "
@@ -154,7 +160,7 @@ void check_inplace(const Tensor& self, const char* op) {
 
 // Writes `result` into `self` and, when the result has history, moves that history onto self.
 // `result` was computed from a clone of self, so nodes saved before keep their values.
-Tensor& assign(Tensor& self, const Tensor& result, const char* op) {
+const Tensor& assign(const Tensor& self, const Tensor& result, const char* op) {
   KILN_CHECK_AS(ShapeError, result.shape() == self.shape(),
                 "{}: the result's shape {} cannot be written into self of shape {}", op,
                 shape_str(result.shape()), shape_str(self.shape()));
@@ -164,57 +170,106 @@ Tensor& assign(Tensor& self, const Tensor& result, const char* op) {
                 "use the out-of-place op",
                 op, shape_str(self.shape()));
   copy_data(self, result.dtype() == self.dtype() ? result : result.detach().to(self.dtype()));
-  self.impl().storage->bump_version();
+  bump_version(self);
   if (history) {
     Tensor r = result.dtype() == self.dtype() ? result : result.to(self.dtype());
-    autograd::set_history(self, r.impl().grad_fn, r.impl().output_nr);
+    Tensor handle = self;  // shares self's impl: its history is self's
+    autograd::set_history(handle, r.impl().grad_fn, r.impl().output_nr);
   }
   return self;
 }
 
+// Self as an operand of the value written into it. While tracing, values are SSA (the write is
+// functionalized), so self is read as it is, and its gradient flows through.
 Tensor operand(const Tensor& self, const Tensor& other) {
+  if (active_interceptor()) return self;
   bool history = grad_enabled() && (self.requires_grad() || other.requires_grad());
   return history ? self.clone() : self.detach();
 }
 
-}  // namespace
-
-Tensor& Tensor::add_(const Tensor& other, Scalar alpha) {
-  check_inplace(*this, "add_");
+// other * alpha (other itself when alpha is 1), as add_ and sub_ take it.
+Tensor scaled(const Tensor& other, Scalar alpha) {
   bool unit = alpha.is_floating() ? alpha.to_double() == 1.0 : alpha.to_int() == 1;
-  Tensor o = unit ? other : mul(other, alpha);
-  return assign(*this, add(operand(*this, o), o), "add_");
+  return unit ? other : mul(other, alpha);
 }
 
-Tensor& Tensor::mul_(const Tensor& other) {
+Tensor number(const Tensor& self, Scalar value) {
+  return scalar_tensor(value, self.dtype());
+}
+
+}  // namespace
+
+const Tensor& Tensor::add_(const Tensor& other, Scalar alpha) const {
+  check_inplace(*this, "add_");
+  Tensor o = scaled(other, alpha);
+  return assign(*this, add(operand(*this, o), o), "add_");
+}
+const Tensor& Tensor::add_(Scalar value) const {
+  return add_(number(*this, value));
+}
+
+const Tensor& Tensor::sub_(const Tensor& other, Scalar alpha) const {
+  check_inplace(*this, "sub_");
+  Tensor o = scaled(other, alpha);
+  return assign(*this, sub(operand(*this, o), o), "sub_");
+}
+const Tensor& Tensor::sub_(Scalar value) const {
+  return sub_(number(*this, value));
+}
+
+const Tensor& Tensor::mul_(const Tensor& other) const {
   check_inplace(*this, "mul_");
   return assign(*this, mul(operand(*this, other), other), "mul_");
 }
-
-Tensor& Tensor::mul_(Scalar value) {
-  check_inplace(*this, "mul_");
-  Tensor o = scalar_tensor(value, dtype());
-  return assign(*this, mul(operand(*this, o), o), "mul_");
+const Tensor& Tensor::mul_(Scalar value) const {
+  return mul_(number(*this, value));
 }
 
-Tensor& Tensor::fill_(Scalar value) {
+const Tensor& Tensor::div_(const Tensor& other) const {
+  check_inplace(*this, "div_");
+  KILN_CHECK_AS(DTypeError, is_floating(dtype()),
+                "div_: true division of {} gives floating values, which cannot be written into "
+                "self of dtype {}",
+                other.dtype(), dtype());
+  return assign(*this, div(operand(*this, other), other), "div_");
+}
+const Tensor& Tensor::div_(Scalar value) const {
+  return div_(number(*this, value));
+}
+
+const Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) const {
+  check_inplace(*this, "clamp_");
+  return assign(*this, clamp(operand(*this, *this), min, max), "clamp_");
+}
+
+const Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) const {
+  check_inplace(*this, "masked_fill_");
+  return assign(*this, masked_fill(operand(*this, *this), mask, value), "masked_fill_");
+}
+
+const Tensor& Tensor::fill_(Scalar value) const {
   check_inplace(*this, "fill_");
   copy_data(*this, scalar_tensor(value, value.is_floating() ? DType::f64 : DType::i64));
-  impl().storage->bump_version();
+  bump_version(*this);
   if (grad_enabled() && !is_leaf()) {
     // The new values no longer depend on anything.
-    autograd::clear_history(*this);
+    Tensor handle = *this;
+    autograd::clear_history(handle);
   }
   return *this;
 }
 
-Tensor& Tensor::copy_(const Tensor& src) {
+const Tensor& Tensor::copy_(const Tensor& src) const {
   check_inplace(*this, "copy_");
   Tensor s = src.dtype() == dtype() ? src : src.to(dtype());
+  if (active_interceptor()) {  // functionalized: the gradient flows from src
+    copy_data(*this, s);
+    return *this;
+  }
   if (grad_enabled() && src.requires_grad())
     return assign(*this, add(zeros_like(*this), s), "copy_");
   copy_data(*this, s.detach());
-  impl().storage->bump_version();
+  bump_version(*this);
   return *this;
 }
 

@@ -70,6 +70,8 @@ std::optional<std::string> structural_difference(const Graph& a, const Graph& b)
     }
   }
   if (a.outputs != b.outputs) return std::string("the function now returns other values");
+  if (a.mutated_inputs != b.mutated_inputs)
+    return std::string("the function now writes in place to other inputs");
   return std::nullopt;
 }
 

@@ -147,8 +147,11 @@ std::string Graph::str() const {
   out += "):\n";
   for (const Node& n : nodes) out += "  " + node_str(*this, n) + "\n";
   std::vector<std::string> outs;
-  for (int v : outputs) outs.push_back(fmt::format("%{}", v));
+  for (std::size_t k = 0; k < num_returned(); ++k) outs.push_back(fmt::format("%{}", outputs[k]));
   out += fmt::format("  return ({})\n", fmt::join(outs, ", "));
+  for (std::size_t k = 0; k < mutated_inputs.size(); ++k)
+    out += fmt::format("  write %{} into '{}'\n", outputs[num_returned() + k],
+                       input_of(mutated_inputs[k])->name);
   return out;
 }
 

@@ -67,7 +67,13 @@ class Graph {
   std::vector<Input> inputs;
   std::vector<Node> nodes;
   std::vector<int> outputs;
+  // In-place writes to inputs, functionalized: the last mutated_inputs.size() outputs are the
+  // final values of those inputs (named by their values), which a call writes back into them.
+  std::vector<int> mutated_inputs;
   std::vector<Symbol> symbols;
+
+  // The outputs the function returned, before the written-back values.
+  std::size_t num_returned() const { return outputs.size() - mutated_inputs.size(); }
 
   int add_value(TensorMeta meta, int producer, int output_index = 0);
   int add_input(Input input, TensorMeta meta);

@@ -21,6 +21,7 @@ void eliminate_dead_code(Graph& g) {
       continue;
     }
     for (int v : g.nodes[i].inputs) live[v] = true;
+    for (int v : g.mutated_inputs) live[v] = true;  // written back: the call needs the input
   }
   erase_nodes(g, dead);
   std::vector<Input> inputs;
@@ -88,6 +89,12 @@ void fold_constants(Graph& g) {
     std::vector<Tensor> args;
     for (int v : n.inputs) args.push_back(g.input_of(v)->tensor);
     std::vector<Tensor> results = dispatch(n.op, args, n.attrs);
+    // A strided view on a device would need a copy kernel to be stored (the backend's copies are
+    // contiguous); left as it is, it is a view of a constant, which costs nothing.
+    if (std::any_of(results.begin(), results.end(), [](const Tensor& r) {
+          return !r.device().is_cpu() && !(r.is_contiguous() && !r.impl().is_view);
+        }))
+      continue;
     std::vector<int> outputs = n.outputs;  // add_input below may reallocate g.nodes' values
     for (std::size_t k = 0; k < outputs.size(); ++k) {
       Input in;

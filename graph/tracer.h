@@ -4,6 +4,7 @@
 // stop-gradient), and each value the expressions of its sizes.
 #pragma once
 
+#include <memory>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -44,15 +45,42 @@ class Tracer : public OpInterceptor {
                                 std::span<const TensorMeta> outputs) override;
   SymExpr size_expr(const TensorImpl& tensor, std::int64_t dim) override;
   void on_size_read(const SymExpr& size) override;
+  // Functionalization: a write into a view becomes a new value of the tensor it views (the view
+  // scattered back into it), every tensor holding the written value holds the new one, and
+  // live views of it are taken again. Inputs written to are outputs of the graph.
+  void on_write(const Tensor& dst, const Tensor& src) override;
 
  private:
+  // A view value: the node that took it, the tensor it was taken from and the tensor holding it
+  // (writes go through the tensors, never a value: two tensors may hold one value). Placeholders
+  // are held here, so that a chain of views (x.t().slice(..)) stays connected when the user
+  // drops its middle; a real tensor (a buffer) is held by its graph input.
+  struct ViewOf {
+    int node = -1;
+    std::shared_ptr<TensorImpl> base_placeholder, view;
+    std::weak_ptr<TensorImpl> base;
+  };
+  struct InputHolder {
+    int input = -1;  // index into the graph's inputs
+    std::weak_ptr<TensorImpl> tensor;
+  };
   int value_of(const Tensor& t);
   Tensor placeholder(int value, Device device);
+  Tensor held(int value) const;  // a placeholder of `value` that no tensor outside holds
+  int current_value(const TensorImpl& t) const;
+  void write(const std::shared_ptr<TensorImpl>& target, int value);
+  void rebind(const std::shared_ptr<TensorImpl>& target, int value);
+  int scattered(int value, const Node& view);
+  void check_writable(std::shared_ptr<TensorImpl> target) const;
+  void hold_input(const std::shared_ptr<TensorImpl>& tensor, int value, bool requires_grad);
 
   Graph graph_;
   std::unordered_map<const TensorImpl*, int> lifted_;  // real tensors already made inputs
   std::unordered_map<const TensorImpl*, std::pair<const Tensor*, std::string>> state_;
   std::set<int> given_inputs_;  // values from add_input: their kind is the caller's
+  std::unordered_map<int, ViewOf> view_of_;   // by view value
+  std::vector<InputHolder> input_holders_;    // the tensor standing for each input
+  std::set<const TensorImpl*> grad_holders_;  // those whose tensors require grad
   std::set<int> read_symbols_;
   bool read_opaque_ = false;
   bool records_history_ = false;

@@ -22,6 +22,8 @@
 #include "jit/codegen/lt_matmul.h"
 #include "jit/reference_executor.h"
 #include "jit/report/report_writer.h"
+#include "runtime/dispatch.h"
+#include "runtime/grad_mode.h"
 #include "runtime/log.h"
 
 namespace kiln::jit {
@@ -171,6 +173,37 @@ std::string size_below_two(const Graph& g, std::span<const std::int64_t> traced)
     if (!v || *v < 2) return fmt::format("size {}", e.str());
   }
   return "";
+}
+
+// An input written in place must not share memory with another input: the trace read them as
+// two tensors (PyTorch's functionalization also refuses what it cannot replay).
+void check_written_inputs_unaliased(const Graph& g, std::span<const CallArg> args,
+                                    const std::string& fn) {
+  for (int w : g.mutated_inputs) {
+    const graph::Input& in = *g.input_of(w);
+    Tensor written = input_value(in, args);
+    for (const auto& other_in : g.inputs) {
+      if (other_in.value == w || other_in.kind == InputKind::constant) continue;
+      Tensor other = input_value(other_in, args);
+      KILN_CHECK(!other.defined() || other.impl().storage != written.impl().storage,
+                 "compile: '{}' writes in place to '{}' (shape {}), which shares memory with "
+                 "'{}' (shape {}); pass tensors that do not overlap (clone one)",
+                 fn, in.name, shape_str(written.shape()), other_in.name, shape_str(other.shape()));
+    }
+  }
+}
+
+// Writes the final value of each input the function wrote in place into it, and drops those
+// values from `out`: what a call returns is what the function returned.
+void write_back(const Graph& g, std::span<const CallArg> args, std::vector<Tensor>& out) {
+  std::size_t returned = out.size() - g.mutated_inputs.size();
+  NoGradGuard no_grad;
+  for (std::size_t k = 0; k < g.mutated_inputs.size(); ++k) {
+    Tensor dst = input_value(*g.input_of(g.mutated_inputs[k]), args);
+    copy_data(dst, out[returned + k]);
+    dst.impl().storage->bump_version();
+  }
+  out.resize(returned);
 }
 
 bool runs_on_device(const graph::Graph& g, std::span<const CallArg> args) {
@@ -327,6 +360,9 @@ GuardSet CompiledFunctionCore::guards_for(const Graph& g, std::span<const CallAr
   gs.autocast = autocast_state();
   gs.matmul_tf32 = codegen::allow_tf32();
   gs.num_symbols = static_cast<int>(g.symbols.size());
+  for (int w : g.mutated_inputs)
+    if (g.input_of(w)->kind == InputKind::argument)
+      gs.written_args.push_back(g.input_of(w)->arg_index);
   gs.whole = divisions(g);
   gs.at_least_two = subtractions(g);
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -356,6 +392,7 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
   for (;;) {
     SymbolAssignment sym = assign_symbols(args, candidates);
     Trace trace = run_trace(args, invoke, sym.arg_symbols, sym.traced);
+    check_written_inputs_unaliased(trace.graph, args, options_.name);
     std::optional<Trace> probe;
     if (!sym.symbols.empty()) {
       bool matched = false;
@@ -563,20 +600,21 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
   auto all_kernels = [](const KernelPlan& plan) {
     return plan.fallback_steps() == 0 && !plan.fell_back_at_run_time();
   };
+  std::vector<Tensor> out;
   if (entry->aot) {
-    std::vector<Tensor> out = entry->aot->run(args, symbol_values);
+    out = entry->aot->run(args, symbol_values);
     if (all_kernels(entry->aot->forward_plan()) && all_kernels(entry->aot->backward_plan()))
       ++stats_.kernel_calls;
-    return out;
-  }
-  // A plan's kernels record no autograd history: an entry whose calls need gradients and that
-  // could not be compiled for training (aot_fallback says why) runs node by node.
-  if (entry->plan && !(grad_enabled() && needs_grad(entry->graph, args))) {
-    std::vector<Tensor> out = entry->plan->run(entry->graph, args, symbol_values);
+  } else if (entry->plan && !(grad_enabled() && needs_grad(entry->graph, args))) {
+    // A plan's kernels record no autograd history: an entry whose calls need gradients and that
+    // could not be compiled for training (aot_fallback says why) runs node by node.
+    out = entry->plan->run(entry->graph, args, symbol_values);
     if (all_kernels(*entry->plan)) ++stats_.kernel_calls;
-    return out;
+  } else {
+    out = run_reference(entry->graph, args, symbol_values);
   }
-  return run_reference(entry->graph, args, symbol_values);
+  if (!entry->graph.mutated_inputs.empty()) write_back(entry->graph, args, out);
+  return out;
 }
 
 int CompiledFunctionCore::lookup(std::span<const CallArg> args) const {

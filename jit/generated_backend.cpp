@@ -19,6 +19,7 @@
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/matmul.h"
+#include "jit/codegen/strided_copy.h"
 #include "runtime/backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/dispatch.h"
@@ -177,11 +178,23 @@ class GeneratedCudaBackend : public CudaBackend {
 
   // Host <-> device copies are counted (launch_stats()), so that tests and benchmarks see any
   // round trip through the host an op or a compiled call makes.
+  // Copies into or between strided CUDA tensors (a write into a view) and casting ones take the
+  // strided copy kernel; the base class copies contiguous memory only.
   void copy_into(const Tensor& dst, const Tensor& src) override {
     auto& stats = codegen::launch_stats();
     if (dst.device().is_cpu() && src.device().is_cuda()) ++stats.copies_to_host;
     if (dst.device().is_cuda() && src.device().is_cpu()) ++stats.copies_to_device;
-    CudaBackend::copy_into(dst, src);
+    bool layout_differs =
+        !dst.is_contiguous() ||
+        (src.device().is_cuda() && (!src.is_contiguous() || src.dtype() != dst.dtype()));
+    if (!dst.device().is_cuda() || !layout_differs) return CudaBackend::copy_into(dst, src);
+    Tensor s = src.device().is_cuda() ? src : transfer(src, dst.device());
+    if (s.dtype() != dst.dtype()) {
+      OpAttrs cast;
+      cast.dtype = dst.dtype();
+      s = dispatch1(OpId::cast, {&s, 1}, cast);
+    }
+    codegen::strided_copy(dst, s);
   }
 
  private:

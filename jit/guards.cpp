@@ -144,6 +144,15 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
           fmt::format("size {} is not a whole number with {}", e.str(), symbols_str(symbol_values)),
                   passed);
   }
+  for (int w : written_args)
+    for (std::size_t i = 0; i < args.size(); ++i, ++passed) {
+      if (static_cast<int>(i) == w || !args[i].is_tensor || !args[i].tensor->defined()) continue;
+      if (args[i].tensor->impl().storage == args[w].tensor->impl().storage)
+        return fail(failure, Kind::aliasing,
+                    fmt::format("tensor '{}' is written in place and shares memory with '{}'",
+                                arg_names[w], arg_names[i]),
+                    passed);
+    }
   for (const SymExpr& e : at_least_two) {
     ++passed;
     auto v = e.evaluate(symbol_values);
@@ -185,6 +194,8 @@ std::string GuardSet::str() const {
     out += fmt::format("  scalar '{}': value == {}\n", g.name, g.value);
   for (const SymExpr& e : whole) out += fmt::format("  size {} is a whole number\n", e.str());
   for (const SymExpr& e : at_least_two) out += fmt::format("  size {} >= 2\n", e.str());
+  for (int w : written_args)
+    out += fmt::format("  tensor '{}' shares memory with no other argument\n", arg_names[w]);
   return out;
 }
 

@@ -3,8 +3,9 @@
 // (the plan picks its kernels by it); for each tensor
 // (argument, declared state or captured) its device, dtype, rank, sizes (static, or symbolic
 // >= 2), stride class and requires_grad; for each scalar argument its value; and that every
-// symbolic size the graph divides is a whole number, and that every symbolic size it subtracts
-// from (a pad that crops) stays >= 2, as symbols are. Checked in that fixed order, stopping at
+// symbolic size the graph divides is a whole number, that every symbolic size it subtracts
+// from (a pad that crops) stays >= 2, as symbols are, and that no argument it writes in place
+// shares memory with another. Checked in that fixed order, stopping at
 // the first failure, whose reason reads like PyTorch's: "tensor 'x' size mismatch at index 0:
 // expected 3, actual 4".
 #pragma once
@@ -55,7 +56,8 @@ struct GuardFailure {
     requires_grad,
     scalar,
     divisibility,
-    size_range
+    size_range,
+    aliasing
   };
   Kind kind = Kind::none;
   std::string reason;
@@ -73,6 +75,7 @@ class GuardSet {
   std::vector<ScalarGuard> scalars;
   std::vector<SymExpr> whole;  // size expressions with a denominator: must divide evenly
   std::vector<SymExpr> at_least_two;  // size expressions with a negative term: must stay >= 2
+  std::vector<int> written_args;  // arguments written in place: no other argument may share memory
   int num_symbols = 0;
 
   // True when every guard passes; then `symbol_values` holds each symbol's size in this call.

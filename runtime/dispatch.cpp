@@ -104,16 +104,34 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 
 void copy_data(const Tensor& dst, const Tensor& src) {
   KILN_OP_SCOPE;
-  check_not_tracing("in-place write");
   Shape shape = broadcast_shapes(dst.shape(), src.shape(), "copy_");
   KILN_CHECK_AS(ShapeError, shape == dst.shape(), "copy_: source shape {} does not broadcast to {}",
                 shape_str(src.shape()), shape_str(dst.shape()));
+  OpInterceptor* tracer = active_interceptor();
   Tensor s = src;
+  if (tracer && src.dtype() != dst.dtype()) {
+    OpAttrs attrs;
+    attrs.dtype = dst.dtype();
+    s = dispatch1(OpId::cast, {&s, 1}, attrs);
+  }
+  if (tracer && s.device() != dst.device()) {  // a number (fill_) written into a device tensor
+    OpAttrs attrs;
+    attrs.device = dst.device();
+    s = dispatch1(OpId::to_device, {&s, 1}, attrs);
+  }
   if (src.shape() != shape) {
     OpAttrs attrs;
     attrs.shape = shape;
-    s = dispatch1(OpId::expand, {&src, 1}, attrs);
+    // While tracing, the target follows dst's symbolic sizes.
+    bool symbolic = false;
+    for (std::int64_t d = 0; tracer && d < dst.dim(); ++d) {
+      attrs.shape_exprs.push_back(traced_size_expr(dst.impl(), d));
+      symbolic = symbolic || !attrs.shape_exprs.back().is_constant();
+    }
+    if (!symbolic) attrs.shape_exprs.clear();
+    s = dispatch1(OpId::expand, {&s, 1}, attrs);
   }
+  if (tracer) return tracer->on_write(dst, s);  // functionalized: no data moves while tracing
   // A source that shares memory with the destination (a.copy_(a.t())) is read in full before
   // anything is written, through a copy on the host (rare, so simple beats fast).
   if (overlaps(dst, s) && !(dst.offset() == s.offset() && dst.strides() == s.strides()))

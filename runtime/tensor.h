@@ -5,6 +5,7 @@
 
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -156,13 +157,22 @@ class Tensor {
   Tensor pow(Scalar exponent) const;
 
   // ---- in-place (bump the storage version; rejected on leaves that require grad) ----
-  Tensor& add_(const Tensor& other, Scalar alpha = 1);
-  Tensor& sub_(const Tensor& other) { return add_(other, -1); }
-  Tensor& mul_(const Tensor& other);
-  Tensor& mul_(Scalar value);
-  Tensor& fill_(Scalar value);
-  Tensor& zero_() { return fill_(0); }
-  Tensor& copy_(const Tensor& src);
+  // A Tensor is a handle, so these are const members as in LibTorch: they write the data the
+  // handle refers to. Inside a compiled function they are functionalized (graph/tracer.h).
+  const Tensor& add_(const Tensor& other, Scalar alpha = 1) const;
+  const Tensor& add_(Scalar value) const;
+  const Tensor& sub_(const Tensor& other, Scalar alpha = 1) const;
+  const Tensor& sub_(Scalar value) const;
+  const Tensor& mul_(const Tensor& other) const;
+  const Tensor& mul_(Scalar value) const;
+  const Tensor& div_(const Tensor& other) const;
+  const Tensor& div_(Scalar value) const;
+  // As torch.clamp_: either bound may be absent, not both.
+  const Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = {}) const;
+  const Tensor& masked_fill_(const Tensor& mask, Scalar value) const;
+  const Tensor& fill_(Scalar value) const;
+  const Tensor& zero_() const { return fill_(0); }
+  const Tensor& copy_(const Tensor& src) const;
 
   std::string str() const;  // PyTorch-like printing
 

@@ -13,8 +13,8 @@
 
 namespace kiln {
 
-// An operation that needs tensor data (item(), printing, host copies, random numbers, in-place
-// writes) was reached while tracing a function for compilation.
+// An operation that needs tensor data (item(), printing, host copies, random numbers) was
+// reached while tracing a function for compilation.
 class NotTraceableError : public Error {
  public:
   using Error::Error;
@@ -34,6 +34,9 @@ class OpInterceptor {
   // True while recorded ops should also get autograd history, so that running the engine on
   // traced outputs records the backward (the compiled backward's joint graph).
   virtual bool records_history() const { return false; }
+  // An in-place write of `src` (already of dst's shape and dtype) into `dst`: the interceptor
+  // records it as a new value that `dst`, the tensors it views and their views hold from now on.
+  virtual void on_write(const Tensor& dst, const Tensor& src) = 0;
 };
 
 // The interceptor active on this thread, or nullptr when not tracing.

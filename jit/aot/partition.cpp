@@ -8,6 +8,8 @@
 // everything between them and the backward is recomputed there.
 #include "jit/aot/partition.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "graph/pipeline.h"
@@ -45,6 +47,16 @@ AotPartition partition_joint(const JointGraph& joint) {
   AotPartition part;
   part.saved = choose_saved(joint, roles, cut);
   BackwardSlice backward = extract_backward(joint, roles, part.saved);
+  // The cut may save an input at no cost that the backward never reads; kept, it would be a
+  // saved tensor to a write-back into that input (a buffer updated in place) for nothing.
+  auto read = [&](const SavedValue& s) {
+    return std::any_of(backward.inputs.begin(), backward.inputs.end(),
+                       [&](const auto& in) { return in.first == s.joint_value; });
+  };
+  if (!std::all_of(part.saved.begin(), part.saved.end(), read)) {
+    std::erase_if(part.saved, [&](const SavedValue& s) { return !read(s); });
+    backward = extract_backward(joint, roles, part.saved);
+  }
   part.gradient_sources = gradient_sources(joint, roles);
   std::vector<int> backward_nodes = order_backward(joint, roles, backward);
   std::vector<int> gradients(g.outputs.begin() + joint.num_forward_outputs, g.outputs.end());
