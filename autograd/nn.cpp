@@ -56,7 +56,7 @@ std::vector<std::pair<std::string, const Tensor*>> Module::named_slots() const {
 StateDict Module::state_dict() const {
   StateDict out;
   visit_slots("", [&](const std::string& name, const Slot& s) {
-    if (s.tensor->defined()) out.emplace_back(name, s.tensor->detach());
+    if (s.tensor->defined() && s.persistent) out.emplace_back(name, s.tensor->detach());
   });
   return out;
 }
@@ -71,7 +71,9 @@ const char* dtype_kind(DType t) {
 
 void Module::load_state_dict(const StateDict& state, bool strict) {
   std::vector<std::pair<std::string, const Slot*>> slots;
-  visit_slots("", [&](const std::string& name, const Slot& s) { slots.emplace_back(name, &s); });
+  visit_slots("", [&](const std::string& name, const Slot& s) {
+    if (s.persistent) slots.emplace_back(name, &s);
+  });
   auto find = [&](const std::string& name) -> const Slot* {
     auto it =
         std::find_if(slots.begin(), slots.end(), [&](const auto& s) { return s.first == name; });
@@ -199,8 +201,8 @@ void Module::register_parameter(const std::string& name, Tensor& slot) {
   slots_.push_back({name, &slot, true});
 }
 
-void Module::register_buffer(const std::string& name, Tensor& slot) {
-  slots_.push_back({name, &slot, false});
+void Module::register_buffer(const std::string& name, Tensor& slot, bool persistent) {
+  slots_.push_back({name, &slot, false, persistent});
 }
 
 void Module::register_module(const std::string& name, Module& child) {

@@ -62,8 +62,10 @@ class Module {
  protected:
   // Makes the tensor in `slot` a leaf that requires grad, and registers the slot as `name`.
   void register_parameter(const std::string& name, Tensor& slot);
-  // Registers state that is saved and loaded but not trained (running statistics, masks).
-  void register_buffer(const std::string& name, Tensor& slot);
+  // Registers state that is not trained (running statistics, masks, a KV cache): moved by to(),
+  // read and written in place by compiled functions as parameters are, and saved and loaded
+  // unless `persistent` is false (PyTorch's non-persistent buffers: a rotary table, a cache).
+  void register_buffer(const std::string& name, Tensor& slot, bool persistent = true);
   void register_module(const std::string& name, Module& child);
 
  private:
@@ -71,6 +73,7 @@ class Module {
     std::string name;
     Tensor* tensor;
     bool parameter;
+    bool persistent = true;  // in state_dict() and load_state_dict()
   };
   template <typename Visit>
   void visit_slots(const std::string& prefix, Visit&& visit) const;

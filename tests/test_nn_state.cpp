@@ -101,6 +101,42 @@ BOOST_AUTO_TEST_CASE(names_follow_registration_through_nested_modules_and_buffer
   BOOST_TEST(shares_storage(net.state_dict()[3].second, net.block.fc.weight));
 }
 
+// A non-persistent buffer (a cache, a rotary table) is a buffer in every way but the state: not
+// saved, not expected by a strict load, still moved by to() and read by compiled functions.
+BOOST_AUTO_TEST_CASE(non_persistent_buffers_stay_out_of_the_state) {
+  struct Cached : nn::Module {
+    Tensor weight = ones({2}), cache = zeros({2}), table = full({2}, 3.0);
+    Cached() {
+      register_parameter("weight", weight);
+      register_buffer("cache", cache, false);
+      register_buffer("table", table);
+    }
+  } m;
+  BOOST_TEST(names(m.state_dict()) == (std::vector<std::string>{"weight", "table"}),
+             boost::test_tools::per_element());
+  std::vector<std::string> buffers;
+  for (auto& [n, t] : m.named_buffers()) buffers.push_back(n);
+  BOOST_TEST(buffers == (std::vector<std::string>{"cache", "table"}),
+             boost::test_tools::per_element());
+  m.load_state_dict(m.state_dict());  // strict: the cache is not missing
+  KILN_CHECK_THROWS(
+      m.load_state_dict({{"weight", ones({2})}, {"table", ones({2})}, {"cache", ones({2})}}), Error,
+      "unexpected keys [cache]");
+  m.to(Device::cuda());
+  BOOST_TEST(m.cache.device().is_cuda());
+  jit::CompileOptions options;
+  options.modules = {&m};
+  auto f = jit::compile(
+      [&](const Tensor& x) {
+        m.cache.copy_(x);
+        return x * m.weight + m.table;
+      },
+      options);
+  Tensor x = tensor({1.0f, 2.0f}).to(Device::cuda());
+  BOOST_TEST(values(f(x).to(Device::cpu())) == (std::vector<double>{4.0, 5.0}));
+  BOOST_TEST(values(m.cache.to(Device::cpu())) == (std::vector<double>{1.0, 2.0}));
+}
+
 BOOST_AUTO_TEST_CASE(load_copies_into_the_existing_tensors) {
   Generator gen(2);
   Net net(&gen);
