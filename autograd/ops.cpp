@@ -428,6 +428,30 @@ Tensor index_add(const Tensor& self, std::int64_t dim, const Tensor& index, cons
   return record(OpId::index_add, {self, index, source}, dim_attr(dim));
 }
 
+Tensor index_copy(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& source) {
+  KILN_OP_SCOPE;
+  KILN_CHECK_AS(ShapeError, self.dim() > 0, "index_copy: self must have a dim, got shape {}",
+                shape_str(self.impl().shape));
+  std::int64_t d = normalize_dim(dim, self.dim(), "index_copy");
+  KILN_CHECK_AS(DTypeError, is_integral(index.dtype()) && index.dim() == 1,
+                "index_copy: index must be a 1-D integer tensor, got {} of shape {}", index.dtype(),
+                shape_str(index.impl().shape));
+  KILN_CHECK_AS(DTypeError, source.dtype() == self.dtype() && self.dtype() != DType::bool_,
+                "index_copy: source ({}) must have self's dtype ({}), not bool", source.dtype(),
+                self.dtype());
+  Shape want = self.impl().shape;
+  want[d] = index.impl().shape[0];
+  KILN_CHECK_AS(ShapeError, source.impl().shape == want,
+                "index_copy: source of shape {} does not fit index of {} entries along dim {} of "
+                "self of shape {} (want {})",
+                shape_str(source.impl().shape), index.impl().shape[0], d,
+                shape_str(self.impl().shape), shape_str(want));
+  // Where the index wrote, the placed source; elsewhere self (one index_add marks the slices).
+  Tensor written = index_add(zeros_like(self), d, index, ones_like(source));
+  Tensor placed = index_add(zeros_like(self), d, index, source);
+  return where(gt(written, 0), placed, self);
+}
+
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, weight.dim() == 2, "embedding: weight must be 2-D, got shape {}",

@@ -138,6 +138,9 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index);
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor scatter_add(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& src);
 Tensor index_add(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& source);
+// torch.index_copy: self with its slices at `index` along `dim` replaced by those of `source`
+// (index 1-D integer, source shaped as self with len(index) along dim, of self's dtype).
+Tensor index_copy(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& source);
 Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim = 0);
 // Constant padding; `pads` holds (before, after) pairs starting from the last dim. Negative

@@ -247,6 +247,12 @@ const Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) const {
   return assign(*this, masked_fill(operand(*this, *this), mask, value), "masked_fill_");
 }
 
+const Tensor& Tensor::index_copy_(std::int64_t dim, const Tensor& index,
+                                  const Tensor& source) const {
+  check_inplace(*this, "index_copy_");
+  return assign(*this, index_copy(operand(*this, source), dim, index, source), "index_copy_");
+}
+
 const Tensor& Tensor::fill_(Scalar value) const {
   check_inplace(*this, "fill_");
   copy_data(*this, scalar_tensor(value, value.is_floating() ? DType::f64 : DType::i64));

@@ -172,7 +172,8 @@ SymExpr SymExpr::operator-(const SymExpr& o) const {
 
 std::optional<std::int64_t> SymExpr::evaluate(std::span<const std::int64_t> symbols) const {
   if (opaque_) return std::nullopt;
-  if (is_constant() && denominator() == 1) return constant_value();  // every launch asks
+  if (terms_.empty()) return 0;  // constants first: every launch asks for its sizes
+  if (terms_.size() == 1 && terms_[0].factors.empty() && terms_[0].den == 1) return terms_[0].num;
   // The sum as one fraction num/den, reduced after each term so that it stays in 128 bits.
   __int128 num = 0, den = 1;
   for (const Term& t : terms_) {

@@ -170,6 +170,8 @@ class Tensor {
   // As torch.clamp_: either bound may be absent, not both.
   const Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = {}) const;
   const Tensor& masked_fill_(const Tensor& mask, Scalar value) const;
+  // As torch.Tensor.index_copy_ (see index_copy in autograd/ops.h).
+  const Tensor& index_copy_(std::int64_t dim, const Tensor& index, const Tensor& source) const;
   const Tensor& fill_(Scalar value) const;
   const Tensor& zero_() const { return fill_(0); }
   const Tensor& copy_(const Tensor& src) const;

@@ -270,6 +270,13 @@ BOOST_AUTO_TEST_CASE(every_inplace_method_matches_its_out_of_place_op) {
        [](auto&, auto& y, auto&) {
          return y.slice(0, 0, 1).expand({3, 4}) * 1.0;
        }},
+      {"index_copy_",
+       [](auto& t, auto& y, auto&) {
+         t.index_copy_(1, tensor({3.0f, 0.0f}).to(DType::i64).to(t.device()), y.slice(1, 0, 2));
+       },
+       [](auto& x, auto& y, auto&) {
+         return cat({y.slice(1, 1, 2), x.slice(1, 1, 3), y.slice(1, 0, 1)}, 1);
+       }},
       {"view mul_", [](auto& t, auto&, auto&) { t.slice(1, 1, 3).mul_(2.0); },
        [](auto& x, auto&, auto&) {
          return cat({x.slice(1, 0, 1), x.slice(1, 1, 3) * 2.0, x.slice(1, 3, 4)}, 1);
@@ -309,6 +316,12 @@ BOOST_AUTO_TEST_CASE(every_inplace_method_matches_its_out_of_place_op) {
       BOOST_TEST(std::abs(sum.item() - want.sum().item()) < 1e-4, c.name << " on " << d.str());
     }
   }
+  Tensor index = tensor({3.0f, 0.0f}).to(DType::i64);
+  KILN_CHECK_THROWS(x.clone().index_copy_(1, index, y), ShapeError,
+                    "index_copy: source of shape [3, 4] does not fit index of 2 entries along dim "
+                    "1 of self of shape [3, 4] (want [3, 2])");
+  KILN_CHECK_THROWS(x.clone().index_copy_(1, index.to(DType::f32), y.slice(1, 0, 2)), DTypeError,
+                    "index_copy: index must be a 1-D integer tensor, got f32");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
