@@ -260,14 +260,48 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   return reduce_loss(d * d, reduction);
 }
 
+namespace {
+
+// The dtype of the uniforms a mask of `x` compares with a probability: f32 for f16/bf16 (24
+// random bits, as PyTorch's fused dropout draws, where 8 would quantize p), f64 for f64.
+DType mask_uniform_dtype(const Tensor& x) {
+  return x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+}
+
+}  // namespace
+
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   KILN_OP_SCOPE;
   KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got {}", p);
   check_floating(x, "dropout");
   if (!training || p == 0.0) return x;
   if (p == 1.0) return x * 0;
-  Tensor keep = ge(rand(x.impl().shape, x.dtype(), gen), p);
+  // Drawn on x's device: on CUDA a generated kernel, nothing copied through the host.
+  Tensor keep = ge(rand(x.impl().shape, mask_uniform_dtype(x), gen, x.device()), p);
   return x * cast(keep, x.dtype()) * (1.0 / (1.0 - p));
+}
+
+Tensor bernoulli(const Tensor& p, Generator* gen) {
+  KILN_OP_SCOPE;
+  check_not_tracing("bernoulli");
+  check_floating(p, "bernoulli");
+  if (p.numel() > 0) {
+    // The range check reads two numbers back (a copy to the host for a CUDA tensor).
+    NoGradGuard no_grad;
+    double lo = amin(p).item(), hi = amax(p).item();
+    KILN_CHECK(lo >= 0 && hi <= 1, "bernoulli: probabilities must be in [0, 1], got {}",
+               lo >= 0 ? hi : lo);
+  }
+  Tensor u = rand(p.impl().shape, mask_uniform_dtype(p), gen, p.device());
+  return cast(lt(u, p.detach()), p.dtype());
+}
+
+Tensor bernoulli(const Tensor& x, double p, Generator* gen) {
+  KILN_OP_SCOPE;
+  check_not_tracing("bernoulli");
+  KILN_CHECK(p >= 0.0 && p <= 1.0, "bernoulli: probability must be in [0, 1], got {}", p);
+  Tensor u = rand(x.impl().shape, mask_uniform_dtype(x), gen, x.device());
+  return cast(lt(u, p), x.dtype());
 }
 
 Tensor square(const Tensor& x) {

@@ -292,6 +292,9 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
     case OpId::argmin:
     case OpId::detach:
     case OpId::attention_backward:
+    case OpId::random_uniform:
+    case OpId::random_normal:
+    case OpId::random_int:
       break;
   }
   throw Error(fmt::format("{}: no derivative rule", args.op));

@@ -194,7 +194,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ig
                      Reduction reduction = Reduction::mean);
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
 // Zeroes elements with probability p and scales the rest by 1/(1-p); identity when !training.
+// The mask is drawn on x's device (uniforms >= p; f32 ones for f16/bf16 x).
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen = nullptr);
+// 1 with probability p[i], else 0, in p's dtype and on its device (PyTorch's bernoulli: a
+// uniform < p[i], drawn in f32 for f16/bf16 p). Probabilities outside [0, 1] (or NaN) are an
+// error, which reads two numbers back from a CUDA tensor. No gradient.
+Tensor bernoulli(const Tensor& p, Generator* gen = nullptr);
+// 1 with probability p, else 0, with x's shape, dtype and device.
+Tensor bernoulli(const Tensor& x, double p, Generator* gen = nullptr);
 
 // ---- comparison of whole tensors (no autograd) ----
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,

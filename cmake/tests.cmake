@@ -84,7 +84,7 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
   # an entry per file (`kiln_tests_AREA --run_test=test_x`). First match wins.
   set(kiln_test_areas
     "device:^test_device_"
-    "codegen:^test_(codegen|kernel|cuda|vgpu|determinism)_?"
+    "codegen:^test_(codegen|kernel|cuda|vgpu|determinism|random)_?"
     "attention:^test_(attention|blaslt)_"
     "autograd:^test_(ops|gradcheck|autograd|tensor|factories|errors|op_table|grad|nn|optim|fused|autocast)_?"
     "graph:^test_(graph|pass_pipeline|fusion)_?"

@@ -6,14 +6,14 @@
 //  1. Only elementwise, reduction, normalization and view nodes fuse, and only those the code
 //     generator can render: it says so per node (KernelCoverage). A node it cannot render is a
 //     group of its own whose reason names the op while its neighbours still fuse; one that
-//     reads its element's place (tril) joins a kernel with reductions only over full values
-//     whose rows are the trailing dims (constant sizes); cat, pad, and a view of a
-//     value computed in the kernel joins it only where the generator can render that view
-//     (otherwise the value is written and the view reads it). Matmul is a library
-//     call (its epilogue is the cuBLASLt lowering's), index, scan and movement ops and device
-//     transfers are kernels of their own. A gather that picks one element per row (its index
-//     shaped like the rows, keepdim: cross-entropy's pick of the target's log-probability) is a
-//     reduction over that dim, a row select, and fuses as one.
+//     reads its element's place (tril; a random op's linear index) joins a kernel with
+//     reductions only over full values whose rows are the trailing dims (tril: constant
+//     sizes); cat, pad, and a view of a value computed in the kernel joins it only where the
+//     generator can render that view (otherwise the value is written and the view reads it).
+//     Matmul is a library call (its epilogue is the cuBLASLt lowering's), index, scan and
+//     movement ops and device transfers are kernels of their own. A gather that picks one
+//     element per row (its index shaped like the rows, keepdim: cross-entropy's pick of the
+//     target's log-probability) is a reduction over that dim, a row select, and fuses as one.
 //  2. A group iterates one domain: the shape of its largest values. Elementwise chains fuse when
 //     their values cover the same number of elements (views are index arithmetic); a computed
 //     value broadcast to a larger shape is a boundary, since fusing would recompute its
@@ -122,6 +122,10 @@ class KernelCoverage {
   // Whether node `node` reads its element's row and column (tril, triu): a kernel with
   // reductions over the trailing dims renders it over its full values (rule 1).
   virtual bool reads_position(const Graph& /*graph*/, int /*node*/) const { return false; }
+  // Whether node `node` reads its element's linear index in its own output (the random ops):
+  // a kernel with reductions over the trailing dims renders it over its full values, any sizes
+  // (rule 1); a pointwise kernel where its output covers the domain (rule 2, never broadcast).
+  virtual bool reads_index(const Graph& /*graph*/, int /*node*/) const { return false; }
 };
 
 // Without `coverage`, every node of a fusible class counts as renderable (the pure IR rules).

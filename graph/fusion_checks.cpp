@@ -10,17 +10,21 @@
 
 namespace kiln::graph::detail {
 
-// An op reading its element's row and column (tril) in a kernel with reductions: the element's
-// linear index is row * cols + col there when the reduced dims are the trailing ones, so it
-// renders over full values whose last two dims are the domain's (constant sizes).
+// An op reading its element's row and column (tril) or linear index (a random op) in a kernel
+// with reductions: the element's linear index is row * cols + col there when the reduced dims
+// are the trailing ones, so it renders over full values (the domain's sizes; not a reduced or
+// broadcast one, whose index is another), for tril whose last two dims are constant.
 bool KernelChecks::position_in_rows(int n, const Domain& d) const {
-  if (!coverage_ || !coverage_->reads_position(g_, n) || d.sizes.size() < 2) return false;
+  if (!coverage_) return false;
+  bool index = coverage_->reads_index(g_, n);
+  if (!index && (!coverage_->reads_position(g_, n) || d.sizes.size() < 2)) return false;
   auto rank = static_cast<std::int64_t>(d.sizes.size());
   std::vector<std::int64_t> dims = d.dims;
   std::sort(dims.begin(), dims.end());
   for (std::size_t i = 0; i < dims.size(); ++i)
     if (dims[i] != rank - static_cast<std::int64_t>(dims.size() - i)) return false;
   const auto& out = g_.values[g_.nodes[n].output()].sizes;
+  if (index) return level_in(d, out) == Level::full;
   if (out.size() < 2 || level_in(d, out) != Level::full) return false;
   for (std::size_t k = 1; k <= 2; ++k)
     if (!out[out.size() - k].is_constant() || !(out[out.size() - k] == d.sizes[d.sizes.size() - k]))

@@ -149,6 +149,7 @@ std::vector<SizeExprs> infer_size_exprs(OpId op, std::span<const SizeExprs> in,
   const Shape& out0 = out[0].shape;
   switch (op_class(op)) {
     case OpClass::elementwise:
+      if (is_random(op)) return {target(attrs, nullptr, nullptr)};  // its shape is an attribute
       return {broadcast(in, meta, out0)};
     case OpClass::scan:
     case OpClass::normalization:

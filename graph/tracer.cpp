@@ -117,9 +117,9 @@ std::vector<Tensor> Tracer::intercept(OpId op, std::span<const Tensor> inputs, c
   node.attrs = attrs;
   node.grad = grad_enabled();
   node.checkpoint = current_region;
-  Device device = op == OpId::to_device ? attrs.device
-                  : inputs.empty()      ? Device::cpu()
-                                        : inputs[0].device();
+  Device device = op == OpId::to_device || is_random(op) ? attrs.device
+                  : inputs.empty()                       ? Device::cpu()
+                                                         : inputs[0].device();
   std::vector<SizeExprs> input_sizes;
   std::vector<TensorMeta> input_meta;
   for (const auto& t : inputs) {

@@ -159,7 +159,8 @@ std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const OpAt
   auto metas = metas_of(inputs);
   auto outputs = infer_meta(op, metas, attrs);
   // A 0-dim CPU tensor next to tensors of another device is a number (as in PyTorch), for
-  // elementwise ops; the op runs on the other tensors' device.
+  // elementwise ops; the op runs on the other tensors' device. A random op runs on the device
+  // its attributes name.
   auto is_number = [](const Tensor& t) { return t.device().is_cpu() && t.dim() == 0; };
   Device device = inputs.empty() ? Device::cpu() : inputs[0].device();
   for (const auto& t : inputs)
@@ -167,6 +168,7 @@ std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const OpAt
       device = t.device();
       break;
     }
+  if (is_random(op)) device = attrs.device;
   bool numbers_allowed = op_class(op) == OpClass::elementwise;
   for (const auto& t : inputs)
     KILN_CHECK(t.device() == device || (numbers_allowed && is_number(t)),

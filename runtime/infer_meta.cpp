@@ -31,6 +31,26 @@ std::string shapes_str(std::span<const TensorMeta> in) {
   return fmt::format("{}", fmt::join(parts, " and "));
 }
 
+// Random ops: seed and offset are numbers; the output is what the attributes say.
+TensorMeta infer_random(OpId op, std::span<const TensorMeta> in, const OpAttrs& attrs) {
+  for (std::size_t i = 0; i < in.size(); ++i)
+    KILN_CHECK_AS(DTypeError, in[i].shape.empty() && in[i].dtype == DType::i64,
+                  "{}: the {} must be a 0-dim i64 tensor, got {} of shape {}", op,
+                  i == 0 ? "seed" : "offset", in[i].dtype, shape_str(in[i].shape));
+  for (auto s : attrs.shape)
+    KILN_CHECK_AS(ShapeError, s >= 0, "{}: shape {} has a negative size", op,
+                  shape_str(attrs.shape));
+  if (op == OpId::random_int) {
+    KILN_CHECK(attrs.low < attrs.high, "{}: low ({}) must be less than high ({})", op, attrs.low,
+               attrs.high);
+    KILN_CHECK_AS(DTypeError, attrs.dtype != DType::bool_, "{}: dtype bool is not supported", op);
+  } else {
+    KILN_CHECK_AS(DTypeError, is_floating(attrs.dtype), "{}: dtype must be floating, got {}", op,
+                  attrs.dtype);
+  }
+  return {attrs.shape, attrs.dtype};
+}
+
 TensorMeta infer_elementwise(OpId op, std::span<const TensorMeta> in, const OpAttrs& attrs) {
   Shape shape = in[0].shape;
   for (std::size_t i = 1; i < in.size(); ++i)
@@ -65,6 +85,10 @@ TensorMeta infer_elementwise(OpId op, std::span<const TensorMeta> in, const OpAt
                     "where: condition must have dtype bool, got {}", in[0].dtype);
       return {shape, promote_types(in[1].dtype, in[2].dtype)};
     case OpId::cast: return {shape, attrs.dtype};
+    case OpId::random_uniform:
+    case OpId::random_normal:
+    case OpId::random_int:
+      return infer_random(op, in, attrs);
     // Elementwise ops with a dtype rule of the table, and ops of other classes
     case OpId::exp:
     case OpId::log:

@@ -49,6 +49,10 @@ void for_each_attr(OpId op, Visit&& visit, const Attrs&... a) {
   if (set & attr::causal) visit("causal", a.causal...);
   if (set & attr::dtype) visit("dtype", a.dtype...);
   if (set & attr::device) visit("device", a.device...);
+  if (set & attr::bounds) {
+    visit("low", a.low...);
+    visit("high", a.high...);
+  }
 }
 
 template <typename T>

@@ -80,6 +80,7 @@ inline constexpr AttrSet threshold = 1 << 10; // softplus
 inline constexpr AttrSet reverse = 1 << 11;   // cumsum
 inline constexpr AttrSet scale = 1 << 12;     // attention: the scores' factor
 inline constexpr AttrSet causal = 1 << 13;    // attention: top-left aligned causal mask
+inline constexpr AttrSet bounds = 1 << 14;    // random_int: low, high
 }  // namespace attr
 
 // Which inputs (bits 0-3) and outputs (bits 4-7) a derivative reads the values of.
@@ -123,6 +124,11 @@ inline OpClass op_class(OpId op) { return op_def(op).op_class; }
 inline int num_outputs(OpId op) { return op_def(op).num_outputs; }
 // Every op, in table order (for sweeps over the table).
 std::span<const OpId> all_ops();
+// random_uniform, random_normal, random_int: their output's shape, dtype and device are
+// attributes, and its values a function of their seed and offset inputs (runtime/random.h).
+inline bool is_random(OpId op) {
+  return op == OpId::random_uniform || op == OpId::random_normal || op == OpId::random_int;
+}
 
 // Attributes of an op call; each op reads the fields its table row names (attr::*).
 struct OpAttrs {
@@ -141,6 +147,7 @@ struct OpAttrs {
   bool reverse = false;
   double scale = 1.0;  // attention: already resolved (the API's default is 1/sqrt(d))
   bool causal = false;
+  std::int64_t low = 0, high = 0;  // random_int: the half-open range [low, high)
 };
 
 // Equality and hashing over the fields `op` reads (graph CSE, trace comparison); a double

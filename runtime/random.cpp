@@ -1,9 +1,8 @@
-// Philox-4x32-10 and the random factories built on it.
+// Philox-4x32-10 and the random factories built on it: each reserves its counters from a
+// Generator and runs a random op of the table (runtime/ops.def).
 #include "runtime/random.h"
 
-#include <cmath>
-#include <numbers>
-
+#include "runtime/dispatch.h"
 #include "runtime/factories.h"
 #include "runtime/trace_hooks.h"
 
@@ -30,81 +29,89 @@ Generator& default_generator() {
 }
 void manual_seed(std::uint64_t seed) { default_generator().manual_seed(seed); }
 
+int uniform_bits(DType dtype) {
+  return dtype == DType::f16 ? 11 : dtype == DType::bf16 ? 8 : 24;
+}
+
+std::uint64_t random_counters(OpId op, std::int64_t numel) {
+  auto n = static_cast<std::uint64_t>(numel);
+  std::uint64_t words = op == OpId::random_normal ? n + (n & 1)
+                        : op == OpId::random_int  ? 2 * n
+                                                  : n;
+  return (words + 3) / 4;
+}
+
 namespace {
-
-// n 32-bit words: word i is output (i % 4) of counter (offset + i / 4).
-std::vector<std::uint32_t> random_words(std::int64_t n, Generator* gen) {
-  Generator& g = gen ? *gen : default_generator();
-  std::uint64_t blocks = static_cast<std::uint64_t>(n + 3) / 4;
-  std::uint64_t start = g.advance(blocks);
-  std::array<std::uint32_t, 2> key = {static_cast<std::uint32_t>(g.seed()),
-                                      static_cast<std::uint32_t>(g.seed() >> 32)};
-  std::vector<std::uint32_t> words(static_cast<std::size_t>(blocks) * 4);
-  for (std::uint64_t b = 0; b < blocks; ++b) {
-    std::uint64_t ctr = start + b;
-    auto out = philox4x32({static_cast<std::uint32_t>(ctr), static_cast<std::uint32_t>(ctr >> 32),
-                           0, 0},
-                          key);
-    for (int j = 0; j < 4; ++j) words[b * 4 + j] = out[j];
-  }
-  words.resize(n);
-  return words;
-}
-
-// 24 random bits -> a float on [0, 1) exactly representable in f32.
-double to_unit(std::uint32_t w) { return static_cast<double>(w >> 8) * 0x1.0p-24; }
-
-// As many random bits as `dtype` has significand bits, so that every value on [0, 1) is exact
-// in it: rounding a 24-bit uniform to f16/bf16 could otherwise give 1.0.
-double to_unit(std::uint32_t w, DType dtype) {
-  int bits = dtype == DType::f16 ? 11 : dtype == DType::bf16 ? 8 : 24;
-  return std::ldexp(static_cast<double>(w >> (32 - bits)), -bits);
-}
 
 void check_float(DType dtype, const char* op) {
   KILN_CHECK_AS(DTypeError, is_floating(dtype), "{}: dtype must be floating, got {}", op, dtype);
 }
 
+// Reserves the draw's counters from `gen` (the default generator when null) and runs the op:
+// on the host, or as a generated kernel on `attrs.device`. A draw the op refuses (a negative
+// size) leaves the generator as it was.
+Tensor draw(OpId op, OpAttrs& attrs, Generator* gen) {
+  const TensorMeta numbers[] = {{{}, DType::i64}, {{}, DType::i64}};
+  infer_meta(op, numbers, attrs);
+  Generator& g = gen ? *gen : default_generator();
+  std::uint64_t offset = g.advance(random_counters(op, numel(attrs.shape)));
+  const Tensor inputs[] = {from_vector(std::vector{static_cast<std::int64_t>(g.seed())}, Shape{}),
+                           from_vector(std::vector{static_cast<std::int64_t>(offset)}, Shape{})};
+  return dispatch1(op, inputs, attrs);
+}
+
+OpAttrs draw_attrs(const Shape& shape, DType dtype, Device device) {
+  OpAttrs attrs;
+  attrs.shape = shape;
+  attrs.dtype = dtype;
+  attrs.device = device;
+  return attrs;
+}
+
 }  // namespace
 
-Tensor rand(const Shape& shape, DType dtype, Generator* gen) {
+Tensor rand(const Shape& shape, DType dtype, Generator* gen, Device device) {
   check_not_tracing("rand");
   check_float(dtype, "rand");
-  auto words = random_words(numel(shape), gen);
-  std::vector<double> values(words.size());
-  for (std::size_t i = 0; i < words.size(); ++i) values[i] = to_unit(words[i], dtype);
-  return convert(from_vector(values, shape), dtype);
+  OpAttrs attrs = draw_attrs(shape, dtype, device);
+  return draw(OpId::random_uniform, attrs, gen);
 }
 
-Tensor randn(const Shape& shape, DType dtype, Generator* gen) {
+Tensor randn(const Shape& shape, DType dtype, Generator* gen, Device device) {
   check_not_tracing("randn");
   check_float(dtype, "randn");
-  std::int64_t n = numel(shape);
-  auto words = random_words(n + (n & 1), gen);
-  std::vector<double> values(n);
-  for (std::int64_t i = 0; i < n; i += 2) {
-    double u1 = 1.0 - to_unit(words[i]);  // (0, 1]: log stays finite
-    double u2 = to_unit(words[i + 1]);
-    double r = std::sqrt(-2.0 * std::log(u1));
-    values[i] = r * std::cos(2 * std::numbers::pi * u2);
-    if (i + 1 < n) values[i + 1] = r * std::sin(2 * std::numbers::pi * u2);
-  }
-  return convert(from_vector(values, shape), dtype);
+  OpAttrs attrs = draw_attrs(shape, dtype, device);
+  return draw(OpId::random_normal, attrs, gen);
 }
 
-Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dtype,
-               Generator* gen) {
+Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dtype, Generator* gen,
+               Device device) {
   check_not_tracing("randint");
   KILN_CHECK(low < high, "randint: low ({}) must be less than high ({})", low, high);
   KILN_CHECK_AS(DTypeError, dtype != DType::bool_, "randint: dtype bool is not supported");
-  auto words = random_words(2 * numel(shape), gen);
-  auto range = static_cast<std::uint64_t>(high - low);
-  std::vector<std::int64_t> values(numel(shape));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    std::uint64_t w = (static_cast<std::uint64_t>(words[2 * i]) << 32) | words[2 * i + 1];
-    values[i] = low + static_cast<std::int64_t>(w % range);
-  }
-  return convert(from_vector(values, shape), dtype);
+  OpAttrs attrs = draw_attrs(shape, dtype, device);
+  attrs.low = low;
+  attrs.high = high;
+  return draw(OpId::random_int, attrs, gen);
+}
+
+Tensor rand_like(const Tensor& x, Generator* gen) {
+  check_not_tracing("rand_like");
+  check_float(x.dtype(), "rand_like");
+  return rand(x.shape(), x.dtype(), gen, x.device());
+}
+
+Tensor randn_like(const Tensor& x, Generator* gen) {
+  check_not_tracing("randn_like");
+  check_float(x.dtype(), "randn_like");
+  return randn(x.shape(), x.dtype(), gen, x.device());
+}
+
+Tensor randint_like(const Tensor& x, std::int64_t low, std::int64_t high, Generator* gen) {
+  check_not_tracing("randint_like");
+  KILN_CHECK(low < high, "randint_like: low ({}) must be less than high ({})", low, high);
+  KILN_CHECK_AS(DTypeError, x.dtype() != DType::bool_, "randint_like: dtype bool is not supported");
+  return randint(low, high, x.shape(), x.dtype(), gen, x.device());
 }
 
 }  // namespace kiln

@@ -1,13 +1,16 @@
 // Tensor factories (zeros, ones, full, scalar_tensor, arange, linspace, eye, from_vector) and the
 // random ones: Philox-4x32-10 against the Random123 known-answer vectors and an independent
-// implementation written here from the paper, the counter layout of a draw, seeding, and loose
-// statistical checks of rand, randn and randint.
+// implementation written here from the paper, the counter layout of a draw, seeding, loose
+// statistical checks of rand, randn and randint, the random ops' element mapping on the CPU
+// (support/random_reference.h), the *_like factories and bernoulli.
 #include <boost/test/unit_test.hpp>
 
 #include <array>
 #include <cmath>
 #include <set>
 
+#include "runtime/dispatch.h"
+#include "support/random_reference.h"
 #include "support/reference.h"
 
 using namespace kiln;
@@ -284,7 +287,181 @@ BOOST_AUTO_TEST_CASE(randint_stays_in_range_and_hits_every_value) {
   check_values(randint(9, 10, {3}, DType::i64, &gen), {3}, {9, 9, 9});
 }
 
+BOOST_AUTO_TEST_CASE(rand_takes_the_significand_bits_of_its_dtype_from_word_i) {
+  const std::uint64_t seed = 0xfedcba9876543210ull;
+  for (auto [dtype, bits] :
+       {std::pair{DType::f16, 11}, {DType::bf16, 8}, {DType::f32, 24}, {DType::f64, 24}}) {
+    BOOST_TEST_CONTEXT(dtype_name(dtype)) {
+      Generator gen(seed);
+      gen.advance(5);
+      auto v = rand({3, 7}, dtype, &gen).to_vector<double>();
+      BOOST_TEST(gen.offset() == 5u + 6u);  // 21 words: six counters
+      for (std::uint64_t i = 0; i < v.size(); ++i)
+        BOOST_TEST(v[i] == uniform_reference(seed, 5, i, bits), "element " << i);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(randn_element_i_is_box_muller_on_the_words_of_its_pair) {
+  const std::uint64_t seed = 99;
+  Generator gen(seed);
+  auto v = randn({7}, DType::f64, &gen).to_vector<double>();  // odd: the last sine is unused
+  BOOST_TEST(gen.offset() == 2u);                             // 8 words
+  for (std::uint64_t i = 0; i < v.size(); ++i)
+    BOOST_TEST(v[i] == normal_reference(seed, 0, i), "element " << i);
+  // f32 and bf16 round the double result once.
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    auto r = randn({5, 3}, dtype, &gen).to_vector<double>();
+    for (std::uint64_t i = 0; i < r.size(); ++i) {
+      double want = round_to(dtype, normal_reference(seed, 2, i));
+      BOOST_TEST(r[i] == want, dtype_name(dtype) << " element " << i);
+    }
+    BOOST_TEST(gen.offset() == 6u);  // 16 words
+    gen = Generator(seed);
+    gen.advance(2);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(randint_element_i_takes_words_2i_and_2i_plus_1) {
+  const std::uint64_t seed = 0x0123456789abcdefull;
+  Generator gen(seed);
+  const std::int64_t low = -(std::int64_t{1} << 40), high = (std::int64_t{1} << 41) + 3;
+  auto v = randint(low, high, {9}, DType::i64, &gen).to_vector<std::int64_t>();
+  BOOST_TEST(gen.offset() == 5u);  // 18 words
+  for (std::uint64_t i = 0; i < v.size(); ++i) {
+    BOOST_TEST(v[i] == int_reference(seed, 0, i, low, high), "element " << i);
+    BOOST_TEST((v[i] >= low && v[i] < high));
+  }
+  // The whole i64 range wraps instead of overflowing.
+  const std::int64_t lowest = std::numeric_limits<std::int64_t>::min();
+  const std::int64_t highest = std::numeric_limits<std::int64_t>::max();
+  auto w = randint(lowest, highest, {4}, DType::i64, &gen).to_vector<std::int64_t>();
+  for (std::uint64_t i = 0; i < w.size(); ++i)
+    BOOST_TEST(w[i] == int_reference(seed, 5, i, lowest, highest), "element " << i);
+}
+
+BOOST_AUTO_TEST_CASE(a_draw_advances_its_generator_by_the_counters_its_words_take) {
+  for (OpId op : {OpId::random_uniform, OpId::random_normal, OpId::random_int}) {
+    for (std::int64_t n : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17}) {
+      BOOST_TEST_CONTEXT(op_name(op) << " of " << n) {
+        Generator gen(1);
+        gen.advance(3);
+        if (op == OpId::random_uniform) rand({n}, DType::f32, &gen);
+        if (op == OpId::random_normal) randn({n}, DType::f32, &gen);
+        if (op == OpId::random_int) randint(0, 10, {n}, DType::i64, &gen);
+        BOOST_TEST(gen.offset() == 3 + counters_reference(op, static_cast<std::uint64_t>(n)));
+        BOOST_TEST(random_counters(op, n) == counters_reference(op, static_cast<std::uint64_t>(n)));
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(random_ops_are_functions_of_their_seed_offset_and_element_index) {
+  auto number = [](std::int64_t v) { return from_vector(std::vector<std::int64_t>{v}, Shape{}); };
+  OpAttrs attrs;
+  attrs.shape = {2, 5};
+  attrs.dtype = DType::f64;
+  const std::int64_t seed = -7;  // the bits of a seed past 2^63
+  const Tensor in[] = {number(seed), number(41)};
+  auto u = dispatch1(OpId::random_uniform, in, attrs).to_vector<double>();
+  auto n = dispatch1(OpId::random_normal, in, attrs).to_vector<double>();
+  attrs.low = 10;
+  attrs.high = 20;
+  attrs.dtype = DType::i32;
+  Tensor k = dispatch1(OpId::random_int, in, attrs);
+  BOOST_TEST(k.dtype() == DType::i32);
+  auto kv = k.to_vector<std::int64_t>();
+  for (std::uint64_t i = 0; i < 10; ++i) {
+    auto s = static_cast<std::uint64_t>(seed);
+    BOOST_TEST(u[i] == uniform_reference(s, 41, i, 24));
+    BOOST_TEST(n[i] == normal_reference(s, 41, i));
+    BOOST_TEST(kv[i] == int_reference(s, 41, i, 10, 20));
+  }
+  attrs.shape = {0, 3};
+  BOOST_TEST(dispatch1(OpId::random_int, in, attrs).numel() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(like_factories_take_the_shape_dtype_and_device_of_their_argument) {
+  Tensor x = zeros({2, 3}, DType::bf16);
+  Generator a(4), b(4);
+  Tensor r = rand_like(x, &a);
+  BOOST_TEST(r.dtype() == DType::bf16);
+  BOOST_TEST(shape_str(r.shape()) == "[2, 3]");
+  auto rv = r.to_vector<double>();
+  for (std::uint64_t i = 0; i < 6; ++i) BOOST_TEST(rv[i] == uniform_reference(4, 0, i, 8));
+  Tensor g = randn_like(x, &a);
+  auto gv = g.to_vector<double>();
+  for (std::uint64_t i = 0; i < 6; ++i)
+    BOOST_TEST(gv[i] == round_to(DType::bf16, normal_reference(4, 2, i)));
+  Tensor k = randint_like(i32s({0, 0, 0}, {3}), -4, 4, &b);
+  BOOST_TEST(k.dtype() == DType::i32);
+  auto kv = k.to_vector<std::int64_t>();
+  for (std::uint64_t i = 0; i < 3; ++i) BOOST_TEST(kv[i] == int_reference(4, 0, i, -4, 4));
+  BOOST_TEST(a.offset() == 4u);
+  BOOST_TEST(b.offset() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(bernoulli_is_one_where_a_uniform_is_below_p) {
+  const std::vector<double> p = {0, 0.25, 0.5, 0.75, 1, 0.1, 0.9, 0.5, 0.3, 0.6};
+  for (DType dtype : {DType::f32, DType::f64, DType::f16}) {
+    BOOST_TEST_CONTEXT(dtype_name(dtype)) {
+      Tensor pt = typed(dtype, p, {2, 5});
+      auto pv = pt.to_vector<double>();
+      Generator gen(12);
+      Tensor b = bernoulli(pt, &gen);
+      BOOST_TEST(b.dtype() == dtype);
+      BOOST_TEST(!b.requires_grad());
+      BOOST_TEST(gen.offset() == 3u);
+      auto bv = b.to_vector<double>();
+      // Uniforms of 24 bits (f32 ones for f16 probabilities).
+      for (std::uint64_t i = 0; i < 10; ++i)
+        BOOST_TEST(bv[i] == (uniform_reference(12, 0, i, 24) < pv[i] ? 1.0 : 0.0), "element " << i);
+    }
+  }
+  Generator gen(13);
+  auto c = bernoulli(zeros({40}, DType::i64), 0.3, &gen);
+  BOOST_TEST(c.dtype() == DType::i64);
+  auto cv = c.to_vector<double>();
+  for (std::uint64_t i = 0; i < 40; ++i)
+    BOOST_TEST(cv[i] == (uniform_reference(13, 0, i, 24) < static_cast<float>(0.3) ? 1.0 : 0.0));
+  // Over many draws the mean is p.
+  Generator many(14);
+  double mean = bernoulli(full({20000}, 0.3), &many).sum().item() / 20000;
+  BOOST_TEST(std::abs(mean - 0.3) < 4 * std::sqrt(0.3 * 0.7 / 20000));
+}
+
 BOOST_AUTO_TEST_CASE(random_factories_reject_bad_arguments) {
+  KILN_CHECK_THROWS(rand_like(i64s({1, 2})), DTypeError, "rand_like", "i64");
+  KILN_CHECK_THROWS(randn_like(bools({true}, {1})), DTypeError, "randn_like", "bool");
+  KILN_CHECK_THROWS(randint_like(bools({true}, {1}), 0, 2), DTypeError, "randint_like", "bool");
+  KILN_CHECK_THROWS(randint_like(i64s({1}), 5, -5), Error, "randint_like", "5", "-5");
+  KILN_CHECK_THROWS(bernoulli(f32s({0.5f, 1.5f})), Error, "bernoulli", "1.5");
+  KILN_CHECK_THROWS(bernoulli(f32s({-0.25f, 0.5f})), Error, "bernoulli", "-0.25");
+  KILN_CHECK_THROWS(bernoulli(f32s({NAN})), Error, "bernoulli", "nan");
+  KILN_CHECK_THROWS(bernoulli(i64s({0, 1})), DTypeError, "bernoulli", "i64");
+  KILN_CHECK_THROWS(bernoulli(zeros({2}), 1.25), Error, "bernoulli", "1.25");
+  KILN_CHECK_THROWS(bernoulli(zeros({2}), -0.5), Error, "bernoulli", "-0.5");
+  // The ops themselves: numbers of the wrong kind, a dtype or range they cannot draw.
+  OpAttrs attrs;
+  attrs.shape = {2};
+  Tensor seed = from_vector(std::vector<std::int64_t>{1}, Shape{});
+  const Tensor float_seed[] = {scalar_tensor(1.0), seed};
+  KILN_CHECK_THROWS(dispatch1(OpId::random_uniform, float_seed, attrs), DTypeError,
+                    "random_uniform", "seed", "f32");
+  const Tensor vector_offset[] = {seed, i64s({1, 2})};
+  KILN_CHECK_THROWS(dispatch1(OpId::random_normal, vector_offset, attrs), DTypeError,
+                    "random_normal", "offset", "[2]");
+  const Tensor numbers[] = {seed, seed};
+  attrs.dtype = DType::i32;
+  KILN_CHECK_THROWS(dispatch1(OpId::random_uniform, numbers, attrs), DTypeError, "random_uniform",
+                    "i32");
+  attrs.low = attrs.high = 3;
+  KILN_CHECK_THROWS(dispatch1(OpId::random_int, numbers, attrs), Error, "random_int", "3");
+  // A refused draw leaves its generator where it was.
+  Generator gen(1);
+  KILN_CHECK_THROWS(rand({2, -1}, DType::f32, &gen), ShapeError, "random_uniform", "[2, -1]");
+  BOOST_TEST(gen.offset() == 0u);
+
   BOOST_CHECK_EXCEPTION(rand({2}, DType::i64), DTypeError, message_has({"rand", "i64"}));
   BOOST_CHECK_EXCEPTION(randn({2}, DType::bool_), DTypeError, message_has({"randn", "bool"}));
   BOOST_CHECK_EXCEPTION(randint(3, 3, {2}), Error, message_has({"randint", "3"}));

@@ -5,9 +5,11 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "runtime/device_checks.h"
+#include "runtime/random.h"
 
 namespace kiln::jit::codegen {
 namespace {
@@ -116,6 +118,7 @@ DType compute_dtype_of(OpId op, std::span<const DType> inputs, DType output) {
   if (op == OpId::logical_not || op == OpId::logical_and || op == OpId::logical_or)
     return DType::bool_;
   if (is_comparison(op)) return compute_dtype(promote_types(inputs[0], inputs[1]));
+  if (op == OpId::random_int) return DType::i64;  // then converted to the output's dtype
   return compute_dtype(output);
 }
 
@@ -127,6 +130,41 @@ constexpr std::string_view kColumnMinusRow =
 bool reads_position(OpId op) {
   return op == OpId::tril || op == OpId::triu;
 }
+
+bool reads_index(OpId op) {
+  return is_random(op);
+}
+
+namespace {
+
+// A random op at element kiln_index from its seed and offset (args, long long), with the
+// mapping of runtime/random.h: the helpers compute the Philox words the element needs.
+std::optional<std::string> random_expr(OpId op, const OpAttrs& attrs, DType t,
+                                       std::span<const std::string> args) {
+  bool floating = t == DType::f32 || t == DType::f64;
+  std::string call = fmt::format("({}, {}, kiln_index)", args[0], args[1]);
+  if (op == OpId::random_uniform) {
+    // The top bits of the word, scaled: exact in the output dtype (f16/bf16 compute in f32).
+    if (!floating) return std::nullopt;
+    int bits = uniform_bits(attrs.dtype);
+    return fmt::format("(({})(kiln_random_word{} >> {}) * {})", register_type(t), call, 32 - bits,
+                       literal(t, std::ldexp(1.0, -bits)));
+  }
+  if (op == OpId::random_normal) {
+    if (!floating) return std::nullopt;
+    return fmt::format("kiln_random_normal{}{}", t == DType::f64 ? "_f64" : "", call);
+  }
+  // random_int computes in i64 (compute_dtype_of); the range wraps as the CPU's does.
+  if (t != DType::i64) return std::nullopt;
+  auto range = static_cast<std::uint64_t>(attrs.high) - static_cast<std::uint64_t>(attrs.low);
+  std::string low = attrs.low == std::numeric_limits<std::int64_t>::min()
+                        ? "(-0x7fffffffffffffffll - 1)"  // its negation is no literal
+                        : fmt::format("{}ll", attrs.low);
+  return fmt::format("kiln_random_int({}, {}, kiln_index, {}, {}ull)", args[0], args[1], low,
+                     range);
+}
+
+}  // namespace
 
 std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType t,
                                             std::span<const std::string> args) {
@@ -259,6 +297,10 @@ std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType
     case OpId::cast:
     case OpId::copy:
       return args[0];
+    case OpId::random_uniform:
+    case OpId::random_normal:
+    case OpId::random_int:
+      return random_expr(op, attrs, t, args);
       // Not elementwise: reduction, scan, normalization, view, index, matmul, movement and
       // transfer ops have templates or library calls of their own.
 #define KILN_HANDLED_elementwise
@@ -297,7 +339,8 @@ std::string node_expr(OpId op, const OpAttrs& attrs, std::span<const DType> in_t
   DType t = compute_dtype_of(op, in_types, out_type);
   std::vector<std::string> args;
   for (std::size_t i = 0; i < in_exprs.size(); ++i) {
-    DType want = op == OpId::where && i == 0 ? DType::bool_ : t;
+    // where's condition stays bool, a random op's seed and offset i64.
+    DType want = op == OpId::where && i == 0 ? DType::bool_ : is_random(op) ? in_types[i] : t;
     args.push_back(convert_expr(in_types[i], want, in_exprs[i]));
   }
   auto expr = elementwise_expr(op, attrs, t, args);

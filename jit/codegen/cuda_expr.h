@@ -37,6 +37,11 @@ std::optional<std::string> elementwise_expr(OpId op, const OpAttrs& attrs, DType
 // domain's last two sizes (`kiln_index`, `kiln_rows`, `kiln_cols`, long long): tril and triu.
 // Pointwise kernels provide them.
 bool reads_position(OpId op);
+// Whether `op`'s expression reads `kiln_index` as the element's row-major linear index in the
+// op's own output, all of it (tril needs it only modulo a matrix): the random ops, whose
+// element i is a function of (seed, offset, i). Such an expression calls the Philox helpers of
+// templates/elementwise_helpers.cu.mustache (`random`).
+bool reads_index(OpId op);
 
 // Whether `op`'s expression at compute dtype `t` finds errors the CPU kernel raises: integer
 // pow (a negative exponent), remainder and floor_divide (a zero divisor). Such an expression

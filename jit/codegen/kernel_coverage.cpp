@@ -40,6 +40,11 @@ class TemplateCoverage final : public graph::KernelCoverage {
           "{} reads its element's row and column, which a kernel with reductions has only for "
           "full values of rows over the trailing dims",
           node.op);
+    if (kind != graph::FusionKind::pointwise && codegen::reads_index(node.op))
+      return fmt::format(
+          "{} reads its element's linear index, which a kernel with reductions has only for "
+          "full values of rows over the trailing dims",
+          node.op);
     if (kind != graph::FusionKind::pointwise && reports_errors(node.op, t))
       return fmt::format("{} ({}) reports errors through a flag, which only pointwise kernels take",
                          node.op, dtype_name(t));
@@ -67,6 +72,10 @@ class TemplateCoverage final : public graph::KernelCoverage {
 
   bool reads_position(const graph::Graph& g, int n) const override {
     return codegen::reads_position(g.nodes.at(n).op);
+  }
+
+  bool reads_index(const graph::Graph& g, int n) const override {
+    return codegen::reads_index(g.nodes.at(n).op);
   }
 
  private:

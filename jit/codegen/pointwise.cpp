@@ -288,6 +288,7 @@ class PointwiseRenderer {
     int out = node.output();
     DType out_type = g_.values[out].meta.dtype;
     if (reads_position(node.op)) check_position(n);
+    if (reads_index(node.op)) check_index(n);
     std::vector<std::string> args;
     for (int v : node.inputs) args.push_back(read(v));
     std::string expr = node_expr(node.op, node.attrs, in_types, args, out_type,
@@ -296,6 +297,7 @@ class PointwiseRenderer {
         k_.checks_errors || reports_errors(node.op, compute_dtype_of(node.op, in_types, out_type));
     python_mod_ = python_mod_ || node.op == OpId::remainder;
     floor_div_ = floor_div_ || node.op == OpId::floor_divide;
+    random_ = random_ || reads_index(node.op);
     note_dtype(out_type);
     Data s;
     s.set("type", register_type(out_type));
@@ -315,6 +317,22 @@ class PointwiseRenderer {
                    sizes[sizes.size() - 1] == group_.domain[rank - 1] &&
                    sizes[sizes.size() - 2] == group_.domain[rank - 2],
                "codegen: '{}': {} does not iterate the domain's last two dims", group_.name,
+               node_text(g_, n));
+    k_.position = true;
+  }
+
+  // An op that reads its element's linear index: the domain's index is the value's only where
+  // the value has the domain's sizes (up to leading 1s), which the fuser keeps so (the level
+  // rule: no broadcast of a computed value, no view of one outside index-aware kernels).
+  void check_index(int n) {
+    const auto& sizes = g_.values[g_.nodes[n].output()].sizes;
+    auto squeezed = [](const std::vector<SymExpr>& s) {
+      std::size_t k = 0;
+      while (k < s.size() && s[k].is_constant() && s[k].constant_value() == 1) ++k;
+      return std::vector<SymExpr>(s.begin() + static_cast<std::ptrdiff_t>(k), s.end());
+    };
+    KILN_CHECK(squeezed(sizes) == squeezed(group_.domain),
+               "codegen: '{}': {} does not iterate the domain's elements in order", group_.name,
                node_text(g_, n));
     k_.position = true;
   }
@@ -412,7 +430,7 @@ class PointwiseRenderer {
       for (const auto& line : pair->lines) lines.push_back(Data("line", line));
       d.set("pair_lines", lines);
     }
-    d.set("helpers", elementwise_helpers(python_mod_, floor_div_, k_.checks_errors));
+    d.set("helpers", elementwise_helpers(python_mod_, floor_div_, k_.checks_errors, random_));
     return d;
   }
 
@@ -422,7 +440,7 @@ class PointwiseRenderer {
   PointwiseKernel k_;
   std::set<int> computed_;  // values this kernel holds in registers
   std::vector<int> steps_;  // the nodes computed, in order
-  bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false;
+  bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false, random_ = false;
   // Parameters: the tensors read, then the numbers taken by value, then the outputs.
   Data params_ = list(), reads_ = list(), writes_ = list(), loads_ = list(), statements_ = list(),
        stores_ = list(), scalar_params_ = list(), scalar_loads_ = list();
@@ -482,13 +500,12 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
     writes.push_back({reinterpret_cast<std::uintptr_t>(o.raw_data()), itemsize(o.dtype())});
   }
   if (space.numel() == 0) return outs;
-  // The element's row and column come from its linear index and the domain's last two sizes.
+  // The element's row and column come from its linear index and the domain's last two sizes
+  // (1 past its rank: an op reading the index alone takes any rank; tril's renderer checked 2).
   std::array<long long, 3> position = {0, 1, 1};
   if (kernel.position) {
-    KILN_CHECK(domain.size() >= 2,
-               "codegen: kernel '{}' reads rows and columns of a rank-{} domain", kernel.name,
-               domain.size());
-    position = {0, domain[domain.size() - 2], domain[domain.size() - 1]};
+    auto rank = domain.size();
+    position = {0, rank >= 2 ? domain[rank - 2] : 1, rank >= 1 ? domain[rank - 1] : 1};
   }
   std::int64_t read = 0, written = 0;
   for (int v : kernel.reads) read += tensor_bytes(values.at(v));

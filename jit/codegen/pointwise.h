@@ -32,8 +32,8 @@ struct PointwiseKernel {
   int vector_width = 1;      // elements per thread on the vector path
   // Vectors per thread per iteration where offsets advance (several loads in flight per thread).
   int vectors_per_thread = 1;
-  // Whether an op reads its element's row and column (tril, triu): the launch then passes the
-  // piece's first element and the domain's last two sizes.
+  // Whether an op reads its element's row and column (tril, triu) or linear index (random
+  // ops): the launch then passes the piece's first element and the domain's last two sizes.
   bool position = false;
   // Whether an expression reports errors (cuda_expr.h: reports_errors): the kernel takes an
   // error flag after its outputs, reserved per call (runtime/device_checks.h).

@@ -241,6 +241,12 @@ class IndexedRenderer {
           "kiln_cols + {}; return {}; }}()",
           rows, cols, c.at[out.size() - 2], c.at[out.size() - 1], expr);
     }
+    if (reads_index(node.op)) {
+      // The element's row-major linear index in the value's own sizes, at these coordinates.
+      random_ = true;
+      expr = fmt::format("[&]() {{ const long long kiln_index = {}; return {}; }}()",
+                         linear_index(c, out), expr);
+    }
     return emit(t, guarded(c, t, expr));
   }
 
@@ -274,6 +280,20 @@ class IndexedRenderer {
         return r;
       }
     }
+  }
+
+  // Coordinates `c` of a value of `sizes` as its row-major linear index.
+  std::string linear_index(const Coords& c, const std::vector<SymExpr>& sizes) {
+    std::vector<std::string> terms;
+    SymExpr inner = SymExpr::constant(1);
+    for (std::size_t d = sizes.size(); d-- > 0;) {
+      if (c.at[d] != "0")
+        terms.push_back(is_constant_size(inner, 1)
+                            ? fmt::format("(long long)({})", c.at[d])
+                            : fmt::format("(long long)({}) * {}", c.at[d], size_code(inner)));
+      inner = inner * sizes[d];
+    }
+    return terms.empty() ? "0LL" : fmt::format("({})", fmt::join(terms, " + "));
   }
 
   // A reshape in general: the element's linear index in the output's sizes, decomposed in the
@@ -385,7 +405,7 @@ class IndexedRenderer {
     d.set("lines", lines(lines_));
     d.set("fp16", fp16_);
     d.set("bf16", bf16_);
-    d.set("helpers", elementwise_helpers(python_mod_, floor_div_, k_.checks_errors));
+    d.set("helpers", elementwise_helpers(python_mod_, floor_div_, k_.checks_errors, random_));
     return d;
   }
 
@@ -398,7 +418,7 @@ class IndexedRenderer {
   std::vector<std::string> reads_, scalars_, writes_, sizes_, coords_, lines_;
   std::size_t max_rank_ = 1;
   int temps_ = 0;
-  bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false;
+  bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false, random_ = false;
 };
 
 }  // namespace

@@ -237,6 +237,14 @@ class ReductionRenderer {
     note_dtype(out);
     std::string expr =
         node_expr(n.op, n.attrs, in_types, args, out, fmt::format("'{}': {}", group_.name, n.op));
+    if (reads_index(n.op)) {
+      // Kept to full values over rows that are the trailing dims: the element's linear index is
+      // row * cols + col.
+      KILN_CHECK(full_frame, "codegen: '{}': {} needs the element's index", group_.name, n.op);
+      random_ = true;
+      return fmt::format("[&]() {{ const long long kiln_index = row * cols + col; return {}; }}()",
+                         expr);
+    }
     if (!reads_position(n.op)) return expr;
     // The fuser keeps such an op to full values over rows that are the trailing dims (constant
     // last two sizes): the element's linear index is row * cols + col.
@@ -485,7 +493,7 @@ class ReductionRenderer {
                                 graph::fusion_kind_name(group_.kind), fmt::join(domain, ", "),
                                 fmt::join(k_.reduce_dims, ", "), passes_);
     d.graph = g_.name;
-    d.helpers = elementwise_helpers(python_mod_, floor_div_);
+    d.helpers = elementwise_helpers(python_mod_, floor_div_, false, random_);
     d.fp16 = fp16_;
     d.bf16 = bf16_;
     auto kept = domain_rank_ - static_cast<int>(k_.reduce_dims.size());
@@ -578,7 +586,7 @@ class ReductionRenderer {
   std::vector<Store> reduced_stores_;         // outputs stored once per row
   bool splittable_ = true;
   std::set<int> row_loaded_;
-  bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false;
+  bool fp16_ = false, bf16_ = false, python_mod_ = false, floor_div_ = false, random_ = false;
 };
 
 }  // namespace

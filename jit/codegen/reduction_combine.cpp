@@ -71,6 +71,9 @@ ReductionCombine reduction_combine(OpId op, DType accumulator) {
     case OpId::where:
     case OpId::cast:
     case OpId::copy:
+    case OpId::random_uniform:
+    case OpId::random_normal:
+    case OpId::random_int:
     case OpId::amax:
     case OpId::amin:
     case OpId::argmax:

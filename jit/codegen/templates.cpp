@@ -27,9 +27,10 @@ std::string render_template(std::string_view name, const kainjow::mustache::data
   return text;
 }
 
-std::string elementwise_helpers(bool python_mod, bool floor_div, bool int_checks) {
+std::string elementwise_helpers(bool python_mod, bool floor_div, bool int_checks, bool random) {
   kainjow::mustache::data d;
   d.set("int_checks", int_checks);
+  d.set("random", random);
   d.set("python_mod", python_mod);
   d.set("floor_div", floor_div);
   return render_template("elementwise_helpers.cu.mustache", d);

@@ -13,8 +13,9 @@ std::string_view template_text(std::string_view name);
 // templates/<name> rendered with `data`; kiln::Error naming the template if it does not parse.
 std::string render_template(std::string_view name, const kainjow::mustache::data& data);
 // The device functions the expressions of these ops call (templates/elementwise_helpers):
-// floating remainder, floating floor_divide, and the integer ops that report errors
-// (reports_errors in cuda_expr.h).
-std::string elementwise_helpers(bool python_mod, bool floor_div, bool int_checks = false);
+// floating remainder, floating floor_divide, the integer ops that report errors
+// (reports_errors in cuda_expr.h), and the random ops' Philox (reads_index).
+std::string elementwise_helpers(bool python_mod, bool floor_div, bool int_checks = false,
+                                bool random = false);
 
 }  // namespace kiln::jit::codegen

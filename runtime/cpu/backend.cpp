@@ -30,6 +30,10 @@ class CpuBackend final : public Backend {
       case OpId::tril:
       case OpId::triu:
         return {triangle(op, in[0], attrs.diagonal, out[0])};
+      case OpId::random_uniform:
+      case OpId::random_normal:
+      case OpId::random_int:
+        return {random_draw(op, in, attrs, out[0])};
       case OpId::max_dim:
       case OpId::min_dim:
         return extreme_along(op, in[0], attrs.dim, out);

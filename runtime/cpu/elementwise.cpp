@@ -138,6 +138,9 @@ void unary_op(OpId op, const OpAttrs& attrs, ConstArrayMap<T> x, ArrayMap<T> y) 
     case OpId::where:
     case OpId::cast:
     case OpId::copy:
+    case OpId::random_uniform:
+    case OpId::random_normal:
+    case OpId::random_int:
     case OpId::sum:
     case OpId::prod:
     case OpId::amax:
@@ -276,6 +279,9 @@ void binary_arith(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<T> y
     case OpId::where:
     case OpId::cast:
     case OpId::copy:
+    case OpId::random_uniform:
+    case OpId::random_normal:
+    case OpId::random_int:
     case OpId::sum:
     case OpId::prod:
     case OpId::amax:
@@ -356,6 +362,9 @@ void binary_compare(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<bo
     case OpId::where:
     case OpId::cast:
     case OpId::copy:
+    case OpId::random_uniform:
+    case OpId::random_normal:
+    case OpId::random_int:
     case OpId::sum:
     case OpId::prod:
     case OpId::amax:

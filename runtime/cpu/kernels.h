@@ -34,6 +34,9 @@ Tensor unary(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& o
 Tensor binary(OpId op, const Tensor& a, const Tensor& b, const TensorMeta& out);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, const TensorMeta& out);
 Tensor triangle(OpId op, const Tensor& x, std::int64_t diagonal, const TensorMeta& out);
+// random_uniform, random_normal, random_int from their seed and offset (runtime/random.h).
+Tensor random_draw(OpId op, std::span<const Tensor> in, const OpAttrs& attrs,
+                   const TensorMeta& out);
 Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& out);
 // max_dim / min_dim: values and i64 indices of the extreme along `dim` (NaN wins, ties keep
 // the first).

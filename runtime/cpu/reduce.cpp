@@ -120,6 +120,9 @@ Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& 
         case OpId::where:
         case OpId::cast:
         case OpId::copy:
+        case OpId::random_uniform:
+        case OpId::random_normal:
+        case OpId::random_int:
         case OpId::argmax:
         case OpId::argmin:
         case OpId::max_dim:

@@ -39,6 +39,33 @@ inline Tensor values(const Shape& shape, DType dtype, double lo, double hi, std:
 
 inline std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
 
+// A random op drawing `shape` in `dtype` from the seed and offset it is given (0-dim i64 inputs:
+// on the device the draw runs on, as the sweeps move every input), dispatched as random.h does.
+inline std::vector<OpSample> random_draws(OpId op, DType dtype) {
+  auto draw = [op, dtype](Shape shape, std::int64_t low, std::int64_t high) {
+    return [=](const std::vector<Tensor>& in) {
+      OpAttrs attrs;
+      attrs.shape = shape;
+      attrs.dtype = dtype;
+      attrs.device = in[0].device();
+      attrs.low = low;
+      attrs.high = high;
+      return dispatch(op, in, attrs);
+    };
+  };
+  auto number = [](std::int64_t v) { return from_vector(std::vector<std::int64_t>{v}, Shape{}); };
+  // A range past 2^32 for i64; small ones elsewhere (an f32 holds every value of it).
+  std::int64_t wide = dtype == DType::i64 ? std::int64_t{1} << 40 : 1000;
+  std::string name(op_name(op));
+  return {
+      OpSample{name + " [3, 5] seed 7 offset 3", {number(7), number(3)}, draw({3, 5}, -3, 4)},
+      // A seed and an offset with both 32-bit halves set; the counter's high word changes.
+      OpSample{name + " [2, 1, 9] large seed and offset",
+               {number(0x123456789abcdefll), number((std::int64_t{1} << 32) - 2)},
+               draw({2, 1, 9}, -wide, wide + 7)},
+  };
+}
+
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
 inline OpSample sample(std::string label, std::vector<Tensor> inputs, Fn run) {
@@ -99,6 +126,12 @@ inline std::vector<DType> sample_dtypes(OpId op) {
     case OpId::index_add:
     case OpId::to_device: return {f64};
     case OpId::div: return {f64, f32, i32};
+    // A random op's dtype is its output's (its seed and offset are i64).
+    case OpId::random_uniform:
+    case OpId::random_normal:
+      return {f64, f32, bf16, f16};
+    case OpId::random_int:
+      return {i64, i32, f32};
     // The others take their class's dtypes; a new op must be placed here or above.
     case OpId::exp:
     case OpId::log:
@@ -236,6 +269,10 @@ inline std::vector<OpSample> op_samples(OpId op, DType t) {
     case OpId::copy:
       return {sample("clone of a transposed view", {values({3, 4}, t, -3, 3, 15)},
                      [](auto& in) { return one(in[0].t().clone()); })};
+    case OpId::random_uniform:
+    case OpId::random_normal:
+    case OpId::random_int:
+      return random_draws(op, t);
     // ---- reductions ----
     case OpId::sum:
       return {sample("sum dims [0, 2]", {values({2, 3, 4}, t, -3, 3, 16)}, [](auto& in) { return one(sum(in[0], {0, 2})); }),
