@@ -212,7 +212,28 @@ void Tracer::classify_lifted() {
 
 void Tracer::on_write(const Tensor& dst, const Tensor& src) {
   value_of(dst);  // a real tensor (a module buffer) becomes an input first
+  drop_unheld_views();
   write(dst.impl_ptr(), value_of(src));
+}
+
+// Forgets stale records and views nothing holds but their own record (a temporary such as
+// cache.slice(..) in cache.slice(..).copy_(k)), then the views only those held: a write replays
+// the views that can still be read, not every view ever taken (a loop of writes would replay
+// its square).
+void Tracer::drop_unheld_views() {
+  for (bool dropped = true; dropped;) {
+    dropped = false;
+    for (auto it = view_of_.begin(); it != view_of_.end();) {
+      // A record is stale once its view was taken again (the tensor holds another value now).
+      bool stale = current_value(*it->second.view) != it->first;
+      if (!stale && it->second.view.use_count() > 1) {
+        ++it;
+        continue;
+      }
+      it = view_of_.erase(it);
+      dropped = true;
+    }
+  }
 }
 
 int Tracer::current_value(const TensorImpl& t) const {

@@ -72,6 +72,7 @@ class Tracer : public OpInterceptor {
   void rebind(const std::shared_ptr<TensorImpl>& target, int value);
   int scattered(int value, const Node& view);
   void check_writable(std::shared_ptr<TensorImpl> target) const;
+  void drop_unheld_views();
   void hold_input(const std::shared_ptr<TensorImpl>& tensor, int value, bool requires_grad);
 
   Graph graph_;
