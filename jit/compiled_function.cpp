@@ -21,8 +21,8 @@
 #include "jit/codegen/kernel_coverage.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/reference_executor.h"
+#include "jit/written_inputs.h"
 #include "jit/report/report_writer.h"
-#include "runtime/dispatch.h"
 #include "runtime/grad_mode.h"
 #include "runtime/log.h"
 
@@ -173,37 +173,6 @@ std::string size_below_two(const Graph& g, std::span<const std::int64_t> traced)
     if (!v || *v < 2) return fmt::format("size {}", e.str());
   }
   return "";
-}
-
-// An input written in place must not share memory with another input: the trace read them as
-// two tensors (PyTorch's functionalization also refuses what it cannot replay).
-void check_written_inputs_unaliased(const Graph& g, std::span<const CallArg> args,
-                                    const std::string& fn) {
-  for (int w : g.mutated_inputs) {
-    const graph::Input& in = *g.input_of(w);
-    Tensor written = input_value(in, args);
-    for (const auto& other_in : g.inputs) {
-      if (other_in.value == w || other_in.kind == InputKind::constant) continue;
-      Tensor other = input_value(other_in, args);
-      KILN_CHECK(!other.defined() || other.impl().storage != written.impl().storage,
-                 "compile: '{}' writes in place to '{}' (shape {}), which shares memory with "
-                 "'{}' (shape {}); pass tensors that do not overlap (clone one)",
-                 fn, in.name, shape_str(written.shape()), other_in.name, shape_str(other.shape()));
-    }
-  }
-}
-
-// Writes the final value of each input the function wrote in place into it, and drops those
-// values from `out`: what a call returns is what the function returned.
-void write_back(const Graph& g, std::span<const CallArg> args, std::vector<Tensor>& out) {
-  std::size_t returned = out.size() - g.mutated_inputs.size();
-  NoGradGuard no_grad;
-  for (std::size_t k = 0; k < g.mutated_inputs.size(); ++k) {
-    Tensor dst = input_value(*g.input_of(g.mutated_inputs[k]), args);
-    copy_data(dst, out[returned + k]);
-    dst.impl().storage->bump_version();
-  }
-  out.resize(returned);
 }
 
 bool runs_on_device(const graph::Graph& g, std::span<const CallArg> args) {

@@ -1,0 +1,41 @@
+// Aliasing checks and write-back of the inputs a compiled function writes (written_inputs.h).
+#include "jit/written_inputs.h"
+
+#include "graph/node_values.h"
+#include "runtime/dispatch.h"
+#include "runtime/grad_mode.h"
+
+namespace kiln::jit {
+
+// An input written in place must not share memory with another input: the trace read them as
+// two tensors (PyTorch's functionalization also refuses what it cannot replay).
+void check_written_inputs_unaliased(const graph::Graph& g, std::span<const CallArg> args,
+                                    const std::string& fn) {
+  for (int w : g.mutated_inputs) {
+    const graph::Input& in = *g.input_of(w);
+    Tensor written = graph::input_value(in, args);
+    for (const auto& other_in : g.inputs) {
+      if (other_in.value == w || other_in.kind == graph::InputKind::constant) continue;
+      Tensor other = graph::input_value(other_in, args);
+      KILN_CHECK(!other.defined() || other.impl().storage != written.impl().storage,
+                 "compile: '{}' writes in place to '{}' (shape {}), which shares memory with "
+                 "'{}' (shape {}); pass tensors that do not overlap (clone one)",
+                 fn, in.name, shape_str(written.shape()), other_in.name, shape_str(other.shape()));
+    }
+  }
+}
+
+// Writes the final value of each input the function wrote in place into it, and drops those
+// values from `out`: what a call returns is what the function returned.
+void write_back(const graph::Graph& g, std::span<const CallArg> args, std::vector<Tensor>& out) {
+  std::size_t returned = out.size() - g.mutated_inputs.size();
+  NoGradGuard no_grad;
+  for (std::size_t k = 0; k < g.mutated_inputs.size(); ++k) {
+    Tensor dst = graph::input_value(*g.input_of(g.mutated_inputs[k]), args);
+    copy_data(dst, out[returned + k]);
+    dst.impl().storage->bump_version();
+  }
+  out.resize(returned);
+}
+
+}  // namespace kiln::jit
