@@ -277,30 +277,29 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   if (!training || p == 0.0) return x;
   if (p == 1.0) return x * 0;
   // Drawn on x's device: on CUDA a generated kernel, nothing copied through the host.
-  Tensor keep = ge(rand(x.impl().shape, mask_uniform_dtype(x), gen, x.device()), p);
+  Tensor keep = ge(rand_like(x, mask_uniform_dtype(x), gen), p);
   return x * cast(keep, x.dtype()) * (1.0 / (1.0 - p));
 }
 
 Tensor bernoulli(const Tensor& p, Generator* gen) {
   KILN_OP_SCOPE;
-  check_not_tracing("bernoulli");
   check_floating(p, "bernoulli");
-  if (p.numel() > 0) {
-    // The range check reads two numbers back (a copy to the host for a CUDA tensor).
+  if (p.numel() > 0 && !active_interceptor()) {
+    // The range check reads two numbers back (a copy to the host for a CUDA tensor); a traced
+    // p has no numbers to read, and a compiled bernoulli does not check, as torch.compile's.
     NoGradGuard no_grad;
     double lo = amin(p).item(), hi = amax(p).item();
     KILN_CHECK(lo >= 0 && hi <= 1, "bernoulli: probabilities must be in [0, 1], got {}",
                lo >= 0 ? hi : lo);
   }
-  Tensor u = rand(p.impl().shape, mask_uniform_dtype(p), gen, p.device());
+  Tensor u = rand_like(p, mask_uniform_dtype(p), gen);
   return cast(lt(u, p.detach()), p.dtype());
 }
 
 Tensor bernoulli(const Tensor& x, double p, Generator* gen) {
   KILN_OP_SCOPE;
-  check_not_tracing("bernoulli");
   KILN_CHECK(p >= 0.0 && p <= 1.0, "bernoulli: probability must be in [0, 1], got {}", p);
-  Tensor u = rand(x.impl().shape, mask_uniform_dtype(x), gen, x.device());
+  Tensor u = rand_like(x, mask_uniform_dtype(x), gen);
   return cast(lt(u, p), x.dtype());
 }
 

@@ -29,15 +29,30 @@ std::string type_of(const Graph& g, int v) {
   return fmt::format("{}{}", value.meta.dtype, shape_str(value.meta.shape));
 }
 
+// Whether two state inputs read the same slot: a module's, or the same random draw's seed or
+// offset (each trace makes slots of its own for its draws).
+bool same_slot(const Graph& a, const Input& x, const Graph& b, const Input& y) {
+  if (x.slot == y.slot) return true;
+  int dx = a.draw_of(x.slot), dy = b.draw_of(y.slot);
+  if (dx < 0 || dx != dy) return false;
+  const RandomDraw &rx = a.random_draws[dx], &ry = b.random_draws[dy];
+  return rx.generator == ry.generator && rx.op == ry.op &&
+         (x.slot == rx.seed.get()) == (y.slot == ry.seed.get());
+}
+
 }  // namespace
 
 std::optional<std::string> structural_difference(const Graph& a, const Graph& b) {
+  if (a.random_draws.size() != b.random_draws.size())
+    return fmt::format("the function now draws random numbers {} times instead of {}",
+                       b.random_draws.size(), a.random_draws.size());
   if (a.inputs.size() != b.inputs.size())
     return fmt::format("the function now reads {} inputs instead of {}", b.inputs.size(),
                        a.inputs.size());
   for (std::size_t i = 0; i < a.inputs.size(); ++i) {
     const Input &x = a.inputs[i], &y = b.inputs[i];
-    if (x.kind != y.kind || x.arg_index != y.arg_index || x.value != y.value || x.slot != y.slot)
+    if (x.kind != y.kind || x.arg_index != y.arg_index || x.value != y.value ||
+        !same_slot(a, x, b, y))
       return fmt::format("input '{}' of the first trace is now '{}'", x.name, y.name);
     const Value &vx = a.values[x.value], &vy = b.values[y.value];
     if (vx.meta.dtype != vy.meta.dtype || vx.meta.shape.size() != vy.meta.shape.size())

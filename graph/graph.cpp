@@ -97,6 +97,13 @@ std::string value_type_str(const Value& v) {
   return out;
 }
 
+int Graph::draw_of(const Tensor* slot) const {
+  for (std::size_t i = 0; i < random_draws.size(); ++i)
+    if (random_draws[i].seed.get() == slot || random_draws[i].offset.get() == slot)
+      return static_cast<int>(i);
+  return -1;
+}
+
 namespace {
 
 std::string constant_str(const Tensor& t) {

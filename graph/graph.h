@@ -3,12 +3,17 @@
 // values whose sizes may be symbolic.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "runtime/op.h"
 #include "runtime/tensor.h"
+
+namespace kiln {
+class Generator;
+}
 
 namespace kiln::graph {
 
@@ -60,6 +65,18 @@ struct Symbol {
   int dim = -1;
 };
 
+// A random node's seed and offset (runtime/random.h), which the graph reads as state inputs
+// through these slots. Before each call, the slots take the generator's seed and the offset that
+// advancing it by the draw's counters at the call's sizes returns, draw by draw in trace order,
+// as eager code would advance it. A fresh tensor each call: a backward that saved the forward's
+// keeps them, and regenerates the forward's numbers.
+struct RandomDraw {
+  Generator* generator = nullptr;
+  OpId op = OpId::random_uniform;
+  std::vector<SymExpr> shape;
+  std::shared_ptr<Tensor> seed, offset;
+};
+
 class Graph {
  public:
   std::string name = "fn";
@@ -71,6 +88,8 @@ class Graph {
   // final values of those inputs (named by their values), which a call writes back into them.
   std::vector<int> mutated_inputs;
   std::vector<Symbol> symbols;
+  // Random draws, in the order the function made them (their slots are shared by copies).
+  std::vector<RandomDraw> random_draws;
 
   // The outputs the function returned, before the written-back values.
   std::size_t num_returned() const { return outputs.size() - mutated_inputs.size(); }
@@ -81,6 +100,8 @@ class Graph {
   int add_node(Node node, std::span<const TensorMeta> outputs);
   bool is_constant(int value) const;
   const Input* input_of(int value) const;
+  // The random draw whose seed or offset `slot` is, or -1.
+  int draw_of(const Tensor* slot) const;
 
   // Deterministic text: one line per node, `%3: f32[s0, 4] = add(%1, %2)`.
   std::string str() const;

@@ -2,6 +2,8 @@
 #include "graph/node_values.h"
 
 #include "runtime/error.h"
+#include "runtime/factories.h"
+#include "runtime/random.h"
 
 namespace kiln::graph {
 
@@ -29,6 +31,26 @@ OpAttrs attrs_at(const Graph& g, const Node& n, std::span<const std::int64_t> sy
   }
   sized.shape_exprs.clear();
   return sized;
+}
+
+void draw_random_inputs(const Graph& g, std::span<const std::int64_t> symbol_values) {
+  for (const RandomDraw& d : g.random_draws) {
+    std::int64_t n = 1;
+    for (const auto& e : d.shape) {
+      auto size = e.evaluate(symbol_values);
+      KILN_CHECK(size.has_value(),
+                 "compile: size {} of a {} draw in '{}' is not an integer in this call (a guard "
+                 "should have caught it; this is a kiln bug)",
+                 e.str(), d.op, g.name);
+      n *= *size;
+    }
+    auto number = [](std::uint64_t x) {
+      return from_vector(std::vector{static_cast<std::int64_t>(x)}, Shape{});
+    };
+    // New tensors, not writes: a backward holding the last call's keeps its numbers.
+    *d.seed = number(d.generator->seed());
+    *d.offset = number(d.generator->advance(random_counters(d.op, n)));
+  }
 }
 
 }  // namespace kiln::graph

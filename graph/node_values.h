@@ -15,5 +15,9 @@ OpAttrs attrs_at(const Graph& g, const Node& n, std::span<const std::int64_t> sy
 // What an input of the graph is in this call: an argument, a declared slot's tensor, or the
 // tensor traced.
 Tensor input_value(const Input& in, std::span<const CallArg> args);
+// Draws this call's random numbers: sets each random draw's seed and offset inputs from its
+// generator, advancing it by the draw's counters at this call's sizes, in trace order. Once per
+// call, before anything reads the inputs.
+void draw_random_inputs(const Graph& g, std::span<const std::int64_t> symbol_values);
 
 }  // namespace kiln::graph

@@ -60,6 +60,7 @@ bool has_symbols(const Graph& g, const Node& n) {
 // Whether node `n` reads constants only and is worth evaluating now: folding a node that
 // multiplies data (a big expand or pad) would store the big result.
 bool foldable(const Graph& g, const Node& n) {
+  if (is_random(n.op)) return false;  // its seed and offset are read per call, never constant
   bool all_constant = !n.inputs.empty();
   for (int v : n.inputs) all_constant = all_constant && g.is_constant(v);
   if (!all_constant || has_symbols(g, n)) return false;
@@ -74,6 +75,7 @@ bool foldable(const Graph& g, const Node& n) {
 void eliminate_common_subexpressions(Graph& g) {
   std::unordered_map<NodeKey, const Node*, NodeKeyHash, NodeKeyEqual> seen;
   for (auto& n : g.nodes) {
+    if (is_random(n.op)) continue;  // two draws are two draws, even of the same numbers
     auto [it, inserted] = seen.emplace(NodeKey{&n}, &n);
     if (inserted) continue;
     for (std::size_t k = 0; k < n.outputs.size(); ++k)

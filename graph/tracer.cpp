@@ -5,7 +5,9 @@
 
 #include "graph/sym_shapes.h"
 #include "runtime/dispatch.h"
+#include "runtime/factories.h"
 #include "runtime/grad_mode.h"
+#include "runtime/random.h"
 
 namespace kiln::graph {
 
@@ -157,6 +159,28 @@ SymExpr Tracer::size_expr(const TensorImpl& tensor, std::int64_t dim) {
 void Tracer::on_size_read(const SymExpr& size) {
   if (size.is_opaque()) read_opaque_ = true;
   for (int symbol : size.symbols()) read_symbols_.insert(symbol);
+}
+
+Tensor Tracer::on_random_draw(OpId op, const OpAttrs& attrs, Generator& gen) {
+  RandomDraw draw;
+  draw.generator = &gen;
+  draw.op = op;
+  for (std::size_t d = 0; d < attrs.shape.size(); ++d)
+    draw.shape.push_back(attrs.shape_exprs.empty() ? SymExpr::constant(attrs.shape[d])
+                                                   : attrs.shape_exprs[d]);
+  // The numbers an eager run would use here; each call sets its own before running.
+  auto number = [](std::uint64_t x) {
+    return std::make_shared<Tensor>(
+        from_vector(std::vector{static_cast<std::int64_t>(x)}, Shape{}));
+  };
+  draw.seed = number(gen.seed());
+  draw.offset = number(gen.offset());
+  std::size_t k = graph_.random_draws.size();
+  declare_state(draw.seed.get(), fmt::format("draw{}.seed", k));
+  declare_state(draw.offset.get(), fmt::format("draw{}.offset", k));
+  graph_.random_draws.push_back(draw);
+  const Tensor inputs[] = {*draw.seed, *draw.offset};
+  return dispatch1(op, inputs, attrs);
 }
 
 void Tracer::set_outputs(const std::vector<Tensor>& outputs) {

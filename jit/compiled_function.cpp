@@ -563,6 +563,12 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
   }
   if (!entry) return invoke(args);
   if (verify_now) verify(*entry, args, invoke, symbol_values);
+  // An entry that draws random numbers runs one call at a time: its draws' inputs are slots.
+  std::unique_lock draws_lock(*entry->draws_mutex, std::defer_lock);
+  if (!entry->traced.random_draws.empty()) {
+    draws_lock.lock();
+    graph::draw_random_inputs(entry->traced, symbol_values);
+  }
   // A kernel call: no step of its plans falls back to primitive ops, whether the plan says so
   // when built or a step found so at run time (counted after the forward has run; a backward
   // that fell back in an earlier call keeps later calls of the entry out too).

@@ -106,6 +106,8 @@ class CompiledFunctionCore {
     Counter hits;
     std::string reason;     // why it was traced
     double compile_ms = 0;  // tracing through compiling its kernels
+    // Held by a call of an entry with random draws while their inputs are set and read.
+    std::shared_ptr<std::mutex> draws_mutex = std::make_shared<std::mutex>();
   };
   using DimSet = std::set<std::pair<int, int>>;  // (argument, dim)
   struct Trace;

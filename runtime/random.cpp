@@ -49,11 +49,12 @@ void check_float(DType dtype, const char* op) {
 
 // Reserves the draw's counters from `gen` (the default generator when null) and runs the op:
 // on the host, or as a generated kernel on `attrs.device`. A draw the op refuses (a negative
-// size) leaves the generator as it was.
+// size) leaves the generator as it was. While tracing, the tracer records the draw instead.
 Tensor draw(OpId op, OpAttrs& attrs, Generator* gen) {
   const TensorMeta numbers[] = {{{}, DType::i64}, {{}, DType::i64}};
   infer_meta(op, numbers, attrs);
   Generator& g = gen ? *gen : default_generator();
+  if (OpInterceptor* tracer = active_interceptor()) return tracer->on_random_draw(op, attrs, g);
   std::uint64_t offset = g.advance(random_counters(op, numel(attrs.shape)));
   const Tensor inputs[] = {from_vector(std::vector{static_cast<std::int64_t>(g.seed())}, Shape{}),
                            from_vector(std::vector{static_cast<std::int64_t>(offset)}, Shape{})};
@@ -68,17 +69,28 @@ OpAttrs draw_attrs(const Shape& shape, DType dtype, Device device) {
   return attrs;
 }
 
+// The attributes of a draw shaped as `x`: while tracing, its sizes follow x's symbolic ones, so
+// a draw at a dynamic size neither specializes the dim nor keeps the traced size.
+OpAttrs draw_attrs_like(const Tensor& x, DType dtype) {
+  OpAttrs attrs = draw_attrs(x.impl().shape, dtype, x.device());
+  bool symbolic = false;
+  for (std::int64_t d = 0; active_interceptor() && d < x.dim(); ++d) {
+    attrs.shape_exprs.push_back(traced_size_expr(x.impl(), d));
+    symbolic = symbolic || !attrs.shape_exprs.back().is_constant();
+  }
+  if (!symbolic) attrs.shape_exprs.clear();
+  return attrs;
+}
+
 }  // namespace
 
 Tensor rand(const Shape& shape, DType dtype, Generator* gen, Device device) {
-  check_not_tracing("rand");
   check_float(dtype, "rand");
   OpAttrs attrs = draw_attrs(shape, dtype, device);
   return draw(OpId::random_uniform, attrs, gen);
 }
 
 Tensor randn(const Shape& shape, DType dtype, Generator* gen, Device device) {
-  check_not_tracing("randn");
   check_float(dtype, "randn");
   OpAttrs attrs = draw_attrs(shape, dtype, device);
   return draw(OpId::random_normal, attrs, gen);
@@ -86,7 +98,6 @@ Tensor randn(const Shape& shape, DType dtype, Generator* gen, Device device) {
 
 Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dtype, Generator* gen,
                Device device) {
-  check_not_tracing("randint");
   KILN_CHECK(low < high, "randint: low ({}) must be less than high ({})", low, high);
   KILN_CHECK_AS(DTypeError, dtype != DType::bool_, "randint: dtype bool is not supported");
   OpAttrs attrs = draw_attrs(shape, dtype, device);
@@ -96,22 +107,28 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dt
 }
 
 Tensor rand_like(const Tensor& x, Generator* gen) {
-  check_not_tracing("rand_like");
-  check_float(x.dtype(), "rand_like");
-  return rand(x.shape(), x.dtype(), gen, x.device());
+  return rand_like(x, x.dtype(), gen);
+}
+
+Tensor rand_like(const Tensor& x, DType dtype, Generator* gen) {
+  check_float(dtype, "rand_like");
+  OpAttrs attrs = draw_attrs_like(x, dtype);
+  return draw(OpId::random_uniform, attrs, gen);
 }
 
 Tensor randn_like(const Tensor& x, Generator* gen) {
-  check_not_tracing("randn_like");
   check_float(x.dtype(), "randn_like");
-  return randn(x.shape(), x.dtype(), gen, x.device());
+  OpAttrs attrs = draw_attrs_like(x, x.dtype());
+  return draw(OpId::random_normal, attrs, gen);
 }
 
 Tensor randint_like(const Tensor& x, std::int64_t low, std::int64_t high, Generator* gen) {
-  check_not_tracing("randint_like");
   KILN_CHECK(low < high, "randint_like: low ({}) must be less than high ({})", low, high);
   KILN_CHECK_AS(DTypeError, x.dtype() != DType::bool_, "randint_like: dtype bool is not supported");
-  return randint(low, high, x.shape(), x.dtype(), gen, x.device());
+  OpAttrs attrs = draw_attrs_like(x, x.dtype());
+  attrs.low = low;
+  attrs.high = high;
+  return draw(OpId::random_int, attrs, gen);
 }
 
 }  // namespace kiln

@@ -19,9 +19,9 @@
 // and sincospif(2 u2) in f32 (log, sqrt and sincospi in f64). Measured against the CPU's over
 // 2^18 draws, in ulps at max(|x|, 1): f32 within 2 (1.2e-7 of 1 + |x|), f16/bf16 within 1, f64
 // within 12, where the CPU's cos(2 pi u2) is the less exact (its argument rounds).
-// Under tracing the factories raise NotTraceableError: a recorded draw must take its seed and
-// offset as inputs read from the Generator at every call, which advances it by
-// random_counters(op, numel) each time.
+// Under tracing a draw is recorded, not made (OpInterceptor::on_random_draw): its seed and
+// offset are inputs of the compiled function, read from the Generator at every call, which
+// advances it by random_counters(op, numel) at that call's sizes, as the eager draw would.
 #pragma once
 
 #include <array>
@@ -79,6 +79,8 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dt
                Generator* gen = nullptr, Device device = Device::cpu());
 // The same, with x's shape, dtype and device.
 Tensor rand_like(const Tensor& x, Generator* gen = nullptr);
+// Uniforms of `dtype` shaped as x (a dropout mask of f16 x compares f32 uniforms).
+Tensor rand_like(const Tensor& x, DType dtype, Generator* gen = nullptr);
 Tensor randn_like(const Tensor& x, Generator* gen = nullptr);
 Tensor randint_like(const Tensor& x, std::int64_t low, std::int64_t high, Generator* gen = nullptr);
 
