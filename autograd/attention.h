@@ -14,8 +14,15 @@ namespace kiln::autograd {
 struct AttentionOutputs {
   Tensor out, lse;
 };
+// Dropout of the probabilities at rate p (0: none) from the draw at (seed, offset), 0-dim i64
+// tensors: the numbers dropout(softmax(..)) would draw for the [..., T, S] probabilities.
+struct ProbabilityDropout {
+  double p = 0;
+  Tensor seed, offset;
+};
 AttentionOutputs attention_decomposed(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const Tensor& mask, double scale, bool causal);
+                                      const Tensor& mask, double scale, bool causal,
+                                      const ProbabilityDropout& dropout = {});
 
 // The gradients of out and lse (`dout` or `dlse` may be undefined) taken to q, k, v and a
 // floating mask (dmask undefined for a bool mask or none), recomputing the probabilities from
@@ -25,6 +32,7 @@ struct AttentionGradients {
 };
 AttentionGradients attention_gradients_decomposed(const Tensor& q, const Tensor& k, const Tensor& v,
                                                   const Tensor& mask, const Tensor& dout,
-                                                  const Tensor& dlse, double scale, bool causal);
+                                                  const Tensor& dlse, double scale, bool causal,
+                                                  const ProbabilityDropout& dropout = {});
 
 }  // namespace kiln::autograd

@@ -10,6 +10,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/record.h"
+#include "runtime/attention_inputs.h"
 #include "runtime/grad_mode.h"
 
 namespace kiln::autograd {
@@ -62,23 +63,30 @@ Tensor slice_backward(const Tensor& g, const Tensor& x, const OpAttrs& attrs) {
 // must itself be differentiable (create_graph) take the primitive-op form instead.
 std::vector<Tensor> attention_gradients(const DerivativeArgs& args, bool mask_grad) {
   const auto& in = args.inputs;
-  Tensor mask = in.size() > 3 ? in[3] : Tensor();
+  AttentionInputs layout = attention_inputs(OpId::attention, in.size(), args.attrs);
+  Tensor mask = layout.mask ? in[*layout.mask] : Tensor();
+  ProbabilityDropout dropout;
+  if (layout.seed) dropout = {args.attrs.dropout, in[*layout.seed], in[*layout.seed + 1]};
   const Tensor& dout = args.grads.at(0);
   const Tensor dlse = args.grads.size() > 1 ? args.grads[1] : Tensor();
   if (grad_enabled() || dlse.defined() || mask_grad || !dout.defined()) {
-    AttentionGradients g = attention_gradients_decomposed(in[0], in[1], in[2], mask, dout, dlse,
-                                                          args.attrs.scale, args.attrs.causal);
+    AttentionGradients g = attention_gradients_decomposed(
+        in[0], in[1], in[2], mask, dout, dlse, args.attrs.scale, args.attrs.causal, dropout);
     return {g.dq, g.dk, g.dv, g.dmask};
   }
   std::vector<Tensor> operands{in[0], in[1], in[2], args.outputs.at(0), args.outputs.at(1), dout};
   if (mask.defined()) operands.push_back(mask);
+  if (layout.seed) operands.insert(operands.end(), {dropout.seed, dropout.offset});
   std::vector<Tensor> grads = record_outputs(OpId::attention_backward, operands, args.attrs);
   grads.emplace_back();
   return grads;
 }
 
+// The gradient of input i: q, k, v, or a floating additive mask (the seed and offset of a
+// dropout are integers, which get none).
 Tensor attention_derivative(const DerivativeArgs& args, std::size_t i) {
-  if (i == 3) {  // a floating additive mask's gradient: rare, so computed on its own
+  AttentionInputs layout = attention_inputs(OpId::attention, args.inputs.size(), args.attrs);
+  if (layout.mask && i == *layout.mask) {  // rare, so computed on its own
     std::vector<Tensor> grads = attention_gradients(args, true);
     return grads[3];
   }

@@ -175,10 +175,14 @@ Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
 // i attend keys 0..i (top-left aligned when T != S); `scale` defaults to 1/sqrt(d). A fully
 // masked row gives 0 and a zero gradient (PyTorch's math path gives NaN there, its flash path
 // 0). One op (`attention`) with its own backward op: on CUDA a fused kernel where one takes the
-// call, else primitive ops (the reason on KILN_LOG=fusion).
+// call, else primitive ops (the reason on KILN_LOG=fusion). `dropout_p` drops probabilities as
+// dropout(softmax(..), dropout_p) would, drawing the same numbers from `gen` (the default
+// generator when null); the fused kernels regenerate them in the backward instead of saving a
+// mask.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& mask = {}, bool causal = false,
-                                    std::optional<double> scale = std::nullopt);
+                                    std::optional<double> scale = std::nullopt,
+                                    double dropout_p = 0.0, Generator* gen = nullptr);
 
 // ---- normalizations and losses (f16/bf16 compute in f32 and round once) ----
 Tensor softmax(const Tensor& x, std::int64_t dim);

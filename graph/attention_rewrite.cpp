@@ -19,11 +19,20 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// Dropout of the probabilities as the dropout composite traces: P * cast(ge(U, p)) * scale, U a
+// random_uniform node of P's shape.
+struct ProbabilityDropout {
+  int random = -1;             // the random_uniform node
+  double rate = 0;             // p, as the graph compares with it
+  int seed = -1, offset = -1;  // the draw's inputs
+};
+
 struct Match {
   int softmax = -1;
   int result = -1;              // the second matmul's value
   int q = -1, kt = -1, v = -1;  // values; kt is the first matmul's right operand
   int mask = -1;
+  std::optional<ProbabilityDropout> dropout;
   bool negate_mask = false;  // where(mask, -inf, scores): the mask names what is dropped
   bool additive_mask = false;
   double scale = 1.0;
@@ -40,8 +49,9 @@ struct BackWalk {
 
 // What the walk forward from the softmax's output to the second matmul found.
 struct ForwardWalk {
-  std::vector<int> probs;  // the softmax's output, and its cast
+  std::vector<int> probs;  // the softmax's output, after any dropout, and its cast
   int second = -1;         // the second matmul's node
+  std::optional<ProbabilityDropout> dropout;
   std::string stop;
 };
 
@@ -72,10 +82,12 @@ class Matcher {
       if (readers_.sole_reader(v) < 0) return miss(why, "the scores are read elsewhere too");
     m.result = g_.nodes[fwd.second].output();
     m.v = g_.nodes[fwd.second].inputs[1];
+    m.dropout = fwd.dropout;
     if (std::string reason = unfusable(m, back, fwd); !reason.empty()) return miss(why, reason);
     // Back to front -> forward order.
     m.steps.assign(back.steps.rbegin(), back.steps.rend());
     m.steps.push_back("softmax");
+    if (fwd.dropout) m.steps.push_back("dropout");
     if (fwd.probs.size() > 1) m.steps.push_back("cast");
     m.steps.push_back("matmul");
     return m;
@@ -183,6 +195,17 @@ class Matcher {
         return w;
       }
       const Node& n = g_.nodes[r];
+      if (n.op == OpId::mul && w.probs.size() == 1 && !w.dropout) {
+        std::string why;
+        if (auto d = dropout_at(r, p, why)) {
+          w.dropout = d;
+          p = d->after;
+          w.probs.back() = p;
+          continue;
+        }
+        w.stop = fmt::format("mul between the softmax and the second matmul: {}", why);
+        return w;
+      }
       if (n.op == OpId::cast && w.probs.size() == 1) {
         p = n.output();
         w.probs.push_back(p);
@@ -192,10 +215,55 @@ class Matcher {
         w.second = r;
         return w;
       }
-      w.stop = fmt::format("{} between the softmax and the second matmul{}", n.op,
-                           n.op == OpId::mul ? " (dropout?)" : "");
+      w.stop = fmt::format("{} between the softmax and the second matmul", n.op);
       return w;
     }
+  }
+
+  struct DropoutAt : ProbabilityDropout {
+    int after = -1;  // the dropped probabilities' value
+  };
+
+  // dropout(P) at mul node `r` reading the probabilities `probs`: mul(mul(P, cast(ge(U, p))),
+  // scale) with U a random_uniform of P's shape in the dtype dropout draws for P (f32; f64 for
+  // f64), p and scale constants, scale = 1 / (1 - p) in P's dtype. Else nullopt and why.
+  std::optional<DropoutAt> dropout_at(int r, int probs, std::string& why) const {
+    const Node& first = g_.nodes[r];
+    const DType t = g_.values[probs].meta.dtype;
+    const int mask = first.inputs[0] == probs ? first.inputs[1] : first.inputs[0];
+    const Node* cast = producer_of(g_, mask);
+    const Node* ge = cast && cast->op == OpId::cast ? producer_of(g_, cast->inputs[0]) : nullptr;
+    const Node* u = ge && ge->op == OpId::ge ? producer_of(g_, ge->inputs[0]) : nullptr;
+    auto rate = ge ? constant_scalar(ge->inputs[1]) : std::nullopt;
+    if (!u || u->op != OpId::random_uniform || !rate) {
+      why = "not a factor the dropout of the probabilities makes";
+      return std::nullopt;
+    }
+    DType drawn = t == DType::f64 ? DType::f64 : DType::f32;
+    if (g_.values[u->output()].meta.dtype != drawn ||
+        g_.values[u->output()].meta.shape != g_.values[probs].meta.shape) {
+      why = "the dropout's uniforms are not of the probabilities' shape and f32";
+      return std::nullopt;
+    }
+    int m1 = first.output(), second = readers_.sole_reader(m1);
+    const Node* scale = second >= 0 ? &g_.nodes[second] : nullptr;
+    auto factor =
+        scale && scale->op == OpId::mul
+            ? constant_scalar(scale->inputs[0] == m1 ? scale->inputs[1] : scale->inputs[0])
+            : std::nullopt;
+    double expected =
+        t == DType::f64 ? 1.0 / (1.0 - *rate) : static_cast<float>(1.0 / (1.0 - *rate));
+    if (!factor || *factor != expected || !(*rate > 0 && *rate < 1)) {
+      why = "the dropped probabilities are not scaled by 1 / (1 - p)";
+      return std::nullopt;
+    }
+    DropoutAt d;
+    d.random = g_.values[u->output()].producer;
+    d.rate = *rate;
+    d.seed = u->inputs[0];
+    d.offset = u->inputs[1];
+    d.after = scale->output();
+    return d;
   }
 
   // Why the one fused op cannot compute the matched chain (scale, dtypes, mask), or "".
@@ -491,6 +559,10 @@ Inserted insert_attention(Graph& g, const Match& m, int old) {
   OpAttrs attrs;
   attrs.scale = m.scale;
   attrs.causal = causal;
+  if (m.dropout) {  // the op draws the same numbers in its kernels
+    inputs.insert(inputs.end(), {m.dropout->seed, m.dropout->offset});
+    attrs.dropout = m.dropout->rate;
+  }
   int out = insert(OpId::attention, inputs, attrs);
   const Value &a = g.values[out], &b = g.values[old];
   if (a.meta.shape == b.meta.shape && a.meta.dtype == b.meta.dtype)

@@ -3,7 +3,7 @@
 // scores never reach memory. The patterns follow Inductor's fuse_attention:
 //
 //   matmul(q, kᵀ) [· or / a constant] [masked: where(mask, -inf, ·) | where(keep, ·, -inf) |
-//   + additive mask] [cast to f32] softmax(-1) [cast back] matmul(·, v)
+//   + additive mask] [cast to f32] softmax(-1) [dropout] [cast back] matmul(·, v)
 //
 // where kᵀ is a transpose of k (any other right operand is transposed back by a view) and a
 // constant factor on q instead of the scores is left on q. Grouped-query attention's repetition
@@ -12,9 +12,11 @@
 // read each in place. On a CUDA graph the fused kernels are asked first (AttentionKernels): a
 // call they would refuse is a near miss, its primitives kept. Every intermediate value must be
 // read by the next step only. Not rewritten, with the reason on KILN_LOG=fusion (near misses):
-// a softmax over another dim, anything between the softmax and the second matmul (dropout), the
-// scores read elsewhere, a fill value other than -inf (or the scores' dtype's lowest finite
-// value, torch.finfo(dtype).min), a factor that is not a constant, a scale after an additive mask.
+// a softmax over another dim, anything between the softmax and the second matmul other than
+// dropout (as the dropout composite traces it: its draw becomes the op's seed and offset, so the
+// kernels drop the same probabilities in registers), the scores read elsewhere, a fill value other
+// than -inf (or the scores' dtype's lowest finite value, torch.finfo(dtype).min), a factor that is
+// not a constant, a scale after an additive mask.
 //
 // An inexact pass (graph/pipeline.h), off with KILN_ATTENTION_REWRITE=0: the fused op rounds
 // differently from the primitives (results agree to rounding, not bit for bit), and a fully

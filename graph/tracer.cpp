@@ -161,7 +161,7 @@ void Tracer::on_size_read(const SymExpr& size) {
   for (int symbol : size.symbols()) read_symbols_.insert(symbol);
 }
 
-Tensor Tracer::on_random_draw(OpId op, const OpAttrs& attrs, Generator& gen) {
+std::array<Tensor, 2> Tracer::random_inputs(OpId op, const OpAttrs& attrs, Generator& gen) {
   RandomDraw draw;
   draw.generator = &gen;
   draw.op = op;
@@ -179,8 +179,7 @@ Tensor Tracer::on_random_draw(OpId op, const OpAttrs& attrs, Generator& gen) {
   declare_state(draw.seed.get(), fmt::format("draw{}.seed", k));
   declare_state(draw.offset.get(), fmt::format("draw{}.offset", k));
   graph_.random_draws.push_back(draw);
-  const Tensor inputs[] = {*draw.seed, *draw.offset};
-  return dispatch1(op, inputs, attrs);
+  return {*draw.seed, *draw.offset};
 }
 
 void Tracer::set_outputs(const std::vector<Tensor>& outputs) {

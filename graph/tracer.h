@@ -49,8 +49,8 @@ class Tracer : public OpInterceptor {
   // scattered back into it), every tensor holding the written value holds the new one, and
   // live views of it are taken again. Inputs written to are outputs of the graph.
   void on_write(const Tensor& dst, const Tensor& src) override;
-  // A draw becomes a random node whose seed and offset are state inputs (graph::RandomDraw).
-  Tensor on_random_draw(OpId op, const OpAttrs& attrs, Generator& gen) override;
+  // A draw's seed and offset are state inputs, set per call (graph::RandomDraw).
+  std::array<Tensor, 2> random_inputs(OpId op, const OpAttrs& attrs, Generator& gen) override;
 
  private:
   // A view value: the node that took it, the tensor it was taken from and the tensor holding it

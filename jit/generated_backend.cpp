@@ -20,6 +20,7 @@
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/matmul.h"
 #include "jit/codegen/strided_copy.h"
+#include "runtime/attention_inputs.h"
 #include "runtime/backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/dispatch.h"
@@ -88,19 +89,23 @@ std::vector<Tensor> run_attention_decomposed(OpId op, std::span<const Tensor> in
     if (seen.insert(line).second) log_line(line);
   }
   NoGradGuard no_grad;
+  AttentionInputs layout = attention_inputs(op, inputs.size(), attrs);
+  Tensor mask = layout.mask ? inputs[*layout.mask] : Tensor();
+  autograd::ProbabilityDropout dropout;
+  if (layout.seed) dropout = {attrs.dropout, inputs[*layout.seed], inputs[*layout.seed + 1]};
   if (op == OpId::attention) {
-    Tensor mask = inputs.size() > 3 ? inputs[3] : Tensor();
     auto r = autograd::attention_decomposed(inputs[0], inputs[1], inputs[2], mask, attrs.scale,
-                                            attrs.causal);
+                                            attrs.causal, dropout);
     return {r.out, r.lse};
   }
-  Tensor mask = inputs.size() > 6 ? inputs[6] : Tensor();
-  auto g = autograd::attention_gradients_decomposed(inputs[0], inputs[1], inputs[2], mask,
-                                                    inputs[5], Tensor(), attrs.scale, attrs.causal);
+  auto g =
+      autograd::attention_gradients_decomposed(inputs[0], inputs[1], inputs[2], mask, inputs[5],
+                                               Tensor(), attrs.scale, attrs.causal, dropout);
   return {g.dq, g.dk, g.dv};
 }
 
-// attention (q, k, v [, mask]) and attention_backward (q, k, v, out, lse, dout [, mask]) on the
+// attention (q, k, v [, mask] [, seed, offset]) and attention_backward (q, k, v, out, lse, dout
+// [, mask] [, seed, offset]) on the
 // FlashAttention kernels, or as primitive ops with the kernels' reason for refusing the call.
 std::vector<Tensor> run_attention(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
   codegen::AttentionCall call = codegen::attention_call(op, inputs, attrs);

@@ -159,8 +159,8 @@ std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const OpAt
   auto metas = metas_of(inputs);
   auto outputs = infer_meta(op, metas, attrs);
   // A 0-dim CPU tensor next to tensors of another device is a number (as in PyTorch), for
-  // elementwise ops; the op runs on the other tensors' device. A random op runs on the device
-  // its attributes name.
+  // elementwise and attention ops; the op runs on the other tensors' device. A random op runs on
+  // the device its attributes name.
   auto is_number = [](const Tensor& t) { return t.device().is_cpu() && t.dim() == 0; };
   Device device = inputs.empty() ? Device::cpu() : inputs[0].device();
   for (const auto& t : inputs)
@@ -169,7 +169,8 @@ std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const OpAt
       break;
     }
   if (is_random(op)) device = attrs.device;
-  bool numbers_allowed = op_class(op) == OpClass::elementwise;
+  // Attention's numbers are its dropout's seed and offset.
+  bool numbers_allowed = op_class(op) == OpClass::elementwise || op_class(op) == OpClass::attention;
   for (const auto& t : inputs)
     KILN_CHECK(t.device() == device || (numbers_allowed && is_number(t)),
                "{}: inputs are on different devices ({} and {})", op, device.str(),

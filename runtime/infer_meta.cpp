@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/attention_heads.h"
+#include "runtime/attention_inputs.h"
 #include "runtime/op.h"
 
 namespace kiln {
@@ -383,12 +384,18 @@ TensorMeta infer_along_dim(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
 
 // attention: q [..., T, d], k [..., S, d], v [..., S, dv] (batch dims broadcast; k and v may have
 // fewer heads than q, grouped-query attention) and an optional
-// mask broadcastable to [..., T, S]; attention_backward: q, k, v, out, lse, dout [, mask].
+// mask broadcastable to [..., T, S]; attention_backward: q, k, v, out, lse, dout [, mask]; either
+// with the dropout's seed and offset last (runtime/attention_inputs.h).
 std::vector<TensorMeta> infer_attention(OpId op, std::span<const TensorMeta> in,
                                         const OpAttrs& attrs) {
-  std::size_t base = op == OpId::attention ? 3 : 6;
-  KILN_CHECK(in.size() == base || in.size() == base + 1,
-             "{}: expected {} inputs or {} with a mask, got {}", op, base, base + 1, in.size());
+  KILN_CHECK(attrs.dropout >= 0 && attrs.dropout < 1, "{}: dropout must be in [0, 1), got {}", op,
+             attrs.dropout);
+  AttentionInputs layout = attention_inputs(op, in.size(), attrs);
+  if (layout.seed)
+    for (std::size_t i : {*layout.seed, *layout.seed + 1})
+      KILN_CHECK_AS(DTypeError, in[i].shape.empty() && in[i].dtype == DType::i64,
+                    "{}: the dropout's seed and offset must be 0-dim i64, got {}{}", op,
+                    in[i].dtype, shape_str(in[i].shape));
   const TensorMeta &q = in[0], &k = in[1], &v = in[2];
   std::string shapes = shapes_str(in.subspan(0, 3));
   for (const TensorMeta* t : {&q, &k, &v})
@@ -417,8 +424,8 @@ std::vector<TensorMeta> infer_attention(OpId op, std::span<const TensorMeta> in,
                                  op_name(op));
   batch = broadcast_shapes(batch, batch_of(v.shape), op_name(op));
   DType lse_dtype = q.dtype == DType::f64 ? DType::f64 : DType::f32;
-  if (in.size() == base + 1) {
-    const TensorMeta& mask = in[base];
+  if (layout.mask) {
+    const TensorMeta& mask = in[*layout.mask];
     KILN_CHECK_AS(DTypeError, mask.dtype == DType::bool_ || is_floating(mask.dtype),
                   "{}: mask must be bool (true attends) or floating (added to the scores), got {} "
                   "(shape {})",

@@ -47,6 +47,7 @@ void for_each_attr(OpId op, Visit&& visit, const Attrs&... a) {
   if (set & attr::threshold) visit("threshold", a.threshold...);
   if (set & attr::scale) visit("scale", a.scale...);
   if (set & attr::causal) visit("causal", a.causal...);
+  if (set & attr::dropout) visit("dropout", a.dropout...);
   if (set & attr::dtype) visit("dtype", a.dtype...);
   if (set & attr::device) visit("device", a.device...);
   if (set & attr::bounds) {
@@ -122,7 +123,12 @@ std::size_t attrs_hash(OpId op, const OpAttrs& a) {
 std::string attrs_str(OpId op, const OpAttrs& a) {
   std::vector<std::string> parts;
   for_each_attr(
-      op, [&](std::string_view name, const auto& x) { parts.push_back(fmt::format("{}={}", name, field_str(x))); },
+      op,
+      [&](std::string_view name, const auto& x) {
+        // Attention without dropout prints as it did before the rate existed.
+        if (name == "dropout" && a.dropout == 0.0) return;
+        parts.push_back(fmt::format("{}={}", name, field_str(x)));
+      },
       a);
   return fmt::format("{}", fmt::join(parts, ", "));
 }

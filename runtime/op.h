@@ -81,16 +81,22 @@ inline constexpr AttrSet reverse = 1 << 11;   // cumsum
 inline constexpr AttrSet scale = 1 << 12;     // attention: the scores' factor
 inline constexpr AttrSet causal = 1 << 13;    // attention: top-left aligned causal mask
 inline constexpr AttrSet bounds = 1 << 14;    // random_int: low, high
+inline constexpr AttrSet dropout = 1 << 15;   // attention: the probabilities' dropout rate
 }  // namespace attr
 
-// Which inputs (bits 0-3) and outputs (bits 4-7) a derivative reads the values of.
-using SavedSet = std::uint8_t;
+// Which inputs (bits 0-7) and outputs (bits 8-11) a derivative reads the values of.
+using SavedSet = std::uint16_t;
 namespace saved {
 inline constexpr SavedSet none = 0;
 inline constexpr SavedSet in0 = 1 << 0, in1 = 1 << 1, in2 = 1 << 2, in3 = 1 << 3;
-inline constexpr SavedSet out0 = 1 << 4, out1 = 1 << 5;
-inline constexpr bool input(SavedSet s, std::size_t i) { return i < 4 && (s >> i & 1); }
-inline constexpr bool output(SavedSet s, std::size_t i) { return i < 4 && (s >> (4 + i) & 1); }
+inline constexpr SavedSet in4 = 1 << 4, in5 = 1 << 5;
+inline constexpr SavedSet out0 = 1 << 8, out1 = 1 << 9;
+inline constexpr bool input(SavedSet s, std::size_t i) {
+  return i < 8 && (s >> i & 1);
+}
+inline constexpr bool output(SavedSet s, std::size_t i) {
+  return i < 4 && (s >> (8 + i) & 1);
+}
 }  // namespace saved
 
 // One row of the op table.
@@ -147,6 +153,9 @@ struct OpAttrs {
   bool reverse = false;
   double scale = 1.0;  // attention: already resolved (the API's default is 1/sqrt(d))
   bool causal = false;
+  // attention: the probabilities' dropout rate; when above 0 the op's last two inputs are the
+  // draw's seed and offset (runtime/attention_heads.h: attention_inputs).
+  double dropout = 0.0;
   std::int64_t low = 0, high = 0;  // random_int: the half-open range [low, high)
 };
 

@@ -41,23 +41,28 @@ std::uint64_t random_counters(OpId op, std::int64_t numel) {
   return (words + 3) / 4;
 }
 
+std::array<Tensor, 2> draw_inputs(OpId op, const OpAttrs& attrs, Generator* gen) {
+  Generator& g = gen ? *gen : default_generator();
+  if (OpInterceptor* tracer = active_interceptor()) return tracer->random_inputs(op, attrs, g);
+  std::uint64_t offset = g.advance(random_counters(op, numel(attrs.shape)));
+  auto number = [](std::uint64_t x) {
+    return from_vector(std::vector{static_cast<std::int64_t>(x)}, Shape{});
+  };
+  return {number(g.seed()), number(offset)};
+}
+
 namespace {
 
 void check_float(DType dtype, const char* op) {
   KILN_CHECK_AS(DTypeError, is_floating(dtype), "{}: dtype must be floating, got {}", op, dtype);
 }
 
-// Reserves the draw's counters from `gen` (the default generator when null) and runs the op:
-// on the host, or as a generated kernel on `attrs.device`. A draw the op refuses (a negative
-// size) leaves the generator as it was. While tracing, the tracer records the draw instead.
+// The draw's numbers (draw_inputs), then the op: on the host, or as a generated kernel on
+// `attrs.device`. A draw the op refuses (a negative size) leaves the generator as it was.
 Tensor draw(OpId op, OpAttrs& attrs, Generator* gen) {
   const TensorMeta numbers[] = {{{}, DType::i64}, {{}, DType::i64}};
   infer_meta(op, numbers, attrs);
-  Generator& g = gen ? *gen : default_generator();
-  if (OpInterceptor* tracer = active_interceptor()) return tracer->on_random_draw(op, attrs, g);
-  std::uint64_t offset = g.advance(random_counters(op, numel(attrs.shape)));
-  const Tensor inputs[] = {from_vector(std::vector{static_cast<std::int64_t>(g.seed())}, Shape{}),
-                           from_vector(std::vector{static_cast<std::int64_t>(offset)}, Shape{})};
+  auto inputs = draw_inputs(op, attrs, gen);
   return dispatch1(op, inputs, attrs);
 }
 

@@ -68,6 +68,12 @@ int uniform_bits(DType dtype);
 // generator: uniform ceil(n / 4), normal ceil((n + n % 2) / 4), int ceil(2n / 4).
 std::uint64_t random_counters(OpId op, std::int64_t numel);
 
+// The seed and offset (0-dim i64 host tensors) of a draw of random op `op` with attrs' shape from
+// `gen` (the default generator when null), which it advances; while tracing, the trace's inputs
+// that stand for them (OpInterceptor::random_inputs). For ops that draw inside another kernel
+// (attention's dropout).
+std::array<Tensor, 2> draw_inputs(OpId op, const OpAttrs& attrs, Generator* gen);
+
 // Uniform on [0, 1).
 Tensor rand(const Shape& shape, DType dtype = DType::f32, Generator* gen = nullptr,
             Device device = Device::cpu());

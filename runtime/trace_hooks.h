@@ -4,6 +4,7 @@
 // specialize dynamic dims).
 #pragma once
 
+#include <array>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -39,10 +40,10 @@ class OpInterceptor {
   // An in-place write of `src` (already of dst's shape and dtype) into `dst`: the interceptor
   // records it as a new value that `dst`, the tensors it views and their views hold from now on.
   virtual void on_write(const Tensor& dst, const Tensor& src) = 0;
-  // A draw of random op `op` (its shape, dtype and device in `attrs`) from `gen`: the interceptor
-  // records it with its seed and offset as inputs that each call reads from `gen` (advancing it),
-  // so tracing itself draws nothing.
-  virtual Tensor on_random_draw(OpId op, const OpAttrs& attrs, Generator& gen) = 0;
+  // The seed and offset a draw of random op `op` (its shape in `attrs`) from `gen` reads: tensors
+  // the trace takes as inputs, which each call sets from `gen` (advancing it), so tracing itself
+  // draws nothing.
+  virtual std::array<Tensor, 2> random_inputs(OpId op, const OpAttrs& attrs, Generator& gen) = 0;
 };
 
 // The interceptor active on this thread, or nullptr when not tracing.

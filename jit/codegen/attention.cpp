@@ -13,6 +13,7 @@
 #include "jit/codegen/attention_tiling.h"
 #include "jit/codegen/lt_matmul.h"
 #include "runtime/attention_heads.h"
+#include "runtime/attention_inputs.h"
 #include "runtime/error.h"
 
 namespace kiln::jit::codegen {
@@ -200,10 +201,16 @@ AttentionCall attention_call(OpId op, std::span<const Tensor> inputs, const OpAt
   call.q = inputs[0];
   call.k = inputs[1];
   call.v = inputs[2];
-  std::size_t mask_at = op == OpId::attention ? 3 : 6;
-  if (inputs.size() > mask_at) call.mask = inputs[mask_at];
+  AttentionInputs layout = attention_inputs(op, inputs.size(), attrs);
+  if (layout.mask) call.mask = inputs[*layout.mask];
   call.scale = attrs.scale;
   call.causal = attrs.causal;
+  if (layout.seed) {
+    // Numbers on the host, passed to the kernels by value.
+    call.dropout = attrs.dropout;
+    call.seed = inputs[*layout.seed].to(Device::cpu()).to_vector<std::int64_t>().at(0);
+    call.offset = inputs[*layout.seed + 1].to(Device::cpu()).to_vector<std::int64_t>().at(0);
+  }
   return call;
 }
 
@@ -336,7 +343,18 @@ Variant variant_of(const AttentionCall& c, const Geometry& g, const Layout& l, b
           l.rank,
           c.q.dtype() == DType::f32 && allow_tf32(),
           false,
-          device_shared_budget()};
+          device_shared_budget(),
+          c.dropout > 0};
+}
+
+// The kernels' dropout argument (kiln_attn_dropout): the draw and the f32 keep test and scale.
+struct DropoutArgument {
+  long long seed, offset;
+  float threshold, scale;
+};
+DropoutArgument dropout_argument(const AttentionCall& c) {
+  AttentionDropout d = attention_dropout(c.dropout, DType::f32);
+  return {c.seed, c.offset, static_cast<float>(d.threshold), static_cast<float>(d.scale)};
 }
 
 AttentionForward attention_forward(const AttentionCall& c, const std::optional<Tensor>& out_into) {
@@ -362,7 +380,8 @@ AttentionForward attention_forward(const AttentionCall& c, const std::optional<T
                   pm = mask ? address(*mask) : 0, po = address(r.out), pl = address(r.lse);
   float scale_log2 = static_cast<float>(c.scale * M_LOG2E);
   int causal = c.causal ? 1 : 0;
-  void* params[] = {&pq, &pk, &pv, &pm, &po, &pl, l.words.data(), &scale_log2, &causal};
+  DropoutArgument dropout = dropout_argument(c);
+  void* params[] = {&pq, &pk, &pv, &pm, &po, &pl, l.words.data(), &scale_log2, &causal, &dropout};
   std::int64_t read = tensor_bytes(c.q) + tensor_bytes(c.k) + tensor_bytes(c.v) +
                       (mask ? tensor_bytes(*c.mask) : 0);
   k->launch({blocks, 1, 1}, {static_cast<unsigned>(32 * tl.warps), 1, 1},
@@ -440,9 +459,10 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
     long long q_blocks = l.batches * ((t + rows - 1) / rows);
     long long group = kv_group;
     long long kv_blocks = l.batches / group * ((s + rows - 1) / rows);
-    void* params[] = {&pq,    &pk,     &pv,       &po,   &pdo,           &pl,
-                      &pm,    &pdq,    &pdk,      &pdv,  l.words.data(), &scale_log2,
-                      &scale, &causal, &q_blocks, &group};
+    DropoutArgument dropout = dropout_argument(c);
+    void* params[] = {&pq,    &pk,     &pv,       &po,    &pdo,           &pl,
+                      &pm,    &pdq,    &pdk,      &pdv,   l.words.data(), &scale_log2,
+                      &scale, &causal, &q_blocks, &group, &dropout};
     k->launch({static_cast<unsigned>(q_blocks + kv_blocks), 1, 1},
               {static_cast<unsigned>(32 * tl.warps), 1, 1}, static_cast<unsigned>(tl.shared),
               params,

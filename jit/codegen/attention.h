@@ -24,6 +24,9 @@ struct AttentionCall {
   std::optional<Tensor> mask;
   double scale = 0;     // already resolved (never 0 here)
   bool causal = false;  // key j visible to query i iff j <= i (top-left aligned)
+  // Dropout of the probabilities (runtime/ops.def): rate (0: none) and the draw's seed and offset.
+  double dropout = 0;
+  std::int64_t seed = 0, offset = 0;
 };
 
 // The call an `attention` (q, k, v [, mask]) or `attention_backward` (q, k, v, out, lse, dout

@@ -40,7 +40,7 @@ std::string kernel_name(Kernel kind, const Variant& v, const Tiling& t) {
                      v.head_v,
                      v.mask ? fmt::format("mask_{}", dtype_name(*v.mask)) : std::string("nomask"),
                      v.vector_loads ? "vec_" : "", tiles, v.batch_rank) +
-         (v.tf32 ? "_tf32" : "") + (v.grouped ? "_grouped" : "");
+         (v.tf32 ? "_tf32" : "") + (v.grouped ? "_grouped" : "") + (v.dropout ? "_dropout" : "");
 }
 
 std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::string& name) {
@@ -77,6 +77,9 @@ std::string render(Kernel kind, const Variant& v, const Tiling& t, const std::st
   d.set("vector_loads", v.vector_loads);
   d.set("mma_helpers", std::string(template_text("mma_helpers.cu.mustache")));  // a partial
   d.set("has_mask", v.mask.has_value());
+  d.set("dropout", v.dropout);
+  // Philox and the expression helpers around it (the random ops' own device functions).
+  if (v.dropout) d.set("random_helpers", elementwise_helpers(false, false, false, true));
   if (v.mask) {
     d.set("mask_type", storage_type(*v.mask));
     d.set("bool_mask", *v.mask == DType::bool_);
@@ -120,6 +123,7 @@ std::uint64_t variant_key(Kernel kind, const Variant& v) {
   put(v.tf32, 1);
   put(v.grouped, 1);
   put(static_cast<std::uint64_t>(std::min<std::int64_t>(v.budget / 1024, 1023)), 10);
+  put(v.dropout, 1);
   return key;
 }
 

@@ -23,6 +23,8 @@ struct Variant {
   bool grouped = false;
   // The shared memory a block may have on the device (attention_tiling.h): picks the tiles.
   std::int64_t budget = attention_tiles::kDefaultShared;
+  // Probabilities dropped in registers from Philox at (seed, offset), kernel arguments.
+  bool dropout = false;
 };
 
 // The shared memory one block may have on the current device once its function opts in (the

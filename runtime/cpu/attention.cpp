@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "runtime/attention_heads.h"
+#include "runtime/attention_inputs.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/dispatch.h"
 
@@ -24,9 +25,37 @@ struct Operands {
   DType acc = DType::f32;
   Tensor q, k, v, mask;
   bool bool_mask = false;
+  // With dropout: per [T, S] block of the batch the factor each probability is multiplied by, 0
+  // (dropped) or 1 / (1 - p), from the draw dropout would make of the probabilities.
+  Tensor dropout;
 };
 
-Operands operands(std::span<const Tensor> in, std::size_t mask_at, const Shape& batch) {
+// The dropout factors of `o`'s probabilities: uniforms of the scores' shape drawn at the op's
+// seed and offset, as dropout(softmax(..)) draws them.
+Tensor dropout_factors(const Operands& o, const Shape& scores, const Tensor& seed,
+                       const Tensor& offset, double p) {
+  OpAttrs draw;
+  draw.shape = scores;
+  draw.dtype = o.acc;
+  draw.device = Device::cpu();
+  const Tensor numbers[] = {seed, offset};  // host numbers, as every draw takes them
+  Tensor u = dispatch1(OpId::random_uniform, numbers, draw);
+  AttentionDropout d = attention_dropout(p, o.acc);
+  Tensor z = empty(scores, o.acc);
+  visit_dtype(o.acc, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      const T* pu = static_cast<const T*>(u.raw_data());
+      T* pz = static_cast<T*>(z.raw_data());
+      for (std::int64_t i = 0; i < numel(scores); ++i)
+        pz[i] = pu[i] >= static_cast<T>(d.threshold) ? static_cast<T>(d.scale) : T(0);
+    }
+  });
+  return z;
+}
+
+Operands operands(std::span<const Tensor> in, OpId op, const OpAttrs& attrs, const Shape& batch) {
+  AttentionInputs layout = attention_inputs(op, in.size(), attrs);
   Operands o;
   o.batch = batch;
   o.batches = numel(batch);
@@ -44,10 +73,14 @@ Operands operands(std::span<const Tensor> in, std::size_t mask_at, const Shape& 
   o.q = materialize(in[0], full(o.t, o.d), o.acc);
   o.k = materialize(in[1], full(o.s, o.d), o.acc);
   o.v = materialize(in[2], full(o.s, o.dv), o.acc);
-  if (in.size() > mask_at) {
-    o.bool_mask = in[mask_at].dtype() == DType::bool_;
-    o.mask = materialize(in[mask_at], full(o.t, o.s), o.bool_mask ? DType::bool_ : o.acc);
+  if (layout.mask) {
+    const Tensor& mask = in[*layout.mask];
+    o.bool_mask = mask.dtype() == DType::bool_;
+    o.mask = materialize(mask, full(o.t, o.s), o.bool_mask ? DType::bool_ : o.acc);
   }
+  if (layout.seed)
+    o.dropout =
+        dropout_factors(o, full(o.t, o.s), in[*layout.seed], in[*layout.seed + 1], attrs.dropout);
   return o;
 }
 
@@ -74,6 +107,12 @@ Mat<T> scores(const Operands& o, std::int64_t b, double scale, bool causal) {
     for (std::int64_t i = 0; i < o.t; ++i)
       for (std::int64_t j = i + 1; j < o.s; ++j) s(i, j) = neg_inf;
   return s;
+}
+
+// Batch entry b's dropout factors, [T, S].
+template <typename T>
+Eigen::Map<const Mat<T>> dropout_block(const Operands& o, std::int64_t b) {
+  return {static_cast<const T*>(o.dropout.raw_data()) + b * o.t * o.s, o.t, o.s};
 }
 
 // Batch shape of the output: q's, k's and v's batch dims broadcast.
@@ -103,7 +142,7 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape, DType dtype) {
 
 std::vector<Tensor> attention_broadcast(std::span<const Tensor> in, const OpAttrs& attrs,
                                         std::span<const TensorMeta> out) {
-  Operands o = operands(in, 3, batch_shape(in));
+  Operands o = operands(in, OpId::attention, attrs, batch_shape(in));
   Tensor result = empty(out[0].shape, o.acc), lse = empty(out[1].shape, o.acc);
   visit_dtype(o.acc, [&](auto tag) {
     using T = decltype(tag);
@@ -126,6 +165,7 @@ std::vector<Tensor> attention_broadcast(std::span<const Tensor> in, const OpAttr
           pl[b * o.t + i] = m + std::log(l);
         }
         Eigen::Map<const Mat<T>> mv(v + b * o.s * o.dv, o.s, o.dv);
+        if (o.dropout.defined()) p.array() *= dropout_block<T>(o, b).array();
         Eigen::Map<Mat<T>>(po + b * o.t * o.dv, o.t, o.dv).noalias() = p * mv;
       }
     } else {
@@ -139,7 +179,7 @@ std::vector<Tensor> attention_broadcast(std::span<const Tensor> in, const OpAttr
 std::vector<Tensor> attention_backward_broadcast(std::span<const Tensor> in, const OpAttrs& attrs,
                                                  std::span<const TensorMeta> out) {
   Shape batch = batch_shape(in);
-  Operands o = operands(in, 6, batch);
+  Operands o = operands(in, OpId::attention_backward, attrs, batch);
   Shape rows = batch;
   rows.push_back(o.t);
   Shape out_shape = rows;
@@ -162,7 +202,7 @@ std::vector<Tensor> attention_backward_broadcast(std::span<const Tensor> in, con
       const T* pl = static_cast<const T*>(lse.raw_data());
       const T* pdo = static_cast<const T*>(dout.raw_data());
       for (std::int64_t b = 0; b < o.batches; ++b) {
-        Mat<T> p = scores<T>(o, b, attrs.scale, attrs.causal);
+        Mat<T> p = scores<T>(o, b, attrs.scale, attrs.causal), p_dropped;
         // P from the saved log-sum-exp; a row with lse = -inf contributes nothing.
         for (std::int64_t i = 0; i < o.t; ++i) {
           T l = pl[b * o.t + i];
@@ -174,6 +214,12 @@ std::vector<Tensor> attention_backward_broadcast(std::span<const Tensor> in, con
         Eigen::Map<const Mat<T>> mq(q + b * o.t * o.d, o.t, o.d), mk(k + b * o.s * o.d, o.s, o.d),
             mv(v + b * o.s * o.dv, o.s, o.dv), mdo(pdo + b * o.t * o.dv, o.t, o.dv);
         Mat<T> dp = mdo * mv.transpose();
+        // Dropout: out = (P ∘ Z) V, so dP is dP ∘ Z and dV reads P ∘ Z.
+        if (o.dropout.defined()) {
+          auto z = dropout_block<T>(o, b);
+          dp.array() *= z.array();
+          p_dropped = p.array() * z.array();
+        }
         // dS = P ∘ (dP − rowsum(P ∘ dP)): the softmax's backward.
         Eigen::Matrix<T, Eigen::Dynamic, 1> delta = (p.array() * dp.array()).rowwise().sum();
         Mat<T> ds =
@@ -183,7 +229,7 @@ std::vector<Tensor> attention_backward_broadcast(std::span<const Tensor> in, con
         Eigen::Map<Mat<T>>(static_cast<T*>(dk.raw_data()) + b * o.s * o.d, o.s, o.d).noalias() =
             ds.transpose() * mq;
         Eigen::Map<Mat<T>>(static_cast<T*>(dv.raw_data()) + b * o.s * o.dv, o.s, o.dv).noalias() =
-            p.transpose() * mdo;
+            (o.dropout.defined() ? p_dropped : p).transpose() * mdo;
       }
     } else {
       throw DTypeError(fmt::format("attention_backward: unexpected accumulation dtype {}", o.acc));
