@@ -84,6 +84,8 @@ BOOST_AUTO_TEST_CASE(rows_at_a_1d_index_match_a_host_loop) {
   for (Device d : kDevices) {
     Tensor idx = i64s(at).to(d);
     test::check_values(index_put(on(x, d), {idx}, on(v, d)).to(Device::cpu()), {5, 3}, want);
+    // As PyTorch, a CPU index serves a CUDA self.
+    test::check_values(index_put(on(x, d), {i64s(at)}, on(v, d)).to(Device::cpu()), {5, 3}, want);
     Tensor t = on(x, d);
     BOOST_TEST(&t.index_put_({idx.to(DType::i32)}, on(v, d)) == &t);
     test::check_values(t.to(Device::cpu()), {5, 3}, want);
@@ -375,6 +377,12 @@ BOOST_AUTO_TEST_CASE(errors_name_index_put_and_the_shapes) {
       "index_put: index 4 is out of range for dim 0 of size 4 (self of shape [4, 3])");
   KILN_CHECK_THROWS(index_put(x, {idx, i64s({-4, 0})}, randn({2})), IndexError,
                     "index_put: index -4 is out of range for dim 1 of size 3");
+  KILN_CHECK_THROWS(index_put(x, {Tensor()}, randn({3})), IndexError,
+                    "index_put: indices (:) hold no index tensor");
+  KILN_CHECK_THROWS(index_put(x, {test::bools({true, false, true, false}, {4}), idx}, randn({3})),
+                    IndexError, "index_put: a bool mask index must be the only index");
+  KILN_CHECK_THROWS(index_put(gt(x, 0.0), {idx}, gt(randn({3}), 0.0), true), DTypeError,
+                    "index_put: accumulate=true needs a numeric self, not bool");
   Tensor leaf = randn({4, 3}).requires_grad_();
   KILN_CHECK_THROWS(leaf.index_put_({idx}, randn({3})), AutogradError,
                     "index_put_: a leaf tensor of shape [4, 3] that requires grad");
