@@ -220,8 +220,9 @@ Tensor index_put(const Tensor& self, const std::vector<Tensor>& indices, const T
   auto nb = static_cast<std::int64_t>(b.size());
   Shape vshape = values.impl().shape;
   vshape.insert(vshape.begin(), torch_shape.size() - vshape.size(), 1);
-  bool uniform = !accumulate && std::all_of(vshape.begin() + lead, vshape.begin() + lead + nb,
-                                            [](std::int64_t s) { return s == 1; });
+  bool uniform = !accumulate && numel(b) > 0 &&
+                 std::all_of(vshape.begin() + lead, vshape.begin() + lead + nb,
+                             [](std::int64_t s) { return s == 1; });
   Tensor v = expand(values, torch_shape);
   if (lead > 0) {  // b's dims first, as in flat
     Dims to_front(static_cast<std::size_t>(v.dim()));

@@ -84,6 +84,9 @@ BOOST_AUTO_TEST_CASE(rows_at_a_1d_index_match_a_host_loop) {
   for (Device d : kDevices) {
     Tensor idx = i64s(at).to(d);
     test::check_values(index_put(on(x, d), {idx}, on(v, d)).to(Device::cpu()), {5, 3}, want);
+    test::check_values(index_put(on(x, d), {i64s({}).to(d)}, scalar_tensor(1.0, DType::f64).to(d))
+                           .to(Device::cpu()),
+                       {5, 3}, host(x));  // no index: nothing written
     // As PyTorch, a CPU index serves a CUDA self.
     test::check_values(index_put(on(x, d), {i64s(at)}, on(v, d)).to(Device::cpu()), {5, 3}, want);
     Tensor t = on(x, d);
