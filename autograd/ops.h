@@ -141,6 +141,15 @@ Tensor index_add(const Tensor& self, std::int64_t dim, const Tensor& index, cons
 // torch.index_copy: self with its slices at `index` along `dim` replaced by those of `source`
 // (index 1-D integer, source shaped as self with len(index) along dim, of self's dtype).
 Tensor index_copy(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& source);
+// torch.index_put: self with self[indices] = values (PyTorch's advanced indexing). `indices`
+// holds up to self.dim() i64/i32 tensors, which broadcast together, one per leading dim (an
+// undefined Tensor: that dim in full, `:`), or a single bool mask of self's leading shape.
+// values (self's dtype) broadcast to the indexed shape. accumulate sums into self, duplicates
+// included; otherwise a position indexed twice gets the mean of its values. Negative indices
+// count from the end; one out of range is an IndexError (in a compiled function, or on CUDA, at
+// the next sync, from index_add). See docs/features.md.
+Tensor index_put(const Tensor& self, const std::vector<Tensor>& indices, const Tensor& values,
+                 bool accumulate = false);
 Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim = 0);
 // Constant padding; `pads` holds (before, after) pairs starting from the last dim. Negative

@@ -253,6 +253,13 @@ const Tensor& Tensor::index_copy_(std::int64_t dim, const Tensor& index,
   return assign(*this, index_copy(operand(*this, source), dim, index, source), "index_copy_");
 }
 
+const Tensor& Tensor::index_put_(const std::vector<Tensor>& indices, const Tensor& values,
+                                 bool accumulate) const {
+  check_inplace(*this, "index_put_");
+  return assign(*this, index_put(operand(*this, values), indices, values, accumulate),
+                "index_put_");
+}
+
 const Tensor& Tensor::fill_(Scalar value) const {
   check_inplace(*this, "fill_");
   copy_data(*this, scalar_tensor(value, value.is_floating() ? DType::f64 : DType::i64));

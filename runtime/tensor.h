@@ -172,6 +172,9 @@ class Tensor {
   const Tensor& masked_fill_(const Tensor& mask, Scalar value) const;
   // As torch.Tensor.index_copy_ (see index_copy in autograd/ops.h).
   const Tensor& index_copy_(std::int64_t dim, const Tensor& index, const Tensor& source) const;
+  // As torch.Tensor.index_put_ (see index_put in autograd/ops.h).
+  const Tensor& index_put_(const std::vector<Tensor>& indices, const Tensor& values,
+                           bool accumulate = false) const;
   const Tensor& fill_(Scalar value) const;
   const Tensor& zero_() const { return fill_(0); }
   const Tensor& copy_(const Tensor& src) const;

@@ -11,6 +11,7 @@
 #include "autograd/ops.h"
 #include "jit/compile.h"
 #include "runtime/trace_hooks.h"
+#include "support/compiled_gradients.h"
 #include "support/device_compare.h"
 #include "support/reference.h"
 
@@ -146,21 +147,6 @@ BOOST_AUTO_TEST_CASE(running_statistics_of_a_compiled_training_step_land_in_the_
   }
 }
 
-// `compiled` differentiated on each device against `reference` differentiated eagerly on the CPU.
-template <class Compiled, class Reference>
-void check_gradients(Compiled compiled, Reference reference) {
-  Tensor x0 = randn({3, 4}), w0 = randn({3, 4});
-  Tensor xe = x0.clone().requires_grad_(), we = w0.clone().requires_grad_();
-  reference(xe, we).backward();
-  for (Device d : kDevices) {
-    Tensor x = on(x0, d).requires_grad_(), w = on(w0, d).requires_grad_();
-    auto f = jit::compile(compiled);
-    f(x, w).backward();
-    BOOST_TEST(test::relative_error(x.grad().to(Device::cpu()), xe.grad()) < 1e-6, d.str());
-    BOOST_TEST(test::relative_error(w.grad().to(Device::cpu()), we.grad()) < 1e-6, d.str());
-  }
-}
-
 // Gradients flow through in-place writes to intermediates, as eagerly.
 BOOST_AUTO_TEST_CASE(gradients_flow_through_writes_to_intermediates) {
   auto loss = [](const Tensor& x, const Tensor& w) {
@@ -170,7 +156,7 @@ BOOST_AUTO_TEST_CASE(gradients_flow_through_writes_to_intermediates) {
     g.copy_(x * 3.0);
     return (h * h + g).sum();
   };
-  check_gradients(loss, loss);
+  test::check_compiled_gradients(loss, loss, {3, 4}, {3, 4});
 }
 
 // A write into a view of an intermediate, differentiated (eagerly refused: an in-place op on a
@@ -185,7 +171,7 @@ BOOST_AUTO_TEST_CASE(gradients_flow_through_writes_into_views_of_intermediates) 
     Tensor h = cat({x.slice(1, 1, 2) * 3.0, (x * w).slice(1, 1, 4)}, 1);
     return (h * h).sum();
   };
-  check_gradients(written, out_of_place);
+  test::check_compiled_gradients(written, out_of_place, {3, 4}, {3, 4});
 }
 
 BOOST_AUTO_TEST_CASE(writing_to_an_input_that_requires_grad_raises) {
@@ -276,6 +262,21 @@ BOOST_AUTO_TEST_CASE(every_inplace_method_matches_its_out_of_place_op) {
        },
        [](auto& x, auto& y, auto&) {
          return cat({y.slice(1, 1, 2), x.slice(1, 1, 3), y.slice(1, 0, 1)}, 1);
+       }},
+      {"index_put_",
+       [](auto& t, auto& y, auto&) {
+         t.index_put_({Tensor(), tensor({3.0f, 0.0f}).to(DType::i64).to(t.device())},
+                      y.slice(1, 0, 2));
+       },
+       [](auto& x, auto& y, auto&) {
+         return cat({y.slice(1, 1, 2), x.slice(1, 1, 3), y.slice(1, 0, 1)}, 1);
+       }},
+      {"index_put_ accumulate",
+       [](auto& t, auto& y, auto&) {
+         t.index_put_({tensor({2.0f, 2.0f}).to(DType::i64).to(t.device())}, y.slice(0, 0, 2), true);
+       },
+       [](auto& x, auto& y, auto&) {
+         return cat({x.slice(0, 0, 2), x.slice(0, 2, 3) + y.slice(0, 0, 1) + y.slice(0, 1, 2)}, 0);
        }},
       {"view mul_", [](auto& t, auto&, auto&) { t.slice(1, 1, 3).mul_(2.0); },
        [](auto& x, auto&, auto&) {
