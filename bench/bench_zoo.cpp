@@ -1,12 +1,14 @@
 // The cost of a warm training step of each model of the zoo (demos/zoo/catalog.h: GPT-2, Llama at
-// head dims 8 and 16, ViT, MLP-Mixer, GPT-NeoX), eagerly and with the loss compiled, on the CUDA
-// device (the virtual GPU here). Per model and mode, for the forward + backward of one step (every
-// micro-batch: Llama accumulates two): generated-kernel launches, cuBLASLt calls, DRAM bytes (the
-// virtual GPU profiler's distinct sectors of the generated kernels, plus the library's operand
+// head dims 8 and 16, ViT, MLP-Mixer, GPT-NeoX, BERT), eagerly and with the loss compiled, on the
+// CUDA device (the virtual GPU here). Per model and mode, for the forward + backward of one step
+// (every micro-batch: Llama accumulates two): generated-kernel launches, cuBLASLt calls, DRAM bytes
+// (the virtual GPU profiler's distinct sectors of the generated kernels, plus the library's operand
 // bytes), and the bytes the first micro-batch's forward leaves allocated for its backward; the
 // optimizer (fused AdamW) apart. Then compiled / eager and whether each meets its target: at
 // least 5x fewer generated launches, at most 0.5x the DRAM bytes, no more held for the backward.
-// Prints MISS where a target is missed; exits 0 regardless.
+// The models that train with dropout (GPT-2, BERT) are measured compiled without it too: dropout
+// must cost no launch and no byte held for the backward. Prints MISS where a target is missed;
+// exits 0 regardless.
 //
 //   bench_zoo [--autocast bf16] [--layers N] [--models a,b] [--table]
 //     --autocast bf16  forward and loss under autocast(bf16)
@@ -120,27 +122,40 @@ double ratio(double a, double b) {
 struct Result {
   std::string name;
   StepFigures eager, compiled;
+  std::optional<StepFigures> compiled_without_dropout;  // the models with dropout
 };
+
+void print_row(const char* label, const std::string& a, const std::string& b, double x) {
+  std::printf("  %-34s %14s %14s %7.2fx\n", label, a.c_str(), b.c_str(), x);
+}
+
+// The forward + backward figures of `a` and `b` side by side, and b / a.
+void print_pair(const char* a_label, const char* b_label, const StepFigures& a,
+                const StepFigures& b) {
+  std::printf("  %-34s %14s %14s %8s\n", "", a_label, b_label, "ratio");
+  print_row("generated launches", std::to_string(a.launches), std::to_string(b.launches),
+            ratio(b.launches, a.launches));
+  print_row("cuBLASLt calls", std::to_string(a.library_calls), std::to_string(b.library_calls),
+            ratio(b.library_calls, a.library_calls));
+  print_row("DRAM (kernels + library operands)", kb(a.dram), kb(b.dram), ratio(b.dram, a.dram));
+  print_row("held for the backward", kb(a.held_for_backward), kb(b.held_for_backward),
+            ratio(b.held_for_backward, a.held_for_backward));
+}
 
 void print_model(const Result& r) {
   std::printf("\n%s: warm step, forward + backward (%s)\n", r.name.c_str(),
               r.name.rfind("llama", 0) == 0 ? "two micro-batches" : "one batch");
-  std::printf("  %-34s %14s %14s %8s\n", "", "eager", "compiled", "ratio");
-  auto row = [](const char* label, const std::string& a, const std::string& b, double x) {
-    std::printf("  %-34s %14s %14s %7.2fx\n", label, a.c_str(), b.c_str(), x);
-  };
   const StepFigures &e = r.eager, &c = r.compiled;
-  row("generated launches", std::to_string(e.launches), std::to_string(c.launches),
-      ratio(c.launches, e.launches));
-  row("cuBLASLt calls", std::to_string(e.library_calls), std::to_string(c.library_calls),
-      ratio(c.library_calls, e.library_calls));
-  row("DRAM (kernels + library operands)", kb(e.dram), kb(c.dram), ratio(c.dram, e.dram));
-  row("held for the backward", kb(e.held_for_backward), kb(c.held_for_backward),
-      ratio(c.held_for_backward, e.held_for_backward));
-  row("optimizer: generated launches", std::to_string(e.optimizer_launches),
-      std::to_string(c.optimizer_launches), ratio(c.optimizer_launches, e.optimizer_launches));
-  row("optimizer: DRAM", kb(e.optimizer_dram), kb(c.optimizer_dram),
-      ratio(c.optimizer_dram, e.optimizer_dram));
+  print_pair("eager", "compiled", e, c);
+  print_row("optimizer: generated launches", std::to_string(e.optimizer_launches),
+            std::to_string(c.optimizer_launches),
+            ratio(c.optimizer_launches, e.optimizer_launches));
+  print_row("optimizer: DRAM", kb(e.optimizer_dram), kb(c.optimizer_dram),
+            ratio(c.optimizer_dram, e.optimizer_dram));
+  if (r.compiled_without_dropout) {
+    std::printf("  compiled:\n");
+    print_pair("no dropout", "dropout", *r.compiled_without_dropout, c);
+  }
   std::printf("  compiled forward + backward, most launched kernels:");
   for (std::size_t i = 0; i < std::min<std::size_t>(6, c.top_kernels.size()); ++i)
     std::printf("%s %s x%lld", i ? "," : "", c.top_kernels[i].first.c_str(),
@@ -191,7 +206,9 @@ int main(int argc, char** argv) {
     };
     if (!only.empty() && std::none_of(only.begin(), only.end(), named)) continue;
     Result r{entry.name, measure(entry, false, autocast, table),
-             measure(entry, true, autocast, table)};
+             measure(entry, true, autocast, table), std::nullopt};
+    if (auto plain = zoo::without_dropout(entry.name, layers))
+      r.compiled_without_dropout = measure(*plain, true, autocast, false);
     print_model(r);
     results.push_back(std::move(r));
   }
@@ -217,7 +234,26 @@ int main(int argc, char** argv) {
                 launches_pair.c_str(), l, verdict(l, 0.2), kb(r.compiled.dram).c_str(), d,
                 verdict(d, 0.5), kb(r.compiled.held_for_backward).c_str(), h, verdict(h, 1.0));
   }
-  std::printf("%d of %zu targets missed\n", misses, 3 * results.size());
+  std::printf(
+      "\nDropout, compiled: with / without it, per warm forward + backward; targets: equal\n");
+  std::printf("%-12s %13s %-5s %23s %-5s\n", "model", "launches", "", "held", "");
+  std::size_t targets = 3 * results.size();
+  for (const Result& r : results) {
+    if (!r.compiled_without_dropout) continue;
+    const StepFigures &with = r.compiled, &without = *r.compiled_without_dropout;
+    auto verdict = [&](std::int64_t a, std::int64_t b) {
+      misses += a == b ? 0 : 1;
+      return a == b ? "ok" : "MISS";
+    };
+    const std::string launches_pair =
+        std::to_string(with.launches) + "/" + std::to_string(without.launches);
+    const std::string held_pair = kb(with.held_for_backward) + "/" + kb(without.held_for_backward);
+    std::printf("%-12s %13s %-5s %23s %-5s\n", r.name.c_str(), launches_pair.c_str(),
+                verdict(with.launches, without.launches), held_pair.c_str(),
+                verdict(with.held_for_backward, without.held_for_backward));
+    targets += 2;
+  }
+  std::printf("%d of %zu targets missed\n", misses, targets);
   std::filesystem::remove_all(cache);
   return 0;
 }

@@ -41,6 +41,8 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
     test_zoo:model_zoo/vit_trains_on_cuda_as_in_f64_on_the_cpu
     test_zoo:model_zoo/mixer_trains_on_cuda_as_in_f64_on_the_cpu
     test_zoo:model_zoo/neox_trains_on_cuda_as_in_f64_on_the_cpu
+    test_zoo:model_zoo/bert_trains_on_cuda_as_in_f64_on_the_cpu
+    test_zoo:model_zoo/dropout_steps_compiled_equal_eager_from_the_same_seed
     test_fuzz_training:fuzz_training/random_models_shard_0
     test_fuzz_training:fuzz_training/random_models_shard_1
     test_fuzz_training:fuzz_training/random_models_shard_2
