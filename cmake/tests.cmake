@@ -50,7 +50,8 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
     test_attention_blocks:attention_blocks/the_rewrite_never_adds_launches_to_gpt2_training
     test_attention_blocks:attention_blocks/the_rewrite_never_adds_launches_to_llama_training
     test_attention_blocks:attention_blocks/the_rewrite_never_adds_launches_to_vit_training
-    test_attention_blocks:attention_blocks/the_rewrite_never_adds_launches_to_neox_training)
+    test_attention_blocks:attention_blocks/the_rewrite_never_adds_launches_to_neox_training
+    test_attention_blocks:attention_blocks/the_rewrite_never_adds_launches_to_bert_training)
   set(kiln_skip_message "is skipped because precondition failed")
   # Cases a suite runs only in a child process of its own (disabled, which naming the file's
   # suite in a filter would undo): the file's entry leaves them out.

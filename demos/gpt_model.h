@@ -50,10 +50,11 @@ struct GptConfig {
   // Each block inside jit::checkpoint: compiled for training, the forward keeps only what
   // enters each block and the backward recomputes the rest.
   bool checkpoint_blocks = false;
-  // GPT-2's dropout probability (0.1 as it trains), on the embedding sum, the attention
-  // probabilities and each residual branch, in training mode only (Module::train / eval). 0
-  // draws nothing.
+  // GPT-2's dropout probabilities (0.1 each as it trains), in training mode only (Module::train /
+  // eval); 0 draws nothing. `dropout` on the embedding sum and each residual branch (GPT-2's
+  // embd_pdrop and resid_pdrop), `attention_dropout` on the attention probabilities (attn_pdrop).
   double dropout = 0.0;
+  double attention_dropout = 0.0;
 };
 
 // Multi-head causal self-attention: one projection to queries, keys and values, scaled dot
@@ -64,7 +65,7 @@ class CausalSelfAttention : public nn::Module {
   CausalSelfAttention(const GptConfig& config, Generator* gen, Generator* dropout_gen)
       : qkv(config.d_model, 3 * config.d_model, true, DType::f32, gen),
         proj(config.d_model, config.d_model, true, DType::f32, gen),
-        attn_dropout(config.dropout, dropout_gen),
+        attn_dropout(config.attention_dropout, dropout_gen),
         heads_(config.heads) {
     KILN_CHECK(config.d_model % config.heads == 0, "gpt: d_model {} is not a multiple of heads {}",
                config.d_model, config.heads);

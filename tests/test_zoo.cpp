@@ -183,8 +183,8 @@ BOOST_AUTO_TEST_CASE(bert_trains_on_cuda_as_in_f64_on_the_cpu) {
 // from the same model's without it), and off in eval mode (the loss equals the model's without).
 BOOST_AUTO_TEST_CASE(dropout_steps_compiled_equal_eager_from_the_same_seed) {
   const std::pair<zoo::CatalogEntry, zoo::CatalogEntry> models[] = {
-      {kiln::zoo::gpt2_entry(), *kiln::zoo::without_dropout("gpt2")},
-      {kiln::zoo::bert_entry(), *kiln::zoo::without_dropout("bert")}};
+      {kiln::zoo::gpt2_entry(), kiln::zoo::gpt2_entry(1, 16, 0, 0)},
+      {kiln::zoo::bert_entry(), kiln::zoo::bert_entry(1, 16, 0, 0)}};
   for (const auto& [with, without] : models) {
     BOOST_TEST_CONTEXT(with.name) {
       auto losses = [](const zoo::CatalogEntry& entry, bool compiled) {

@@ -2,8 +2,8 @@
 // bidirectional attention under a key-padding mask (x = LN(x + dropout(attn(x))), then
 // x = LN(x + dropout(mlp(x))), an exact GELU MLP), a masked-LM head (transform, GELU, LayerNorm,
 // a decoder tied to the token table plus a bias) and a pooler (tanh(linear(CLS))) with a
-// classifier. Dropout (0.1, as BERT trains) on the embeddings, the attention probabilities, each
-// residual branch and the pooled output, in training mode only. Trained on zoo::masked_lm_batch:
+// classifier. Dropout (0.1, as BERT pre-trains) on the embeddings, the attention probabilities
+// and each residual branch, in training mode only. Trained on zoo::masked_lm_batch:
 // cross-entropy over the masked positions plus the classifier's cross-entropy.
 #pragma once
 
@@ -28,7 +28,10 @@ struct BertConfig {
   std::int64_t heads = 2;
   std::int64_t layers = 1;
   std::int64_t mlp_hidden = 64;
+  // BERT's hidden_dropout_prob (the embeddings, each residual branch) and
+  // attention_probs_dropout_prob.
   double dropout = 0.1;
+  double attention_dropout = 0.1;
   double ln_eps = 1e-12;  // BERT's
 };
 
@@ -41,7 +44,7 @@ class BertAttention : public nn::Module {
         key(c.d_model, c.d_model, true, DType::f32, gen),
         value(c.d_model, c.d_model, true, DType::f32, gen),
         output(c.d_model, c.d_model, true, DType::f32, gen),
-        probs_dropout(c.dropout, dropout_gen),
+        probs_dropout(c.attention_dropout, dropout_gen),
         heads_(c.heads) {
     KILN_CHECK(c.d_model % c.heads == 0, "bert: d_model {} is not a multiple of heads {}",
                c.d_model, c.heads);
@@ -104,7 +107,7 @@ class Bert : public nn::Module {
       : config_(c),
         init_(seed),
         dropout_gen_(demos::dropout_seed(seed)),
-        hidden_dropout(c.dropout, &dropout_gen_),
+        embedding_dropout(c.dropout, &dropout_gen_),
         token_embedding(c.task.vocab, c.d_model, DType::f32, &init_),
         position_embedding(c.task.seq_len, c.d_model, DType::f32, &init_),
         embedding_norm(Shape{c.d_model}, c.ln_eps),
@@ -123,7 +126,7 @@ class Bert : public nn::Module {
     register_module("token_embedding", token_embedding);
     register_module("position_embedding", position_embedding);
     register_module("embedding_norm", embedding_norm);
-    register_module("hidden_dropout", hidden_dropout);
+    register_module("embedding_dropout", embedding_dropout);
     for (std::int64_t i = 0; i < c.layers; ++i) {
       layers.push_back(std::make_unique<BertLayer>(c, &init_, &dropout_gen_));
       register_module("layers." + std::to_string(i), *layers.back());
@@ -142,7 +145,7 @@ class Bert : public nn::Module {
                s, config_.task.seq_len);
     Tensor padded_keys = (tokens == config_.task.pad_token()).reshape({b, 1, 1, s});
     Tensor x = token_embedding(tokens) + position_embedding.weight.slice(0, 0, s);
-    x = hidden_dropout(embedding_norm(x));
+    x = embedding_dropout(embedding_norm(x));
     for (const auto& layer : layers) x = (*layer)(x, padded_keys);
     return x;
   }
@@ -151,9 +154,10 @@ class Bert : public nn::Module {
     Tensor h = mlm_norm(gelu(mlm_transform(hidden)));
     return matmul(h, token_embedding.weight.transpose(0, 1)) + mlm_bias;
   }
-  // hidden [B, S, D] -> class logits [B, classes], from the CLS position.
+  // hidden [B, S, D] -> class logits [B, classes], from the CLS position. No dropout on the
+  // pooled output, as BERT's pre-training heads (its fine-tuning classifier has one).
   Tensor class_logits(const Tensor& hidden) const {
-    return classifier(hidden_dropout(tanh(pooler(hidden.select(1, 0)))));
+    return classifier(tanh(pooler(hidden.select(1, 0))));
   }
   // targets i64 [B, 1 + S]: the class, then per position the masked token or kNoTarget.
   Tensor loss(const Tensor& tokens, const Tensor& targets) const {
@@ -175,7 +179,7 @@ class Bert : public nn::Module {
   mutable Generator dropout_gen_;
 
  public:
-  demos::Dropout hidden_dropout;     // on the embeddings and the pooled output
+  demos::Dropout embedding_dropout;  // on the embeddings
   nn::Embedding token_embedding;     // also the masked-LM decoder's weight
   nn::Embedding position_embedding;  // [seq_len, D]
   nn::LayerNorm embedding_norm;
