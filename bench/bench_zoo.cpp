@@ -15,7 +15,8 @@
 //     --autocast bf16  forward and loss under autocast(bf16)
 //     --layers N       blocks per model (default 2)
 //     --models a,b     only the models whose names contain one of the words (e.g. llama)
-//     --table          each compiled step's per-kernel profile (the profiler's table) on stderr
+//     --table          each compiled step's per-kernel profile (the profiler's table) on stderr,
+//                      also without dropout for the models that have it
 #include <unistd.h>
 #include <algorithm>
 #include <cstdio>
@@ -62,8 +63,9 @@ std::int64_t kernel_dram(std::map<std::string, std::int64_t>* by_name = nullptr)
   return bytes;
 }
 
+// `variant` names the entry's dropout in the profile table's title.
 StepFigures measure(const zoo::CatalogEntry& entry, bool compiled, std::optional<DType> autocast,
-                    bool table) {
+                    bool table, const char* variant = "") {
   zoo::TrainOptions options;
   options.compiled = compiled;
   options.autocast = autocast;
@@ -93,8 +95,8 @@ StepFigures measure(const zoo::CatalogEntry& entry, bool compiled, std::optional
   std::map<std::string, std::int64_t> by_name;
   out.dram = kernel_dram(&by_name) + library_bytes() - lib0;
   if (table && compiled)
-    std::fprintf(stderr, "%s, compiled forward + backward, per kernel:\n%s\n", entry.name.c_str(),
-                 cuda::vgpu::profile_table(cuda::vgpu::profiles()).c_str());
+    std::fprintf(stderr, "%s%s, compiled forward + backward, per kernel:\n%s\n", entry.name.c_str(),
+                 variant, cuda::vgpu::profile_table(cuda::vgpu::profiles()).c_str());
   out.top_kernels.assign(by_name.begin(), by_name.end());
   std::stable_sort(out.top_kernels.begin(), out.top_kernels.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -212,9 +214,9 @@ int main(int argc, char** argv) {
     Result r{entry.name, measure(entry, false, autocast, table),
              measure(entry, true, autocast, table), std::nullopt, std::nullopt};
     if (auto plain = zoo::with_dropout(entry.name, layers, 0, 0)) {
-      r.no_dropout = measure(*plain, true, autocast, false);
+      r.no_dropout = measure(*plain, true, autocast, table, " without dropout");
       r.no_attention_dropout = measure(*zoo::with_dropout(entry.name, layers, zoo::kZooDropout, 0),
-                                       true, autocast, false);
+                                       true, autocast, table, " without attention dropout");
     }
     print_model(r);
     results.push_back(std::move(r));
