@@ -165,10 +165,7 @@ class Bert : public nn::Module {
     Tensor hidden = encode(tokens);
     Tensor mlm = cross_entropy(mlm_logits(hidden).reshape({-1, config_.task.vocab}),
                                targets.slice(1, 1, 1 + s).reshape({-1}));
-    // The labels, column 0, copied out contiguous: a compiled CUDA reduction reading a strided
-    // column of an input once per row (here cross_entropy's) reads the wrong elements.
-    Tensor labels = targets.transpose(0, 1).reshape({-1}).slice(0, 0, tokens.shape()[0]);
-    return mlm + cross_entropy(class_logits(hidden), labels);
+    return mlm + cross_entropy(class_logits(hidden), targets.select(1, 0));
   }
   const BertConfig& config() const { return config_; }
 
