@@ -169,6 +169,63 @@ void print_model(const Result& r) {
   std::printf("\n");
 }
 
+// The compiled / eager targets of each model; returns how many it missed.
+int print_compiled_targets(const std::vector<Result>& results) {
+  std::printf(
+      "\nCompiled per warm forward + backward (launches: compiled/eager) and its ratio to eager;\n"
+      "targets: launches <= 0.20x (5x fewer), DRAM <= 0.50x, held for the backward <= 1.00x\n");
+  std::printf("%-12s %9s %9s %-5s %11s %11s %-5s %11s %11s %-5s\n", "model", "launches", "ratio",
+              "", "DRAM", "ratio", "", "held", "ratio", "");
+  int misses = 0;
+  for (const Result& r : results) {
+    auto verdict = [&](double x, double bound) {
+      const bool ok = x <= bound;
+      misses += ok ? 0 : 1;
+      return ok ? "ok" : "MISS";
+    };
+    const double l = ratio(r.compiled.launches, r.eager.launches);
+    const double d = ratio(r.compiled.dram, r.eager.dram);
+    const double h = ratio(r.compiled.held_for_backward, r.eager.held_for_backward);
+    const std::string launches_pair =
+        std::to_string(r.compiled.launches) + "/" + std::to_string(r.eager.launches);
+    std::printf("%-12s %9s %8.2fx %-5s %11s %10.2fx %-5s %11s %10.2fx %-5s\n", r.name.c_str(),
+                launches_pair.c_str(), l, verdict(l, 0.2), kb(r.compiled.dram).c_str(), d,
+                verdict(d, 0.5), kb(r.compiled.held_for_backward).c_str(), h, verdict(h, 1.0));
+  }
+  return misses;
+}
+
+// With dropout against without, for the models with dropout; returns how many targets it
+// missed and adds its targets to `targets`.
+int print_dropout_targets(const std::vector<Result>& results, std::size_t& targets) {
+  int misses = 0;
+  std::printf(
+      "\nDropout, compiled: with / without it, per warm forward + backward; targets: equal.\n"
+      "Then the same with dropout everywhere but on the attention probabilities (no target)\n");
+  std::printf("%-12s %13s %-5s %23s %-5s %13s %23s\n", "model", "launches", "", "held", "",
+              "not on probs", "held");
+  for (const Result& r : results) {
+    if (!r.no_dropout) continue;
+    const StepFigures &with = r.compiled, &without = *r.no_dropout, &most = *r.no_attention_dropout;
+    auto verdict = [&](std::int64_t a, std::int64_t b) {
+      misses += a == b ? 0 : 1;
+      return a == b ? "ok" : "MISS";
+    };
+    auto pair = [](const std::string& a, const std::string& b) { return a + "/" + b; };
+    const std::string none_launches = std::to_string(without.launches),
+                      none_held = kb(without.held_for_backward);
+    std::printf("%-12s %13s %-5s %23s %-5s %13s %23s\n", r.name.c_str(),
+                pair(std::to_string(with.launches), none_launches).c_str(),
+                verdict(with.launches, without.launches),
+                pair(kb(with.held_for_backward), none_held).c_str(),
+                verdict(with.held_for_backward, without.held_for_backward),
+                pair(std::to_string(most.launches), none_launches).c_str(),
+                pair(kb(most.held_for_backward), none_held).c_str());
+    targets += 2;
+  }
+  return misses;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -222,52 +279,9 @@ int main(int argc, char** argv) {
     results.push_back(std::move(r));
   }
 
-  std::printf(
-      "\nCompiled per warm forward + backward (launches: compiled/eager) and its ratio to eager;\n"
-      "targets: launches <= 0.20x (5x fewer), DRAM <= 0.50x, held for the backward <= 1.00x\n");
-  std::printf("%-12s %9s %9s %-5s %11s %11s %-5s %11s %11s %-5s\n", "model", "launches", "ratio",
-              "", "DRAM", "ratio", "", "held", "ratio", "");
-  int misses = 0;
-  for (const Result& r : results) {
-    auto verdict = [&](double x, double bound) {
-      const bool ok = x <= bound;
-      misses += ok ? 0 : 1;
-      return ok ? "ok" : "MISS";
-    };
-    const double l = ratio(r.compiled.launches, r.eager.launches);
-    const double d = ratio(r.compiled.dram, r.eager.dram);
-    const double h = ratio(r.compiled.held_for_backward, r.eager.held_for_backward);
-    const std::string launches_pair =
-        std::to_string(r.compiled.launches) + "/" + std::to_string(r.eager.launches);
-    std::printf("%-12s %9s %8.2fx %-5s %11s %10.2fx %-5s %11s %10.2fx %-5s\n", r.name.c_str(),
-                launches_pair.c_str(), l, verdict(l, 0.2), kb(r.compiled.dram).c_str(), d,
-                verdict(d, 0.5), kb(r.compiled.held_for_backward).c_str(), h, verdict(h, 1.0));
-  }
-  std::printf(
-      "\nDropout, compiled: with / without it, per warm forward + backward; targets: equal.\n"
-      "Then the same with dropout everywhere but on the attention probabilities (no target)\n");
-  std::printf("%-12s %13s %-5s %23s %-5s %13s %23s\n", "model", "launches", "", "held", "",
-              "not on probs", "held");
   std::size_t targets = 3 * results.size();
-  for (const Result& r : results) {
-    if (!r.no_dropout) continue;
-    const StepFigures &with = r.compiled, &without = *r.no_dropout, &most = *r.no_attention_dropout;
-    auto verdict = [&](std::int64_t a, std::int64_t b) {
-      misses += a == b ? 0 : 1;
-      return a == b ? "ok" : "MISS";
-    };
-    auto pair = [](const std::string& a, const std::string& b) { return a + "/" + b; };
-    const std::string none_launches = std::to_string(without.launches),
-                      none_held = kb(without.held_for_backward);
-    std::printf("%-12s %13s %-5s %23s %-5s %13s %23s\n", r.name.c_str(),
-                pair(std::to_string(with.launches), none_launches).c_str(),
-                verdict(with.launches, without.launches),
-                pair(kb(with.held_for_backward), none_held).c_str(),
-                verdict(with.held_for_backward, without.held_for_backward),
-                pair(std::to_string(most.launches), none_launches).c_str(),
-                pair(kb(most.held_for_backward), none_held).c_str());
-    targets += 2;
-  }
+  int misses = print_compiled_targets(results);
+  misses += print_dropout_targets(results, targets);
   std::printf("%d of %zu targets missed\n", misses, targets);
   std::filesystem::remove_all(cache);
   return 0;
