@@ -1,18 +1,22 @@
 // The cost of a warm training step of each model of the zoo (demos/zoo/catalog.h: GPT-2, Llama at
-// head dims 8 and 16, ViT, MLP-Mixer, GPT-NeoX), eagerly and with the loss compiled, on the CUDA
-// device (the virtual GPU here). Per model and mode, for the forward + backward of one step (every
-// micro-batch: Llama accumulates two): generated-kernel launches, cuBLASLt calls, DRAM bytes (the
-// virtual GPU profiler's distinct sectors of the generated kernels, plus the library's operand
+// head dims 8 and 16, ViT, MLP-Mixer, GPT-NeoX, BERT), eagerly and with the loss compiled, on the
+// CUDA device (the virtual GPU here). Per model and mode, for the forward + backward of one step
+// (every micro-batch: Llama accumulates two): generated-kernel launches, cuBLASLt calls, DRAM bytes
+// (the virtual GPU profiler's distinct sectors of the generated kernels, plus the library's operand
 // bytes), and the bytes the first micro-batch's forward leaves allocated for its backward; the
 // optimizer (fused AdamW) apart. Then compiled / eager and whether each meets its target: at
 // least 5x fewer generated launches, at most 0.5x the DRAM bytes, no more held for the backward.
-// Prints MISS where a target is missed; exits 0 regardless.
+// The models that train with dropout (GPT-2, BERT) are measured compiled without it too: dropout
+// must cost no launch and no byte held for the backward. And with dropout everywhere but on the
+// attention probabilities, which tells what the attention's dropout costs apart. Prints MISS
+// where a target is missed; exits 0 regardless.
 //
 //   bench_zoo [--autocast bf16] [--layers N] [--models a,b] [--table]
 //     --autocast bf16  forward and loss under autocast(bf16)
 //     --layers N       blocks per model (default 2)
 //     --models a,b     only the models whose names contain one of the words (e.g. llama)
-//     --table          each compiled step's per-kernel profile (the profiler's table) on stderr
+//     --table          each compiled step's per-kernel profile (the profiler's table) on stderr,
+//                      also without dropout for the models that have it
 #include <unistd.h>
 #include <algorithm>
 #include <cstdio>
@@ -59,8 +63,9 @@ std::int64_t kernel_dram(std::map<std::string, std::int64_t>* by_name = nullptr)
   return bytes;
 }
 
+// `variant` names the entry's dropout in the profile table's title.
 StepFigures measure(const zoo::CatalogEntry& entry, bool compiled, std::optional<DType> autocast,
-                    bool table) {
+                    bool table, const char* variant = "") {
   zoo::TrainOptions options;
   options.compiled = compiled;
   options.autocast = autocast;
@@ -90,8 +95,8 @@ StepFigures measure(const zoo::CatalogEntry& entry, bool compiled, std::optional
   std::map<std::string, std::int64_t> by_name;
   out.dram = kernel_dram(&by_name) + library_bytes() - lib0;
   if (table && compiled)
-    std::fprintf(stderr, "%s, compiled forward + backward, per kernel:\n%s\n", entry.name.c_str(),
-                 cuda::vgpu::profile_table(cuda::vgpu::profiles()).c_str());
+    std::fprintf(stderr, "%s%s, compiled forward + backward, per kernel:\n%s\n", entry.name.c_str(),
+                 variant, cuda::vgpu::profile_table(cuda::vgpu::profiles()).c_str());
   out.top_kernels.assign(by_name.begin(), by_name.end());
   std::stable_sort(out.top_kernels.begin(), out.top_kernels.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -120,32 +125,105 @@ double ratio(double a, double b) {
 struct Result {
   std::string name;
   StepFigures eager, compiled;
+  // Compiled, for the models with dropout: without it, and without it on the probabilities only.
+  std::optional<StepFigures> no_dropout, no_attention_dropout;
 };
+
+void print_row(const char* label, const std::string& a, const std::string& b, double x) {
+  std::printf("  %-34s %14s %14s %7.2fx\n", label, a.c_str(), b.c_str(), x);
+}
+
+// The forward + backward figures of `a` and `b` side by side, and b / a.
+void print_pair(const char* a_label, const char* b_label, const StepFigures& a,
+                const StepFigures& b) {
+  std::printf("  %-34s %14s %14s %8s\n", "", a_label, b_label, "ratio");
+  print_row("generated launches", std::to_string(a.launches), std::to_string(b.launches),
+            ratio(b.launches, a.launches));
+  print_row("cuBLASLt calls", std::to_string(a.library_calls), std::to_string(b.library_calls),
+            ratio(b.library_calls, a.library_calls));
+  print_row("DRAM (kernels + library operands)", kb(a.dram), kb(b.dram), ratio(b.dram, a.dram));
+  print_row("held for the backward", kb(a.held_for_backward), kb(b.held_for_backward),
+            ratio(b.held_for_backward, a.held_for_backward));
+}
 
 void print_model(const Result& r) {
   std::printf("\n%s: warm step, forward + backward (%s)\n", r.name.c_str(),
               r.name.rfind("llama", 0) == 0 ? "two micro-batches" : "one batch");
-  std::printf("  %-34s %14s %14s %8s\n", "", "eager", "compiled", "ratio");
-  auto row = [](const char* label, const std::string& a, const std::string& b, double x) {
-    std::printf("  %-34s %14s %14s %7.2fx\n", label, a.c_str(), b.c_str(), x);
-  };
   const StepFigures &e = r.eager, &c = r.compiled;
-  row("generated launches", std::to_string(e.launches), std::to_string(c.launches),
-      ratio(c.launches, e.launches));
-  row("cuBLASLt calls", std::to_string(e.library_calls), std::to_string(c.library_calls),
-      ratio(c.library_calls, e.library_calls));
-  row("DRAM (kernels + library operands)", kb(e.dram), kb(c.dram), ratio(c.dram, e.dram));
-  row("held for the backward", kb(e.held_for_backward), kb(c.held_for_backward),
-      ratio(c.held_for_backward, e.held_for_backward));
-  row("optimizer: generated launches", std::to_string(e.optimizer_launches),
-      std::to_string(c.optimizer_launches), ratio(c.optimizer_launches, e.optimizer_launches));
-  row("optimizer: DRAM", kb(e.optimizer_dram), kb(c.optimizer_dram),
-      ratio(c.optimizer_dram, e.optimizer_dram));
+  print_pair("eager", "compiled", e, c);
+  print_row("optimizer: generated launches", std::to_string(e.optimizer_launches),
+            std::to_string(c.optimizer_launches),
+            ratio(c.optimizer_launches, e.optimizer_launches));
+  print_row("optimizer: DRAM", kb(e.optimizer_dram), kb(c.optimizer_dram),
+            ratio(c.optimizer_dram, e.optimizer_dram));
+  if (r.no_dropout) {
+    std::printf("  compiled:\n");
+    print_pair("no dropout", "dropout", *r.no_dropout, c);
+    std::printf("  compiled, dropout everywhere but on the attention probabilities:\n");
+    print_pair("no dropout", "not on probs", *r.no_dropout, *r.no_attention_dropout);
+  }
   std::printf("  compiled forward + backward, most launched kernels:");
   for (std::size_t i = 0; i < std::min<std::size_t>(6, c.top_kernels.size()); ++i)
     std::printf("%s %s x%lld", i ? "," : "", c.top_kernels[i].first.c_str(),
                 static_cast<long long>(c.top_kernels[i].second));
   std::printf("\n");
+}
+
+// The compiled / eager targets of each model; returns how many it missed.
+int print_compiled_targets(const std::vector<Result>& results) {
+  std::printf(
+      "\nCompiled per warm forward + backward (launches: compiled/eager) and its ratio to eager;\n"
+      "targets: launches <= 0.20x (5x fewer), DRAM <= 0.50x, held for the backward <= 1.00x\n");
+  std::printf("%-12s %9s %9s %-5s %11s %11s %-5s %11s %11s %-5s\n", "model", "launches", "ratio",
+              "", "DRAM", "ratio", "", "held", "ratio", "");
+  int misses = 0;
+  for (const Result& r : results) {
+    auto verdict = [&](double x, double bound) {
+      const bool ok = x <= bound;
+      misses += ok ? 0 : 1;
+      return ok ? "ok" : "MISS";
+    };
+    const double l = ratio(r.compiled.launches, r.eager.launches);
+    const double d = ratio(r.compiled.dram, r.eager.dram);
+    const double h = ratio(r.compiled.held_for_backward, r.eager.held_for_backward);
+    const std::string launches_pair =
+        std::to_string(r.compiled.launches) + "/" + std::to_string(r.eager.launches);
+    std::printf("%-12s %9s %8.2fx %-5s %11s %10.2fx %-5s %11s %10.2fx %-5s\n", r.name.c_str(),
+                launches_pair.c_str(), l, verdict(l, 0.2), kb(r.compiled.dram).c_str(), d,
+                verdict(d, 0.5), kb(r.compiled.held_for_backward).c_str(), h, verdict(h, 1.0));
+  }
+  return misses;
+}
+
+// With dropout against without, for the models with dropout; returns how many targets it
+// missed and adds its targets to `targets`.
+int print_dropout_targets(const std::vector<Result>& results, std::size_t& targets) {
+  int misses = 0;
+  std::printf(
+      "\nDropout, compiled: with / without it, per warm forward + backward; targets: equal.\n"
+      "Then the same with dropout everywhere but on the attention probabilities (no target)\n");
+  std::printf("%-12s %13s %-5s %23s %-5s %13s %23s\n", "model", "launches", "", "held", "",
+              "not on probs", "held");
+  for (const Result& r : results) {
+    if (!r.no_dropout) continue;
+    const StepFigures &with = r.compiled, &without = *r.no_dropout, &most = *r.no_attention_dropout;
+    auto verdict = [&](std::int64_t a, std::int64_t b) {
+      misses += a == b ? 0 : 1;
+      return a == b ? "ok" : "MISS";
+    };
+    auto pair = [](const std::string& a, const std::string& b) { return a + "/" + b; };
+    const std::string none_launches = std::to_string(without.launches),
+                      none_held = kb(without.held_for_backward);
+    std::printf("%-12s %13s %-5s %23s %-5s %13s %23s\n", r.name.c_str(),
+                pair(std::to_string(with.launches), none_launches).c_str(),
+                verdict(with.launches, without.launches),
+                pair(kb(with.held_for_backward), none_held).c_str(),
+                verdict(with.held_for_backward, without.held_for_backward),
+                pair(std::to_string(most.launches), none_launches).c_str(),
+                pair(kb(most.held_for_backward), none_held).c_str());
+    targets += 2;
+  }
+  return misses;
 }
 
 }  // namespace
@@ -191,33 +269,20 @@ int main(int argc, char** argv) {
     };
     if (!only.empty() && std::none_of(only.begin(), only.end(), named)) continue;
     Result r{entry.name, measure(entry, false, autocast, table),
-             measure(entry, true, autocast, table)};
+             measure(entry, true, autocast, table), std::nullopt, std::nullopt};
+    if (auto plain = zoo::with_dropout(entry.name, layers, 0, 0)) {
+      r.no_dropout = measure(*plain, true, autocast, table, " without dropout");
+      r.no_attention_dropout = measure(*zoo::with_dropout(entry.name, layers, zoo::kZooDropout, 0),
+                                       true, autocast, table, " without attention dropout");
+    }
     print_model(r);
     results.push_back(std::move(r));
   }
 
-  std::printf(
-      "\nCompiled per warm forward + backward (launches: compiled/eager) and its ratio to eager;\n"
-      "targets: launches <= 0.20x (5x fewer), DRAM <= 0.50x, held for the backward <= 1.00x\n");
-  std::printf("%-12s %9s %9s %-5s %11s %11s %-5s %11s %11s %-5s\n", "model", "launches", "ratio",
-              "", "DRAM", "ratio", "", "held", "ratio", "");
-  int misses = 0;
-  for (const Result& r : results) {
-    auto verdict = [&](double x, double bound) {
-      const bool ok = x <= bound;
-      misses += ok ? 0 : 1;
-      return ok ? "ok" : "MISS";
-    };
-    const double l = ratio(r.compiled.launches, r.eager.launches);
-    const double d = ratio(r.compiled.dram, r.eager.dram);
-    const double h = ratio(r.compiled.held_for_backward, r.eager.held_for_backward);
-    const std::string launches_pair =
-        std::to_string(r.compiled.launches) + "/" + std::to_string(r.eager.launches);
-    std::printf("%-12s %9s %8.2fx %-5s %11s %10.2fx %-5s %11s %10.2fx %-5s\n", r.name.c_str(),
-                launches_pair.c_str(), l, verdict(l, 0.2), kb(r.compiled.dram).c_str(), d,
-                verdict(d, 0.5), kb(r.compiled.held_for_backward).c_str(), h, verdict(h, 1.0));
-  }
-  std::printf("%d of %zu targets missed\n", misses, 3 * results.size());
+  std::size_t targets = 3 * results.size();
+  int misses = print_compiled_targets(results);
+  misses += print_dropout_targets(results, targets);
+  std::printf("%d of %zu targets missed\n", misses, targets);
   std::filesystem::remove_all(cache);
   return 0;
 }

@@ -41,6 +41,8 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
     test_zoo:model_zoo/vit_trains_on_cuda_as_in_f64_on_the_cpu
     test_zoo:model_zoo/mixer_trains_on_cuda_as_in_f64_on_the_cpu
     test_zoo:model_zoo/neox_trains_on_cuda_as_in_f64_on_the_cpu
+    test_zoo:model_zoo/bert_trains_on_cuda_as_in_f64_on_the_cpu
+    test_zoo:model_zoo/dropout_steps_compiled_equal_eager_from_the_same_seed
     test_fuzz_training:fuzz_training/random_models_shard_0
     test_fuzz_training:fuzz_training/random_models_shard_1
     test_fuzz_training:fuzz_training/random_models_shard_2
@@ -48,7 +50,8 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
     test_attention_blocks:attention_blocks/the_rewrite_never_adds_launches_to_gpt2_training
     test_attention_blocks:attention_blocks/the_rewrite_never_adds_launches_to_llama_training
     test_attention_blocks:attention_blocks/the_rewrite_never_adds_launches_to_vit_training
-    test_attention_blocks:attention_blocks/the_rewrite_never_adds_launches_to_neox_training)
+    test_attention_blocks:attention_blocks/the_rewrite_never_adds_launches_to_neox_training
+    test_attention_blocks:attention_blocks/the_rewrite_never_adds_launches_to_bert_training)
   set(kiln_skip_message "is skipped because precondition failed")
   # Cases a suite runs only in a child process of its own (disabled, which naming the file's
   # suite in a filter would undo): the file's entry leaves them out.
@@ -73,10 +76,13 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
     test_attention_gqa:23 test_codegen_reduction:23
     test_attention_blocks.the_rewrite_never_adds_launches_to_neox_training:22
     test_attention_blocks.the_rewrite_never_adds_launches_to_vit_training:20
+    test_attention_blocks.the_rewrite_never_adds_launches_to_bert_training:34
+    test_zoo.bert_trains_on_cuda_as_in_f64_on_the_cpu:18
     test_zoo.llama_head_dim_8_trains_on_cuda_as_in_f64_on_the_cpu:15
     test_zoo.llama_head_dim_16_trains_on_cuda_as_in_f64_on_the_cpu:15
     test_zoo.neox_trains_on_cuda_as_in_f64_on_the_cpu:12
     test_zoo.gpt2_trains_on_cuda_as_in_f64_on_the_cpu:12
+    test_zoo.dropout_steps_compiled_equal_eager_from_the_same_seed:12
     test_cuda_kernels_only:14 test_layers:13)
 
   # One Boost.Test runner per area instead of an executable per file: each file compiles once as

@@ -3,7 +3,9 @@
 // demo runs. Header-only: each executable under demos/ is built from its one source file.
 //
 // Model: token + position embeddings, pre-LN blocks (causal self-attention written with matmul,
-// masked_fill and softmax; a GELU MLP), a final LayerNorm and a linear LM head, trained with
+// masked_fill and softmax; a GELU MLP), a final LayerNorm and a linear LM head, optionally with
+// GPT-2's dropout (on the embedding sum, the attention probabilities and each residual branch;
+// off by default and in eval mode), trained with
 // cross-entropy, AdamW, linear warmup + cosine decay and gradient clipping; optionally under
 // autocast (bf16 or f16 matmuls, f32 parameters, norms, softmax and loss).
 //
@@ -31,6 +33,7 @@
 #include "autograd/nn.h"
 #include "autograd/ops.h"
 #include "autograd/optim.h"
+#include "demos/dropout.h"
 #include "jit/checkpoint.h"
 #include "jit/compile.h"
 #include "runtime/autocast.h"
@@ -47,20 +50,28 @@ struct GptConfig {
   // Each block inside jit::checkpoint: compiled for training, the forward keeps only what
   // enters each block and the backward recomputes the rest.
   bool checkpoint_blocks = false;
+  // GPT-2's dropout probabilities (0.1 each as it trains), in training mode only (Module::train /
+  // eval); 0 draws nothing. `dropout` on the embedding sum and each residual branch (GPT-2's
+  // embd_pdrop and resid_pdrop), `attention_dropout` on the attention probabilities (attn_pdrop).
+  double dropout = 0.0;
+  double attention_dropout = 0.0;
 };
 
 // Multi-head causal self-attention: one projection to queries, keys and values, scaled dot
-// products with future positions masked to -inf before the softmax, and an output projection.
+// products with future positions masked to -inf before the softmax, dropout on the
+// probabilities, and an output projection. Masks are drawn from `dropout_gen`.
 class CausalSelfAttention : public nn::Module {
  public:
-  CausalSelfAttention(const GptConfig& config, Generator* gen)
+  CausalSelfAttention(const GptConfig& config, Generator* gen, Generator* dropout_gen)
       : qkv(config.d_model, 3 * config.d_model, true, DType::f32, gen),
         proj(config.d_model, config.d_model, true, DType::f32, gen),
+        attn_dropout(config.attention_dropout, dropout_gen),
         heads_(config.heads) {
     KILN_CHECK(config.d_model % config.heads == 0, "gpt: d_model {} is not a multiple of heads {}",
                config.d_model, config.heads);
     register_module("qkv", qkv);
     register_module("proj", proj);
+    register_module("attn_dropout", attn_dropout);
   }
 
   // x [batch, time, d_model] -> [batch, time, d_model]
@@ -80,35 +91,40 @@ class CausalSelfAttention : public nn::Module {
     // runs the causal attention kernel, which reads no mask); a buffer may change in place.
     Tensor mask = triu(ones({time, time}, DType::bool_), 1).to(x.device());
     scores = masked_fill(scores, mask, -std::numeric_limits<double>::infinity());
-    Tensor mixed = matmul(softmax(scores, -1), v);  // [batch, heads, time, head_dim]
+    // Dropout on the probabilities, written as the attention rewrite matches it.
+    Tensor probs = attn_dropout(softmax(scores, -1));
+    Tensor mixed = matmul(probs, v);  // [batch, heads, time, head_dim]
     return proj(mixed.transpose(1, 2).reshape({batch, time, d_model}));
   }
   Tensor operator()(const Tensor& x) const { return forward(x); }
 
   nn::Linear qkv;
   nn::Linear proj;
+  demos::Dropout attn_dropout;  // on the probabilities
 
  private:
   std::int64_t heads_;
 };
 
-// Pre-LN transformer block: x + attn(ln1(x)), then + mlp(ln2(x)).
+// Pre-LN transformer block: x + dropout(attn(ln1(x))), then + dropout(mlp(ln2(x))).
 class Block : public nn::Module {
  public:
-  Block(const GptConfig& config, Generator* gen)
+  Block(const GptConfig& config, Generator* gen, Generator* dropout_gen)
       : ln1(Shape{config.d_model}),
-        attn(config, gen),
+        attn(config, gen, dropout_gen),
         ln2(Shape{config.d_model}),
         mlp(config.d_model, config.mlp_ratio * config.d_model, config.d_model,
-            Activation::gelu_tanh, true, DType::f32, gen) {
+            Activation::gelu_tanh, true, DType::f32, gen),
+        resid_dropout(config.dropout, dropout_gen) {
     register_module("ln1", ln1);
     register_module("attn", attn);
     register_module("ln2", ln2);
     register_module("mlp", mlp);
+    register_module("resid_dropout", resid_dropout);
   }
   Tensor forward(const Tensor& x) const {
-    Tensor h = x + attn(ln1(x));
-    return h + mlp(ln2(h));
+    Tensor h = x + resid_dropout(attn(ln1(x)));
+    return h + resid_dropout(mlp(ln2(h)));
   }
   Tensor operator()(const Tensor& x) const { return forward(x); }
 
@@ -116,23 +132,28 @@ class Block : public nn::Module {
   CausalSelfAttention attn;
   nn::LayerNorm ln2;
   nn::FeedForward mlp;
+  demos::Dropout resid_dropout;  // on each residual branch
 };
 
 class Gpt : public nn::Module {
  public:
   // Initialized on the host from `seed` (so every device starts from the same weights), then
-  // moved to `device`.
+  // moved to `device`. Dropout masks come from a generator of the model's own, seeded from `seed`
+  // too: two models built alike draw the same masks in the same order, on any device.
   Gpt(const GptConfig& config, std::uint64_t seed, Device device)
       : config_(config),
         init_(seed),
+        dropout_gen_(demos::dropout_seed(seed)),
+        embedding_dropout(config.dropout, &dropout_gen_),
         token_embedding(config.vocab, config.d_model, DType::f32, &init_),
         position_embedding(config.seq_len, config.d_model, DType::f32, &init_),
         final_ln(Shape{config.d_model}),
         lm_head(config.d_model, config.vocab, false, DType::f32, &init_) {
     register_module("token_embedding", token_embedding);
     register_module("position_embedding", position_embedding);
+    register_module("embedding_dropout", embedding_dropout);
     for (std::int64_t i = 0; i < config.layers; ++i) {
-      blocks.push_back(std::make_unique<Block>(config, &init_));
+      blocks.push_back(std::make_unique<Block>(config, &init_, &dropout_gen_));
       register_module("blocks." + std::to_string(i), *blocks.back());
     }
     register_module("final_ln", final_ln);
@@ -147,6 +168,7 @@ class Gpt : public nn::Module {
                time, config_.seq_len);
     // The position table's first `time` rows broadcast over the batch.
     Tensor x = token_embedding(tokens) + position_embedding.weight.slice(0, 0, time);
+    x = embedding_dropout(x);
     for (const auto& block : blocks)
       x = config_.checkpoint_blocks ? jit::checkpoint(*block, x) : (*block)(x);
     return lm_head(final_ln(x));
@@ -163,8 +185,11 @@ class Gpt : public nn::Module {
  private:
   GptConfig config_;
   Generator init_;  // declared before the layers: their initializers draw from it
+  // Advanced by every forward in training mode, a const call included (the forward is const).
+  mutable Generator dropout_gen_;
 
  public:
+  demos::Dropout embedding_dropout;  // declared after its generator
   nn::Embedding token_embedding;
   nn::Embedding position_embedding;
   std::vector<std::unique_ptr<Block>> blocks;

@@ -1,8 +1,8 @@
 // Trains the zoo's models (demos/zoo/catalog.h: GPT-2, a Llama-style decoder, a ViT-style encoder,
-// an MLP-Mixer) on their synthetic tasks, eagerly and with the loss compiled, from the same
-// initialization and the same batches. Prints the loss every few steps for both, then the
-// generated launches and cuBLASLt calls of one step each: what a user copying a model from
-// demos/zoo/ sees it cost.
+// an MLP-Mixer, GPT-NeoX, a BERT-style encoder) on their synthetic tasks, eagerly and with the
+// loss compiled, from the same initialization and the same batches (and, with dropout, masks).
+// Prints the loss every few steps for both, then the generated launches and cuBLASLt calls of one
+// step each: what a user copying a model from demos/zoo/ sees it cost.
 //
 //   zoo_train [--model NAME] [--steps N] [--layers N] [--autocast bf16] [--device cpu|cuda]
 //     --model NAME     only the models whose names contain NAME (default: every model)

@@ -3,7 +3,9 @@
 // 128. A compiled forward + backward with KILN_ATTENTION_REWRITE=1 makes no more launches
 // (generated kernels and library calls) than with =0, and both give the same loss and gradients.
 // The same for a compiled training step of every zoo model with attention (demos/zoo/catalog.h:
-// GPT-2, Llama, ViT, GPT-NeoX; the MLP-Mixer has none) at those head dims, one case per model.
+// GPT-2, Llama, ViT, GPT-NeoX, BERT; the MLP-Mixer has none) at those head dims, one case per
+// model. GPT-2 and BERT train with dropout, on the attention probabilities too: both runs of a
+// case draw the same masks (each model's own generator, seeded alike).
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/engine.h"
@@ -167,6 +169,10 @@ BOOST_AUTO_TEST_CASE(the_rewrite_never_adds_launches_to_vit_training) {
 
 BOOST_AUTO_TEST_CASE(the_rewrite_never_adds_launches_to_neox_training) {
   check_zoo_model([](std::int64_t d) { return zoo::neox_entry(d, 1); });
+}
+
+BOOST_AUTO_TEST_CASE(the_rewrite_never_adds_launches_to_bert_training) {
+  check_zoo_model([](std::int64_t d) { return zoo::bert_entry(1, d); });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -161,6 +161,27 @@ BOOST_AUTO_TEST_CASE(cross_entropy_is_two_kernels_and_matches_the_cpu) {
   }
 }
 
+// A column of an input read once per row by a reduction kernel: select traces as slice then a
+// unit reshape, both applied to memory on the host, and the kernel reads the reshape with its
+// strides (once it read the [rows, 1] slice as if it were the rows, every row its first element).
+BOOST_AUTO_TEST_CASE(a_strided_column_read_per_row_matches_the_cpu) {
+  Generator gen(3);
+  Tensor x = randn({8, 5}, DType::f32, &gen);
+  Tensor table = randint(0, 5, {8, 9}, DType::i64, &gen);
+  auto picked = [](const Tensor& x, const Tensor& t) { return cross_entropy(x, t.select(1, 2)); };
+  auto scaled = [](const Tensor& x, const Tensor& t) {
+    return cast(t.select(1, 4), DType::f32) * sum(x, {1});
+  };
+  for (int k = 0; k < 2; ++k) {
+    auto fn = [&](const Tensor& a, const Tensor& b) {
+      return k == 0 ? picked(a, b) : scaled(a, b);
+    };
+    auto f = jit::compile(fn);
+    Tensor got = f(x.to(Device::cuda()), table.to(Device::cuda()));
+    BOOST_TEST(relative_error(got, fn(x, table)) <= 1e-6, (k == 0 ? "cross_entropy" : "product"));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(intermediates_are_released_after_their_last_reader) {
   // Four kernels in a chain (softmax over alternating dims does not fuse); each makes a 16 KiB
   // intermediate that only the next reads, so two are alive at once, never four.

@@ -1,8 +1,9 @@
 // The pieces of the model zoo (demos/zoo/) against hand-written references on the CPU: patchify's
 // layout, rotate_half, RMSNorm's formula, the rotary tables, grouped-query repetition (through
 // attention with one key / value head equalling attention with that head copied), GPT-NeoX's
-// attention (fused projection layout, partial rotary) against loops, and the errors that bad
-// configurations and inputs get.
+// attention (fused projection layout, partial rotary) against loops, the masked-LM task's layout,
+// BERT's key-padding mask (padding is invisible), dropout's train / eval modes, and the errors
+// that bad configurations and inputs get.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -163,6 +164,98 @@ BOOST_AUTO_TEST_CASE(neox_attention_rotates_a_quarter_of_each_head_from_the_fuse
   // The model's cos / sin tables are f32: agreement to their rounding.
   for (std::size_t i = 0; i < want.size(); ++i)
     BOOST_TEST(std::fabs(got[i] - want[i]) <= 1e-6, got[i] << " vs " << want[i] << " at " << i);
+}
+
+// Each sequence: CLS, a run of consecutive tokens to its length, padding; `masked` text positions
+// hold MASK and their targets are the run's tokens there; the class says whether it is long.
+BOOST_AUTO_TEST_CASE(masked_lm_batches_are_padded_runs_with_masked_positions_and_a_class) {
+  zoo::MaskedLmTask task;
+  Generator gen(5);
+  const std::int64_t batch = 64, s = task.seq_len, c = task.content();
+  zoo::Batch b = zoo::masked_lm_batch(task, batch, gen);
+  BOOST_TEST_REQUIRE(b.inputs.shape() == (Shape{batch, s}));
+  BOOST_TEST_REQUIRE(b.targets.shape() == (Shape{batch, 1 + s}));
+  std::vector<std::int64_t> tokens = b.inputs.to_vector<std::int64_t>();
+  std::vector<std::int64_t> targets = b.targets.to_vector<std::int64_t>();
+  std::vector<int> lengths_seen(s + 1, 0);
+  for (std::int64_t i = 0; i < batch; ++i) {
+    const std::int64_t* row = &tokens[i * s];
+    const std::int64_t* target = &targets[i * (1 + s)];
+    std::int64_t length = s;
+    for (std::int64_t t = 1; t < s; ++t)
+      if (row[t] == task.pad_token()) {
+        length = t;
+        break;
+      }
+    ++lengths_seen[length];
+    BOOST_TEST(row[0] == task.cls_token());
+    BOOST_TEST(target[1] == gpt::kNoTarget);  // CLS is never masked
+    BOOST_TEST(target[0] == (length > task.long_above() ? 1 : 0));
+    // The run's start, from the target or token at position 1.
+    const std::int64_t first = row[1] == task.mask_token() ? target[2] : row[1];
+    std::int64_t masked = 0;
+    for (std::int64_t t = 1; t < s; ++t) {
+      const std::int64_t want = (first + t - 1) % c;
+      if (t >= length) {
+        BOOST_TEST(row[t] == task.pad_token());
+        BOOST_TEST(target[1 + t] == gpt::kNoTarget);
+      } else if (row[t] == task.mask_token()) {
+        ++masked;
+        BOOST_TEST(target[1 + t] == want, "sequence " << i << " position " << t);
+      } else {
+        BOOST_TEST(row[t] == want, "sequence " << i << " position " << t);
+        BOOST_TEST(target[1 + t] == gpt::kNoTarget);
+      }
+    }
+    BOOST_TEST(masked == task.masked);
+  }
+  for (std::int64_t l = task.min_length; l <= s; ++l)
+    BOOST_TEST(lengths_seen[l] > 0, "no sequence of length " << l);
+}
+
+// Padded keys are masked out: in eval mode a sequence's hidden states at its own positions are
+// the same alone, cut to its length, as in a batch padded to seq_len.
+BOOST_AUTO_TEST_CASE(bert_padding_is_invisible_to_the_other_positions) {
+  zoo::BertConfig config;
+  config.layers = 2;
+  zoo::Bert model(config, 3);
+  model.to(DType::f64);
+  model.eval();
+  Generator gen(4);
+  zoo::Batch b = zoo::masked_lm_batch(config.task, 6, gen);
+  Tensor padded = model.encode(b.inputs);
+  std::vector<std::int64_t> tokens = b.inputs.to_vector<std::int64_t>();
+  int cut = 0;
+  for (std::int64_t i = 0; i < 6; ++i) {
+    std::int64_t length = config.task.seq_len;
+    while (tokens[i * config.task.seq_len + length - 1] == config.task.pad_token()) --length;
+    if (length == config.task.seq_len) continue;
+    ++cut;
+    Tensor alone = model.encode(b.inputs.slice(0, i, i + 1).slice(1, 0, length));
+    Tensor same = padded.slice(0, i, i + 1).slice(1, 0, length);
+    BOOST_TEST(allclose(alone, same, 1e-12, 1e-12), "sequence " << i << " of length " << length);
+  }
+  BOOST_TEST(cut > 0);
+}
+
+// demos::Dropout drops in training mode only, following its parent's train() / eval(), and two
+// models built from one seed draw the same masks.
+BOOST_AUTO_TEST_CASE(dropout_follows_the_mode_and_replays_from_the_seed) {
+  gpt::GptConfig config;
+  config.dropout = config.attention_dropout = 0.1;
+  gpt::Gpt a(config, 1, Device::cpu()), b(config, 1, Device::cpu());
+  gpt::GptConfig plain_config;
+  gpt::Gpt plain(plain_config, 1, Device::cpu());
+  Generator data(2);
+  Tensor tokens = randint(0, config.vocab, {4, config.seq_len}, DType::i64, &data);
+  NoGradGuard no_grad;
+  const std::vector<float> first = a.forward(tokens).to_vector<float>();
+  BOOST_TEST(first == b.forward(tokens).to_vector<float>(), "the same masks from the same seed");
+  BOOST_TEST(first != plain.forward(tokens).to_vector<float>(), "dropout dropped");
+  BOOST_TEST(first != a.forward(tokens).to_vector<float>(), "each forward draws new masks");
+  a.eval();
+  BOOST_TEST(!a.blocks[0]->attn.attn_dropout.is_training());
+  BOOST_TEST(a.forward(tokens).to_vector<float>() == plain.forward(tokens).to_vector<float>());
 }
 
 BOOST_AUTO_TEST_CASE(bad_configurations_and_inputs_are_errors_that_say_what_is_wrong) {

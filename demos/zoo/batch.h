@@ -8,7 +8,9 @@ namespace kiln::zoo {
 
 struct Batch {
   Tensor inputs;   // i64 tokens [batch, time] or f32 images [batch, channels, height, width]
-  Tensor targets;  // i64 class per position [batch, time] or per image [batch]
+  // i64 class per position [batch, time], per image [batch], or BERT's class and masked tokens
+  // [batch, 1 + time] (zoo::masked_lm_batch)
+  Tensor targets;
 
   // On `device`, floating inputs as `float_dtype` (f64 for the CPU reference); targets unchanged.
   Batch to(Device device, DType float_dtype = DType::f32) const {

@@ -1,16 +1,18 @@
 // The zoo's models side by side, each at a small size with its synthetic task and training
 // options, behind one interface: what tests/test_zoo*.cpp and bench/bench_zoo.cpp iterate over.
-// A user copying a model wants its own header (gpt_model.h, llama.h, vit.h, mixer.h, neox.h) and
-// trainer.h; this file only erases their types.
+// A user copying a model wants its own header (gpt_model.h, llama.h, vit.h, mixer.h, neox.h,
+// bert.h) and trainer.h; this file only erases their types.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "demos/gpt_model.h"
 #include "demos/zoo/batch.h"
+#include "demos/zoo/bert.h"
 #include "demos/zoo/llama.h"
 #include "demos/zoo/mixer.h"
 #include "demos/zoo/neox.h"
@@ -97,11 +99,19 @@ auto starter(Build build, std::int64_t micro_batches, double lr) {
 // Per micro-batch: 8 sequences of 8 tokens (vocab 16), or 8 images 3x8x8 in 4x4 patches.
 inline constexpr std::int64_t kMicroBatch = 8;
 
-// Two heads of head_dim (16 by default: d_model 32).
-inline CatalogEntry gpt2_entry(std::int64_t layers = 1, std::int64_t head_dim = 16) {
+// The dropout probability of the zoo's models that train with it (GPT-2, BERT), as they train.
+inline constexpr double kZooDropout = 0.1;
+
+// Two heads of head_dim (16 by default: d_model 32), GPT-2's dropout: `dropout` on the embeddings
+// and residual branches, `attention_dropout` on the attention probabilities.
+inline CatalogEntry gpt2_entry(std::int64_t layers = 1, std::int64_t head_dim = 16,
+                               double dropout = kZooDropout,
+                               double attention_dropout = kZooDropout) {
   gpt::GptConfig config;  // vocab 16, seq 8, d_model 32, 2 heads
   config.layers = layers;
   config.d_model = config.heads * head_dim;
+  config.dropout = dropout;
+  config.attention_dropout = attention_dropout;
   auto build = [config](std::uint64_t seed) {
     return std::make_unique<gpt::Gpt>(config, seed, Device::cpu());
   };
@@ -163,9 +173,35 @@ inline CatalogEntry neox_entry(std::int64_t head_dim = 8, std::int64_t layers = 
           catalog_detail::starter<Neox>(build, 1, 1e-2)};
 }
 
+// A post-LN encoder of two heads of head_dim (16 by default: d_model 32) under a key-padding
+// mask, masked-LM and pooler heads, BERT's dropout (as gpt2_entry's).
+inline CatalogEntry bert_entry(std::int64_t layers = 1, std::int64_t head_dim = 16,
+                               double dropout = kZooDropout,
+                               double attention_dropout = kZooDropout) {
+  BertConfig config;
+  config.layers = layers;
+  config.d_model = config.heads * head_dim;
+  config.mlp_hidden = 2 * config.d_model;
+  config.dropout = dropout;
+  config.attention_dropout = attention_dropout;
+  auto build = [config](std::uint64_t seed) { return std::make_unique<Bert>(config, seed); };
+  return {head_dim == 16 ? std::string("bert") : "bert-hd" + std::to_string(head_dim), 1, 1e-2,
+          [config](Generator& gen) { return masked_lm_batch(config.task, kMicroBatch, gen); },
+          catalog_detail::starter<Bert>(build, 1, 1e-2)};
+}
+
 inline std::vector<CatalogEntry> catalog(std::int64_t layers = 1) {
-  return {gpt2_entry(layers), llama_entry(8, layers), llama_entry(16, layers),
-          vit_entry(layers),  mixer_entry(layers),    neox_entry(8, layers)};
+  return {gpt2_entry(layers),  llama_entry(8, layers), llama_entry(16, layers), vit_entry(layers),
+          mixer_entry(layers), neox_entry(8, layers),  bert_entry(layers)};
+}
+
+// The entry `name` of catalog(layers) with other dropout probabilities, for the models that have
+// dropout (gpt2, bert; 0 and 0 turns it off); nullopt for the others.
+inline std::optional<CatalogEntry> with_dropout(const std::string& name, std::int64_t layers,
+                                                double dropout, double attention_dropout) {
+  if (name == "gpt2") return gpt2_entry(layers, 16, dropout, attention_dropout);
+  if (name == "bert") return bert_entry(layers, 16, dropout, attention_dropout);
+  return std::nullopt;
 }
 
 }  // namespace kiln::zoo

@@ -94,7 +94,7 @@ class ReductionRenderer {
       for (int v : node.inputs) note(v);
       for (int v : node.outputs) note(v);
       OpClass c = graph::fusion_class(g_, node);
-      if (c == OpClass::view && is_unit_reshape(g_, n) && produced_in(inside, node.inputs[0])) {
+      if (c == OpClass::view && is_unit_reshape(g_, n) && computed_in(inside, node.inputs[0])) {
         nodes_.push_back({OpId::copy, {}, node.inputs, node.outputs});  // an alias in registers
         continue;
       }
@@ -142,8 +142,12 @@ class ReductionRenderer {
   }
 
   bool produced_inside(int v) const { return producer_.count(v) != 0; }
-  bool produced_in(const std::set<int>& inside, int v) const {
-    return g_.values[v].producer >= 0 && inside.count(g_.values[v].producer);
+  // Whether `v` is in registers: made by a node of the group that is not a view the host applies
+  // (a unit reshape of such a view is a host view too, read with its own strides).
+  bool computed_in(const std::set<int>& inside, int v) const {
+    const int p = g_.values[v].producer;
+    return p >= 0 && inside.count(p) &&
+           std::find(k_.host_views.begin(), k_.host_views.end(), p) == k_.host_views.end();
   }
 
   // The pass after which each value can be computed: reductions add one to their input's.
