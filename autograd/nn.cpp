@@ -53,6 +53,14 @@ std::vector<std::pair<std::string, const Tensor*>> Module::named_slots() const {
   return out;
 }
 
+std::vector<std::pair<std::string, const Module*>> Module::named_modules() const {
+  std::vector<std::pair<std::string, const Module*>> out{{"", this}};
+  for (const auto& [name, child] : children_)
+    for (const auto& [sub, m] : child->named_modules())
+      out.emplace_back(sub.empty() ? name : name + "." + sub, m);
+  return out;
+}
+
 StateDict Module::state_dict() const {
   StateDict out;
   visit_slots("", [&](const std::string& name, const Slot& s) {

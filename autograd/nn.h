@@ -33,6 +33,9 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
   // Every parameter and buffer slot by dotted name: what a compiled function reads per call.
   std::vector<std::pair<std::string, const Tensor*>> named_slots() const;
+  // This module ("") and every submodule by dotted name, depth first (a compiled function
+  // guards each one's training mode).
+  std::vector<std::pair<std::string, const Module*>> named_modules() const;
 
   // Parameters and buffers, detached, sharing storage with the module (tied tensors under
   // each of their names).

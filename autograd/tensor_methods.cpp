@@ -152,6 +152,7 @@ void bump_version(const Tensor& self) {
 }
 
 void check_inplace(const Tensor& self, const char* op) {
+  KILN_OP_SCOPE;  // sizes read here are kiln's, not the user's: they specialize nothing
   KILN_CHECK_AS(AutogradError, !(grad_enabled() && self.requires_grad() && self.is_leaf()),
                 "{}: a leaf tensor of shape {} that requires grad is used in an in-place "
                 "operation; do the update under NoGradGuard",
@@ -161,6 +162,7 @@ void check_inplace(const Tensor& self, const char* op) {
 // Writes `result` into `self` and, when the result has history, moves that history onto self.
 // `result` was computed from a clone of self, so nodes saved before keep their values.
 const Tensor& assign(const Tensor& self, const Tensor& result, const char* op) {
+  KILN_OP_SCOPE;
   KILN_CHECK_AS(ShapeError, result.shape() == self.shape(),
                 "{}: the result's shape {} cannot be written into self of shape {}", op,
                 shape_str(result.shape()), shape_str(self.shape()));

@@ -328,6 +328,9 @@ GuardSet CompiledFunctionCore::guards_for(const Graph& g, std::span<const CallAr
   gs.grad_enabled = grad_enabled();
   gs.autocast = autocast_state();
   gs.matmul_tf32 = codegen::allow_tf32();
+  for (const nn::Module* declared : options_.modules)
+    for (const auto& [name, m] : declared->named_modules())
+      gs.modules.push_back({m, name, m->is_training()});
   gs.num_symbols = static_cast<int>(g.symbols.size());
   for (int w : g.mutated_inputs)
     if (g.input_of(w)->kind == InputKind::argument)

@@ -1,6 +1,8 @@
 // Guard checking. The pass path allocates nothing; reasons are formatted only on failure.
 #include "jit/guards.h"
 
+#include "autograd/nn.h"
+
 #include "jit/codegen/lt_matmul.h"
 #include "runtime/grad_mode.h"
 
@@ -60,6 +62,13 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
                             "KILN_MATMUL_TF32)",
                             matmul_tf32 ? "on" : "off", now ? "on" : "off"),
                 passed);
+  for (const ModuleModeGuard& m : modules)
+    if (m.module->is_training() != m.training)
+      return fail(failure, Kind::module_mode,
+                  fmt::format("module '{}' mode mismatch: expected {}, actual {} (train(), eval())",
+                              m.name.empty() ? "(the module)" : m.name,
+                              m.training ? "training" : "eval", m.training ? "eval" : "training"),
+                  passed);
   symbol_values.assign(num_symbols, -1);
   for (const TensorGuard& g : tensors) {
     const Tensor& t = g.arg_index >= 0 ? *args[g.arg_index].tensor : g.slot ? *g.slot : g.captured;
@@ -166,7 +175,8 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
 }
 
 std::size_t GuardSet::count() const {
-  std::size_t n = 4 + arg_is_tensor.size() + scalars.size() + whole.size() + at_least_two.size();
+  std::size_t n = 4 + modules.size() + arg_is_tensor.size() + scalars.size() + whole.size() +
+                  at_least_two.size();
   for (const auto& g : tensors) n += 5 + g.sizes.size();
   return n;
 }
@@ -175,6 +185,8 @@ std::string GuardSet::str() const {
   std::string out = fmt::format("  grad mode: {}\n  autocast: {}\n  matmul TF32: {}\n",
                                 grad_enabled ? "enabled" : "disabled", autocast_name(autocast),
                                 matmul_tf32 ? "on" : "off");
+  for (const ModuleModeGuard& m : modules)
+    out += fmt::format("  module '{}': {}\n", m.name, m.training ? "training" : "eval");
   for (const TensorGuard& g : tensors) {
     std::vector<std::string> dims;
     for (std::size_t d = 0; d < g.sizes.size(); ++d)

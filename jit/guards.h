@@ -1,6 +1,6 @@
 // A GuardSet states what one trace assumed about a call: the grad mode, the autocast state
 // (runtime/autocast.h: the trace holds the casts it made) and whether f32 matmuls may use TF32
-// (the plan picks its kernels by it); for each tensor
+// (the plan picks its kernels by it); the training mode of each declared module; for each tensor
 // (argument, declared state or captured) its device, dtype, rank, sizes (static, or symbolic
 // >= 2), stride class and requires_grad; for each scalar argument its value; and that every
 // symbolic size the graph divides is a whole number, that every symbolic size it subtracts
@@ -18,6 +18,10 @@
 #include "runtime/autocast.h"
 #include "runtime/tensor.h"
 
+namespace kiln::nn {
+class Module;
+}
+
 namespace kiln::jit {
 
 struct TensorGuard {
@@ -31,6 +35,14 @@ struct TensorGuard {
   std::vector<int> symbols;  // per dim: symbol id or -1
   StrideClass strides = StrideClass::contiguous;
   bool requires_grad = false;
+};
+
+// A module the function declared (CompileOptions::modules), or one of its submodules: its
+// training mode as traced (dropout and batch norm read it).
+struct ModuleModeGuard {
+  const nn::Module* module = nullptr;
+  std::string name;
+  bool training = true;
 };
 
 struct ScalarGuard {
@@ -47,6 +59,7 @@ struct GuardFailure {
     grad_mode,
     autocast,
     matmul_tf32,
+    module_mode,
     undefined,
     device,
     dtype,
@@ -71,6 +84,7 @@ class GuardSet {
   bool grad_enabled = true;
   AutocastState autocast;
   bool matmul_tf32 = false;  // codegen::allow_tf32() when traced
+  std::vector<ModuleModeGuard> modules;
   std::vector<TensorGuard> tensors;
   std::vector<ScalarGuard> scalars;
   std::vector<SymExpr> whole;  // size expressions with a denominator: must divide evenly

@@ -5,6 +5,7 @@
 #include "jit/accuracy_check.h"
 #include "jit/codegen/attention.h"
 #include "jit/codegen/epilogue_lowering.h"
+#include "jit/codegen/launch_stats.h"
 #include "jit/kernel_plan.h"
 #include "runtime/dispatch.h"
 
@@ -55,6 +56,9 @@ void dispatch_nodes(const PlanStep& step, RunState& s) {
     const graph::Node& node = s.g.nodes[n];
     operands.clear();
     for (int v : node.inputs) operands.push_back(s.values.at(v));
+    auto& stats = codegen::launch_stats();
+    ++stats.plan_dispatches;
+    if (op_class(node.op) == OpClass::view) ++stats.plan_view_dispatches;
     auto results = dispatch(node.op, operands, attrs_at(s.g, node, s.symbol_values));
     for (std::size_t k = 0; k < results.size(); ++k) s.values[node.outputs[k]] = results[k];
   }

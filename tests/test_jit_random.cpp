@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "autograd/nn.h"
 #include "autograd/ops.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
@@ -49,9 +50,41 @@ double max_difference(const std::vector<double>& a, const std::vector<double>& b
   return worst;
 }
 
+// Dropout that follows a submodule's mode, as a model's dropout layers do.
+class ModeDropout : public nn::Module {
+ public:
+  ModeDropout() { register_module("drop", drop); }
+  Tensor forward(const Tensor& x) const { return dropout(x, 0.5, drop.is_training()); }
+  nn::Module drop;
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(jit_random)
+
+// A trace records the declared modules' modes and its guards check them: eval() after a
+// training call traces again (no dropout), and train() finds the first entry.
+BOOST_AUTO_TEST_CASE(a_declared_module_mode_is_guarded) {
+  ModeDropout m;
+  jit::CompileOptions options;
+  options.modules = {&m};
+  auto f = jit::compile([&m](const Tensor& x) { return m.forward(x); }, options);
+  Tensor x = rand({256}) + 1.0;
+  auto zeros_in = [](const Tensor& t) {
+    int n = 0;
+    for (double v : values_of(t)) n += v == 0;
+    return n;
+  };
+  BOOST_TEST(zeros_in(f(x)) > 0);
+  m.eval();
+  BOOST_TEST(values_of(f(x)) == values_of(x), "eval: no dropout");
+  BOOST_TEST(f.core().num_entries() == 2u);
+  m.train();
+  BOOST_TEST(zeros_in(f(x)) > 0);
+  m.drop.eval();  // a submodule alone: a mode no entry was traced in
+  BOOST_TEST(values_of(f(x)) == values_of(x));
+  BOOST_TEST(f.core().num_entries() == 3u);
+}
 
 // The numbers drawn are the eager draws' bit for bit; arithmetic fused around them may round
 // differently (a multiply and an add contract to one FMA in a kernel), so the sum is compared

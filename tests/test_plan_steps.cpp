@@ -10,6 +10,7 @@
 #include "autograd/ops.h"
 #include "jit/aot/aot_program.h"
 #include "jit/codegen/epilogue_lowering.h"
+#include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
 #include "jit/kernel_plan.h"
 #include "support/autograd_leaves.h"
@@ -195,6 +196,36 @@ BOOST_AUTO_TEST_CASE(attention_steps_carry_their_output_placement) {
     if (const auto* e = backward.steps()[i].as<jit::EagerStep>())
       if (e->placed_value == cat_value) cat = static_cast<int>(i);
   BOOST_TEST(cat > ba, backward.str());
+}
+
+// launch_stats() counts every op a warm plan sends through dispatch: none for a plan of held
+// kernels, one per node of its eager and host-view steps otherwise.
+BOOST_AUTO_TEST_CASE(dispatches_a_plan_makes_are_counted) {
+  auto& stats = jit::codegen::launch_stats();
+  Tensor x = randn({8, 16}).to(Device::cuda()), w = randn({16, 16}).to(Device::cuda());
+  auto kernels_only = jit::compile([](const Tensor& a) { return exp(a) * 2.0 + 1.0; });
+  kernels_only(x);
+  std::int64_t before = stats.plan_dispatches;
+  kernels_only(x);
+  BOOST_TEST(stats.plan_dispatches - before == 0);
+  // A reshape of an input is a host view, and an index_select an eager op.
+  Tensor index = from_vector(std::vector<std::int64_t>{3, 0, 5}, Shape{3}).to(Device::cuda());
+  auto with_eager = jit::compile([](const Tensor& a, const Tensor& i) {
+    return index_select(a.reshape({16, 8}), 0, i) + 1.0;
+  });
+  with_eager(x, index);
+  const jit::KernelPlan* plan = with_eager.core().plan(0);
+  BOOST_REQUIRE(plan);
+  std::int64_t expected = 0;
+  for (const auto& step : plan->steps())
+    if (step.as<jit::HostViewStep>() || step.as<jit::EagerStep>())
+      expected += static_cast<std::int64_t>(step.nodes.size());
+  before = stats.plan_dispatches;
+  std::int64_t views_before = stats.plan_view_dispatches;
+  with_eager(x, index);
+  BOOST_TEST(expected >= 2);
+  BOOST_TEST(stats.plan_dispatches - before == expected);
+  BOOST_TEST(stats.plan_view_dispatches - views_before >= 1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -31,6 +31,11 @@ struct LaunchStats {
   // Lookups of kernels by name (kernel_by_name: a string key under a process-wide lock), which a
   // warm attention launch makes none of.
   std::atomic<std::int64_t> named_lookups{0};
+  // Ops a kernel plan ran through dispatch (its eager, host-view and fallback steps), each
+  // going through the op table and, past views, a backend's lookup of the op's plan: the part
+  // of a warm step that is not a launch of a held kernel.
+  std::atomic<std::int64_t> plan_dispatches{0};
+  std::atomic<std::int64_t> plan_view_dispatches{0};  // of those, views (no backend reached)
 };
 
 LaunchStats& launch_stats();
