@@ -83,6 +83,7 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
   # a unit that wraps it in a suite of its own name (tests/support/file_suite.h), and ctest keeps
   # an entry per file (`kiln_tests_AREA --run_test=test_x`). First match wins.
   set(kiln_test_areas
+    "dist:^test_dist_"
     "device:^test_device_"
     "codegen:^test_(codegen|kernel|cuda|vgpu|determinism|random)_?"
     "attention:^test_(attention|blaslt)_"
@@ -101,6 +102,9 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
   target_compile_definitions(kiln_test_main PUBLIC BOOST_TEST_DYN_LINK)
 
   file(GLOB KILN_TESTS CONFIGURE_DEPENDS tests/test_*.cpp)
+  if(NOT KILN_HAVE_DIST)  # dist/ is built only where Gloo is found
+    list(FILTER KILN_TESTS EXCLUDE REGEX "/test_dist_[^/]*$")
+  endif()
   foreach(area_rule ${kiln_test_areas})
     string(REGEX MATCH "^[a-z]+" area "${area_rule}")
     set(kiln_area_sources_${area} "")
@@ -155,6 +159,9 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
       endif()
     else()
       target_link_libraries(${runner} PRIVATE kiln_test_main kiln)
+      if(area STREQUAL "dist")
+        target_link_libraries(${runner} PRIVATE kiln_dist)
+      endif()
       if(KILN_PCH AND kiln_test_pch_source)
         target_precompile_headers(${runner} REUSE_FROM ${kiln_test_pch_source})
       elseif(KILN_PCH)
@@ -222,6 +229,20 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
   kiln_test_definitions(test_cache_tool KILN_CACHE_WORKER="$<TARGET_FILE:kiln_cache_worker>"
                         KILN_TOOL="$<TARGET_FILE:kiln_tool>")
   add_dependencies(kiln_tests_${kiln_area_of_test_report} kiln_tool)
+  # The data-parallel suites run ranks of a helper under `kiln launch` (or a shell line).
+  if(KILN_HAVE_DIST)
+    add_executable(kiln_dist_worker tests/support/dist_worker.cpp)
+    target_include_directories(kiln_dist_worker PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests)
+    target_link_libraries(kiln_dist_worker PRIVATE kiln kiln_dist)
+    add_dependencies(kiln_tests_dist kiln_dist_worker kiln_tool)
+    foreach(src ${KILN_TESTS})
+      get_filename_component(name ${src} NAME_WE)
+      if(name MATCHES "^test_dist_")
+        kiln_test_definitions(${name} KILN_DIST_WORKER="$<TARGET_FILE:kiln_dist_worker>"
+                              KILN_TOOL="$<TARGET_FILE:kiln_tool>")
+      endif()
+    endforeach()
+  endif()
   kiln_test_definitions(test_report KILN_TOOL="$<TARGET_FILE:kiln_tool>")
   # test_layers builds these: tests/layers/layer_probe.cpp compiled as a source of `layer`, also
   # including `header` when one is given.
