@@ -2,6 +2,7 @@
 // where the backend cannot take them as they are, and the cross-rank checks of debug mode.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 
@@ -122,6 +123,10 @@ void init_process_group(const std::string& backend, InitOptions options) {
       config.hostname = name;
     }
   }
+  // A peer that dies makes a write to its socket raise SIGPIPE, which would kill this rank
+  // before the collective can report which peer went. A handler of the program's own stays.
+  auto previous = std::signal(SIGPIPE, SIG_IGN);
+  if (previous != SIG_DFL && previous != SIG_ERR) std::signal(SIGPIPE, previous);
   group_slot() = std::make_unique<ProcessGroup>(backend, config, addr, port);
   group_slot()->set_local_rank(local_rank);
 }

@@ -21,8 +21,9 @@ double seconds_between(std::chrono::steady_clock::time_point a,
 
 DistributedDataParallel::DistributedDataParallel(nn::Module& module, DdpOptions options)
     : module_(module), options_(options) {
-  ProcessGroup& group = default_group("DistributedDataParallel");
-  (void)group;
+  // Always, before the first broadcast: different models on different ranks would broadcast
+  // and reduce garbage, or wait on each other until the timeout.
+  default_group("DistributedDataParallel").check_same("DistributedDataParallel", layout(module));
   {
     NoGradGuard no_grad;
     std::vector<Work> works;
@@ -91,6 +92,7 @@ std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameters
 
 void DistributedDataParallel::start_backward() {
   in_backward_ = true;
+  stats_.launched_in_backward = 0;
   next_launch_ = 0;
   backward_start_ = std::chrono::steady_clock::now();
   for (Param& p : params_) p.ready = false;
@@ -104,7 +106,9 @@ void DistributedDataParallel::on_grad_ready(const TensorImpl* leaf, const Tensor
   Param& p = params_[it->second];
   if (p.ready) return;
   fill(p, grad);
+  in_backward_hook_ = true;
   launch_ready();
+  in_backward_hook_ = false;
 }
 
 // The bucket slot takes what .grad will hold after this backward: the incoming gradient plus
@@ -131,20 +135,16 @@ void DistributedDataParallel::launch_ready() {
     launch(buckets_[next_launch_++]);
 }
 
-std::string DistributedDataParallel::layout() const {
-  std::string s;
-  for (const Param& p : params_)
-    s += fmt::format("{}:{}{} ", p.name, dtype_name(p.tensor.dtype()), shape_str(p.tensor.shape()));
-  return s;
+std::string DistributedDataParallel::layout(const nn::Module& module) {
+  std::vector<std::string> entries;
+  for (const auto& [name, t] : module.named_parameters())
+    entries.push_back(fmt::format("{} {} {}", name, dtype_name(t.dtype()), shape_str(t.shape())));
+  return fmt::format("parameters {}", fmt::join(entries, ", "));
 }
 
 void DistributedDataParallel::launch(Bucket& b) {
   ProcessGroup& group = default_group("DistributedDataParallel");
-  if (!checked_) {
-    // The first bucket always: different models on different ranks would reduce garbage.
-    checked_ = true;
-    group.check_same("DistributedDataParallel's first bucket", layout());
-  }
+  if (in_backward_hook_) ++stats_.launched_in_backward;
   NoGradGuard no_grad;
   if (options_.comm_hook == CommHook::bf16_compress) {
     b.wire = mul(b.flat, Scalar(1.0 / group.config().world_size)).to(DType::bf16);

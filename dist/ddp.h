@@ -32,6 +32,7 @@ struct DdpOptions {
 // What the last synchronized backward did.
 struct DdpStats {
   std::int64_t buckets = 0;
+  std::int64_t launched_in_backward = 0;  // buckets whose all-reduce started before its end
   std::int64_t bytes_reduced = 0;  // gradient bytes all-reduced (what the wire carried)
   double comm_seconds = 0;         // the buckets' all-reduces on the group's thread, summed
   double hidden_seconds = 0;       // of that, while the backward still ran
@@ -92,7 +93,7 @@ class DistributedDataParallel : private autograd::GradReadyObserver {
   void launch_ready();
   void launch(Bucket& b);
   void finish_backward();
-  std::string layout() const;
+  static std::string layout(const nn::Module& module);
 
   nn::Module& module_;
   DdpOptions options_;
@@ -101,7 +102,7 @@ class DistributedDataParallel : private autograd::GradReadyObserver {
   std::unordered_map<const TensorImpl*, std::size_t> by_leaf_;
   bool no_sync_ = false;
   bool in_backward_ = false;
-  bool checked_ = false;  // the first bucket's cross-rank check
+  bool in_backward_hook_ = false;  // launching from a gradient-ready report
   std::size_t next_launch_ = 0;
   std::chrono::steady_clock::time_point backward_start_;
   DdpStats stats_;

@@ -32,6 +32,8 @@ ProcessGroup::~ProcessGroup() {
   }
   queue_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (!broken_.empty())
+    store_->linger(std::min<std::chrono::milliseconds>(config_.timeout, std::chrono::seconds(10)));
 }
 
 Work ProcessGroup::submit(std::string what, std::function<void()> run,
@@ -110,10 +112,11 @@ std::string ProcessGroup::describe_peers() {
     while (true) {
       std::vector<int> dead = store_->dead_ranks();
       if (!dead.empty()) {
-        std::string list;
-        for (int r : dead) list += (list.empty() ? "" : ", ") + std::to_string(r);
-        return fmt::format("peer rank {} is gone (its process exited or lost its connection)",
-                           list);
+        std::string later;
+        for (std::size_t i = 1; i < dead.size(); ++i)
+          later += (later.empty() ? "; then rank " : ", ") + std::to_string(dead[i]);
+        return fmt::format("peer rank {} is gone (its process exited or lost its connection{})",
+                           dead[0], later);
       }
       if (std::chrono::steady_clock::now() > deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));

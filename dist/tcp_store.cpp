@@ -189,7 +189,7 @@ class TcpStoreServer {
       }
     }
     std::lock_guard lock(mutex_);
-    if (rank >= 0 && !bye_.count(rank)) dead_.insert(rank);
+    if (rank >= 0 && !bye_.count(rank)) dead_.push_back(rank);
     cv_.notify_all();
   }
 
@@ -202,7 +202,8 @@ class TcpStoreServer {
   std::vector<int> conn_fds_;
   std::vector<std::thread> conn_threads_;
   std::map<std::string, std::vector<char>> data_;
-  std::set<int> bye_, dead_;
+  std::set<int> bye_;
+  std::vector<int> dead_;  // in the order their connections closed
 };
 
 namespace {
@@ -288,6 +289,10 @@ std::vector<int> TcpStore::dead_ranks() {
   std::vector<int> ranks;
   for (const auto& r : split(str(request('D', "", {})), ',')) ranks.push_back(std::stoi(r));
   return ranks;
+}
+
+void TcpStore::linger(std::chrono::milliseconds limit) {
+  if (server_) server_->wait_others(limit);
 }
 
 void TcpStore::close() {

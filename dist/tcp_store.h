@@ -28,11 +28,15 @@ class TcpStore {
   // Waits for the key until the timeout; Error naming it then.
   std::vector<char> get(const std::string& key);
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
-  // Ranks whose connection closed without a goodbye; Error when the server is unreachable.
+  // Ranks whose connection closed without a goodbye, the first to go first; Error when the
+  // server is unreachable.
   std::vector<int> dead_ranks();
   // Says goodbye; rank 0 then waits (within the timeout) for every other rank's goodbye or
   // death before it stops the server.
   void close();
+  // On rank 0: waits (up to `limit`) until every other rank said goodbye or died, so that those
+  // still failing can ask which rank went first.
+  void linger(std::chrono::milliseconds limit);
   std::string address() const { return host_ + ":" + std::to_string(port_); }
 
  private:

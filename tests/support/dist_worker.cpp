@@ -124,9 +124,12 @@ Results train(const std::string& mode, Device d, bool compiled) {
         ++backwards;
       },
       [&] { opt->zero_grad(); });
-  std::printf("ddp: %zu buckets, hidden %.2f\n", ddp.bucket_parameters().size(),
-              ddp.stats().hidden_fraction());
-  return params_of(model);
+  Results out = params_of(model);
+  const dist::DdpStats& stats = ddp.stats();
+  out.emplace_back("stats.buckets", from_vector(std::vector<std::int64_t>{stats.buckets}));
+  out.emplace_back("stats.launched_in_backward",
+                   from_vector(std::vector<std::int64_t>{stats.launched_in_backward}));
+  return out;
 }
 
 // Rank 1 dies in its second step's backward, after its first buckets went out.
