@@ -29,7 +29,9 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
     test_attention_shared_memory:attention_shared_memory/a_48_kb_device_refuses_f32_head_dim_256_and_keeps_the_ops
     test_attention_shared_memory:attention_shared_memory/explain_shows_the_tiles_of_each_device
     test_attention_rewrite:attention_rewrite/a_call_the_kernels_refuse_keeps_its_ops
-    test_attention_rewrite:attention_rewrite/a_step_that_falls_back_at_run_time_is_not_a_kernel_call)
+    test_attention_rewrite:attention_rewrite/a_step_that_falls_back_at_run_time_is_not_a_kernel_call
+    test_dist_nccl:without_libnccl_the_nccl_backend_is_an_error_naming_it
+    test_dist_nccl:libnccl_has_every_function_the_backend_calls)
   # Cases long enough to be entries of their own, so that ctest keeps both cores busy to the end:
   # the fuzzers' shards, each zoo model's training, the attention rewrite on each zoo model.
   list(APPEND kiln_conditional_cases

@@ -38,6 +38,9 @@ struct NcclApi {
   const char* (*get_error_string)(int result) = nullptr;
 };
 
+// The table of the library `name` (dlopen, then a dlsym per function): Error naming the library
+// when it cannot be loaded, or the first function it lacks.
+NcclApi load_nccl_library(const char* name = "libnccl.so.2");
 // The table the nccl backend uses: the fake installed for a test, else libnccl.so.2's (loaded
 // once; Error naming libnccl.so.2 when dlopen cannot load it).
 const NcclApi& nccl_api();

@@ -18,15 +18,17 @@ namespace {
 
 const NcclApi* fake_api = nullptr;
 
-NcclApi load_library() {
-  void* lib = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+}  // namespace
+
+NcclApi load_nccl_library(const char* library) {
+  void* lib = ::dlopen(library, RTLD_NOW | RTLD_LOCAL);
   KILN_CHECK(lib != nullptr,
-             "kiln::dist: the nccl backend needs NCCL's library libnccl.so.2, which could not "
-             "be loaded ({}); install NCCL or use the gloo backend",
-             ::dlerror());
+             "kiln::dist: the nccl backend needs NCCL's library {}, which could not be loaded "
+             "({}); install NCCL or use the gloo backend",
+             library, ::dlerror());
   auto symbol = [&](const char* name) {
     void* p = ::dlsym(lib, name);
-    KILN_CHECK(p != nullptr, "kiln::dist: libnccl.so.2 has no {}", name);
+    KILN_CHECK(p != nullptr, "kiln::dist: {} has no {}", library, name);
     return p;
   };
   NcclApi api;
@@ -43,6 +45,8 @@ NcclApi load_library() {
 #undef KILN_NCCL_SYMBOL
   return api;
 }
+
+namespace {
 
 int nccl_type(DType dtype, const char* op) {
   constexpr std::pair<DType, int> types[] = {
@@ -125,7 +129,7 @@ const NcclApi& nccl_api() {
   static std::mutex mutex;
   static std::optional<NcclApi> library;
   std::lock_guard lock(mutex);
-  if (!library) library = load_library();
+  if (!library) library = load_nccl_library();
   return *library;
 }
 

@@ -32,6 +32,9 @@ ProcessGroup::~ProcessGroup() {
   }
   queue_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // After a failure, rank 0's store outlives its connections: a peer still waiting on this rank
+  // fails at once and can ask the store which rank went first.
+  backend_.reset();
   if (!broken_.empty())
     store_->linger(std::min<std::chrono::milliseconds>(config_.timeout, std::chrono::seconds(10)));
 }
@@ -105,6 +108,7 @@ void ProcessGroup::execute(Work::State& state, const std::function<void()>& run)
 }
 
 std::string ProcessGroup::describe_peers() {
+  if (config_.world_size == 1) return "no peers";
   // The store sees a dead rank's connection close at about the time a collective does: look
   // again for a moment before saying no peer died.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);

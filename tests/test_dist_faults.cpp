@@ -22,7 +22,7 @@ BOOST_AUTO_TEST_CASE(a_rank_killed_mid_step_makes_the_others_fail_naming_it) {
     test::TempDir dir;
     auto start = std::chrono::steady_clock::now();
     auto ranks = test::spawn_workers(n, {"die", "cpu", false, "KILN_DIST_TIMEOUT=20"}, dir, 60);
-    BOOST_TEST(seconds_since(start) < 20.0);
+    BOOST_TEST(seconds_since(start) < 10.0);  // well within the timeout: no rank waits it out
     BOOST_TEST(ranks[1].status == 137);  // SIGKILL, as `timeout` reports it
     for (int r = 0; r < n; ++r) {
       if (r == 1) continue;

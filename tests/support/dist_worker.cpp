@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
       die(d);
     } else if (mode == "stall") {
       if (dist::rank() == 1)
-        std::this_thread::sleep_for(dist::timeout() * 3);
+        std::this_thread::sleep_for(dist::timeout() * 3 / 2);
       else
         dist::all_reduce(zeros({4}, DType::f32, d));
     } else if (mode == "mismatch") {
