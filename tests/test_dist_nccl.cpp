@@ -68,15 +68,14 @@ dist::InitOptions one_rank() {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(the_nccl_backend_makes_the_calls_nccl_expects) {
-  dist::NcclApi fake;
-  fake.get_unique_id = fake_unique_id;
-  fake.comm_init_rank = fake_init;
-  fake.comm_destroy = fake_destroy;
-  fake.all_reduce = fake_all_reduce;
-  fake.broadcast = fake_broadcast;
-  fake.all_gather = fake_all_gather;
-  fake.reduce_scatter = fake_reduce_scatter;
-  fake.get_error_string = fake_error_string;
+  dist::NcclApi fake{.get_unique_id = fake_unique_id,
+                     .comm_init_rank = fake_init,
+                     .comm_destroy = fake_destroy,
+                     .all_reduce = fake_all_reduce,
+                     .broadcast = fake_broadcast,
+                     .all_gather = fake_all_gather,
+                     .reduce_scatter = fake_reduce_scatter,
+                     .get_error_string = fake_error_string};
   dist::set_nccl_api_for_testing(&fake);
   calls.clear();
   dist::init_process_group("nccl", one_rank());
