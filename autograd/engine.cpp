@@ -5,13 +5,12 @@
 #include "autograd/engine.h"
 
 #include <algorithm>
-#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "autograd/autocast.h"
 #include "autograd/foreach.h"
-#include "autograd/grad_ready.h"
+#include "autograd/grad_ready_tracker.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "runtime/grad_mode.h"
@@ -42,48 +41,8 @@ std::vector<Node*> execution_order(const std::vector<Node*>& roots) {
   return nodes;
 }
 
-std::mutex observers_mutex;
-std::vector<GradReadyObserver*>& observers() {
-  static std::vector<GradReadyObserver*> list;
-  return list;
-}
-
-// Tells the observers when each leaf's gradient is final: once every node with an edge to its
-// accumulator has been visited (run, or skipped for want of a gradient).
-class ReadyTracker {
- public:
-  ReadyTracker(std::vector<GradReadyObserver*> observers, const std::vector<Node*>& order)
-      : observers_(std::move(observers)) {
-    if (observers_.empty()) return;
-    for (Node* n : order)
-      for (const auto& e : n->next_edges())
-        if (e.valid() && dynamic_cast<AccumulateGrad*>(e.fn.get())) ++pending_[e.fn.get()];
-  }
-  bool active() const { return !observers_.empty(); }
-  // `n` has been visited; `buffers` holds what has reached each accumulator so far.
-  template <typename Buffers>
-  void visited(Node* n, const Buffers& buffers) {
-    if (observers_.empty()) return;
-    for (const auto& e : n->next_edges()) {
-      auto it = e.valid() ? pending_.find(e.fn.get()) : pending_.end();
-      if (it == pending_.end() || --it->second > 0) continue;
-      auto* acc = static_cast<AccumulateGrad*>(e.fn.get());
-      auto b = buffers.find(acc);
-      Tensor g = b == buffers.end() ? Tensor() : b->second.at(0);
-      for (auto* o : observers_) o->on_grad_ready(acc->leaf(), g);
-    }
-  }
-  void finished() {
-    for (auto* o : observers_) o->on_backward_end();
-  }
-
- private:
-  std::vector<GradReadyObserver*> observers_;
-  std::unordered_map<Node*, int> pending_;
-};
-
 // Incoming gradients per node, one slot per forward output.
-using Buffers = std::unordered_map<Node*, std::vector<Tensor>>;
+using Buffers = ReadyTracker::Buffers;
 
 void add_to(Buffers& buffers, const Edge& edge, const Tensor& g) {
   auto [it, inserted] = buffers.try_emplace(edge.fn.get());
@@ -117,16 +76,11 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
   // The .grad tensors updated in place after the graph has run, and what each takes.
   std::vector<Tensor> in_place_grads, in_place_incoming;
   std::vector<Node*> order = execution_order(root_nodes);
-  std::vector<GradReadyObserver*> watching;
-  if (!capture && !active_interceptor()) {
-    std::lock_guard lock(observers_mutex);
-    watching = observers();
-  }
-  ReadyTracker ready(std::move(watching), order);
+  ReadyTracker ready(!capture && !active_interceptor(), order, buffers);
   for (Node* node : order) {
     auto it = buffers.find(node);
     if (it == buffers.end()) {
-      ready.visited(node, buffers);
+      ready.visited(node);
       continue;
     }
     std::vector<Tensor> g = std::move(it->second);
@@ -141,11 +95,13 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
         continue;
       }
     }
+    ready.running(node);
     std::vector<Tensor> next = node->apply(g);
+    ready.running(nullptr);
     const auto& edges = node->next_edges();
     for (std::size_t i = 0; i < edges.size() && i < next.size(); ++i)
       if (edges[i].valid() && next[i].defined()) add_to(buffers, edges[i], next[i]);
-    ready.visited(node, buffers);
+    ready.visited(node);
     // The graph built under create_graph refers back to this one (PyTorch's retain_graph
     // defaults to create_graph for the same reason).
     if (!retain_graph && !create_graph) node->release();
@@ -155,16 +111,6 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
 }
 
 }  // namespace
-
-void add_grad_ready_observer(GradReadyObserver* observer) {
-  std::lock_guard lock(observers_mutex);
-  observers().push_back(observer);
-}
-
-void remove_grad_ready_observer(GradReadyObserver* observer) {
-  std::lock_guard lock(observers_mutex);
-  std::erase(observers(), observer);
-}
 
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
                   bool retain_graph, bool create_graph) {

@@ -23,4 +23,10 @@ class GradReadyObserver {
 void add_grad_ready_observer(GradReadyObserver* observer);
 void remove_grad_ready_observer(GradReadyObserver* observer);
 
+// For a node whose backward makes its input gradients one after another (a compiled function's
+// plan): says, while it runs, that the gradient it returns for next edge `edge` is `grad` and
+// final, so observers hear of a leaf that only this node feeds before the node returns. The
+// leaf is reported once either way; outside a watched backward this does nothing.
+void report_gradient_early(std::size_t edge, const Tensor& grad);
+
 }  // namespace kiln::autograd

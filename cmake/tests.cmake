@@ -85,12 +85,12 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
   # a unit that wraps it in a suite of its own name (tests/support/file_suite.h), and ctest keeps
   # an entry per file (`kiln_tests_AREA --run_test=test_x`). First match wins.
   set(kiln_test_areas
-    "dist:^test_dist_"
     "device:^test_device_"
     "codegen:^test_(codegen|kernel|cuda|vgpu|determinism|random)_?"
     "attention:^test_(attention|blaslt)_"
     "autograd:^test_(ops|gradcheck|autograd|tensor|factories|errors|op_table|grad|nn|optim|fused|autocast)_?"
     "graph:^test_(graph|pass_pipeline|fusion)_?"
+    "dist:^test_dist_"
     "jit:.")
   # Suites of generated kernels run a second time under a shuffled schedule (virtual GPU).
   set(kiln_random_schedule_suites "^test_(device_corpus_|codegen_pointwise|codegen_reduction|jit_cuda$)")
@@ -236,12 +236,13 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
     add_executable(kiln_dist_worker tests/support/dist_worker.cpp)
     target_include_directories(kiln_dist_worker PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests)
     target_link_libraries(kiln_dist_worker PRIVATE kiln kiln_dist)
-    add_dependencies(kiln_tests_dist kiln_dist_worker kiln_tool)
+    add_dependencies(kiln_tests_dist kiln_dist_worker kiln_tool gpt_train)
     foreach(src ${KILN_TESTS})
       get_filename_component(name ${src} NAME_WE)
       if(name MATCHES "^test_dist_")
         kiln_test_definitions(${name} KILN_DIST_WORKER="$<TARGET_FILE:kiln_dist_worker>"
-                              KILN_TOOL="$<TARGET_FILE:kiln_tool>")
+                              KILN_TOOL="$<TARGET_FILE:kiln_tool>"
+                              KILN_GPT_TRAIN="$<TARGET_FILE:gpt_train>")
       endif()
     endforeach()
   endif()

@@ -312,11 +312,13 @@ double Work::seconds() const {
 }
 
 std::chrono::steady_clock::time_point Work::started() const {
+  if (!state_) return {};
   std::lock_guard lock(state_->mutex);
   return state_->started;
 }
 
 std::chrono::steady_clock::time_point Work::ended() const {
+  if (!state_) return {};
   std::lock_guard lock(state_->mutex);
   return state_->ended;
 }

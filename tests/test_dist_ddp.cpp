@@ -149,3 +149,39 @@ BOOST_AUTO_TEST_CASE(different_models_on_different_ranks_are_an_error_naming_bot
                ranks[r].output);
   }
 }
+
+namespace {
+
+// The losses gpt_train printed ("step N  loss X", with a "[rank 0] " prefix under kiln launch).
+std::vector<double> printed_losses(const std::string& output) {
+  std::vector<double> losses;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    auto at = line.find("loss ");
+    if (line.find("step ") == std::string::npos || at == std::string::npos) continue;
+    losses.push_back(std::stod(line.substr(at + 5)));
+  }
+  return losses;
+}
+
+}  // namespace
+
+// The demo: gpt_train --ddp on 2 and 4 ranks prints the loss curve of one process on the whole
+// batch (each loss the mean over ranks, rounded to 4 decimals as printed).
+BOOST_AUTO_TEST_CASE(gpt_train_ddp_gives_the_loss_curve_of_one_process) {
+  std::string args = " --steps 6 --log-every 1";
+  auto single = test::run_command(std::string("timeout 120 ") + KILN_GPT_TRAIN + args);
+  BOOST_TEST_REQUIRE(single.status == 0, single.output);
+  std::vector<double> want = printed_losses(single.output);
+  BOOST_TEST_REQUIRE(want.size() == 6u, single.output);
+  for (int n : {2, 4}) {
+    auto run = test::run_command("timeout 120 " + std::string(KILN_TOOL) + " launch -n " +
+                                 std::to_string(n) + " --master-port 0 -- " + KILN_GPT_TRAIN +
+                                 args + " --ddp");
+    BOOST_TEST_REQUIRE(run.status == 0, run.output);
+    std::vector<double> got = printed_losses(run.output);
+    BOOST_TEST_REQUIRE(got.size() == want.size(), run.output);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      BOOST_TEST(std::abs(got[i] - want[i]) <= 2e-4, n << " ranks, step " << i + 1);
+  }
+}
