@@ -1,10 +1,11 @@
 // Data-parallel training of an MLP with at least 4 gradient buckets, on 1, 2 and 4 ranks on
-// this machine (Gloo on loopback, CPU tensors), each rank started by the launcher of
-// `kiln launch` (tools/launch.h). Per warm step, rank 0 prints: step time; bytes this rank wrote
-// to its sockets (/proc/self/io) against the ring ideal 2(N-1)/N x gradient bytes; the fraction
-// of the buckets' all-reduce time the backward hid; peak optimizer state per rank, AdamW alone
-// and under ZeRO-1. KILN_BENCH_STEPS: warm steps (default 5); KILN_BENCH_RANKS: a comma list
-// (default 1,2,4).
+// this machine (Gloo on loopback, CPU tensors), 128 rows per rank, each rank started by the
+// launcher of `kiln launch` (tools/launch.h). Per warm step, rank 0 prints: step time; bytes this
+// rank wrote to its sockets (/proc/self/io) against the ring ideal 2(N-1)/N x gradient bytes; the
+// fraction of the buckets' all-reduce time the backward hid; peak optimizer state per rank, AdamW
+// alone and under ZeRO-1, and the bytes a ZeRO-1 step sends (reduce-scatter and all-gather: the
+// same ideal). KILN_BENCH_STEPS: warm steps (default 5); KILN_BENCH_RANKS: a comma list (default
+// 1,2,4).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr std::int64_t kWidth = 512, kLayers = 8, kBatch = 256;
+constexpr std::int64_t kWidth = 512, kLayers = 8, kBatch = 128;  // rows per rank
 
 class Mlp : public nn::Module {
  public:
@@ -71,7 +72,7 @@ int run_rank() {
   dist::DistributedDataParallel ddp(model, options);
   optim::AdamW opt(model.parameters(), 1e-3);
   Generator data(2 + static_cast<std::uint64_t>(r));
-  Tensor x = randn({kBatch / n, kWidth}, DType::f32, &data);
+  Tensor x = randn({kBatch, kWidth}, DType::f32, &data);
   std::int64_t grad_bytes = 0;
   for (const auto& p : model.parameters()) grad_bytes += p.numel() * 4;
   int steps = steps_from_env();
@@ -95,8 +96,14 @@ int run_rank() {
   dist::ZeroRedundancyOptimizer zero(sharded.parameters(), [](std::vector<Tensor> ps) {
     return std::make_unique<optim::AdamW>(std::move(ps), 1e-3);
   });
-  square(sharded.forward(x)).mean().backward();
-  zero.step();
+  std::uint64_t zero_bytes = 0;
+  for (int s = -1; s < steps; ++s) {  // one warm-up step
+    square(sharded.forward(x)).mean().backward();
+    std::uint64_t before = dist::bytes_written();
+    zero.step();
+    if (s >= 0) zero_bytes += dist::bytes_written() - before;
+    zero.zero_grad();
+  }
   if (r == 0) {
     double ideal = 2.0 * (n - 1) / n * static_cast<double>(grad_bytes);
     std::printf("ranks %d: %zu buckets, gradients %.2f MB\n", n, ddp.bucket_parameters().size(),
@@ -110,6 +117,9 @@ int run_rank() {
                 1e3 * comm / steps, comm > 0 ? 100 * hidden / comm : 100.0);
     std::printf("  optimizer state per rank: AdamW %.2f MB, ZeRO-1 %.2f MB (1/%d)\n",
                 adamw_state / 1e6, zero.state_bytes() / 1e6, n);
+    std::printf(
+        "  ZeRO-1 step (reduce-scatter + all-gather) sent %.2f MB per rank, ideal %.2f MB\n",
+        zero_bytes / 1e6 / steps, ideal / 1e6);
   }
   dist::destroy_process_group();
   return 0;

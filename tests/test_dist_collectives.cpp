@@ -21,7 +21,7 @@ void check_collectives(int n, const std::string& device) {
   float ranks = n * (n - 1) / 2.0f;
   for (int r = 0; r < n; ++r) {
     auto got = test::rank_results(dir, r);
-    BOOST_TEST_REQUIRE(got.size() == 10u, "rank " << r);
+    BOOST_TEST_REQUIRE(got.size() == 11u, "rank " << r);
     BOOST_TEST(floats(got["sum"]) == (std::vector<float>{s, 2 * s, 3 * s}),
                boost::test_tools::per_element());
     BOOST_TEST(floats(got["avg"]) == (std::vector<float>{s / n, 2 * s / n, 3 * s / n}),
@@ -48,6 +48,10 @@ void check_collectives(int n, const std::string& device) {
     // Chunk r of [100q + k for k < 2n], summed over ranks q.
     std::vector<float> scattered{100 * ranks + n * (2.f * r), 100 * ranks + n * (2.f * r + 1)};
     BOOST_TEST(floats(got["reduce_scatter"]) == scattered, boost::test_tools::per_element());
+    // The same chunk averaged, in bf16 (whole numbers up to 256 are exact).
+    BOOST_TEST(floats(got["reduce_scatter_avg_bf16"]) ==
+                   (std::vector<float>{2.f * r + ranks / n, 2.f * r + 1 + ranks / n}),
+               boost::test_tools::per_element());
     BOOST_TEST(floats(got["async_sum"]) == (std::vector<float>{ranks}),
                boost::test_tools::per_element());
   }
@@ -61,6 +65,11 @@ BOOST_AUTO_TEST_CASE(collectives_on_two_ranks_give_the_hand_computed_values) {
 
 BOOST_AUTO_TEST_CASE(collectives_on_four_ranks_give_the_hand_computed_values) {
   check_collectives(4, "cpu");
+}
+
+// Not a power of two: Gloo's halving-doubling reduce-scatter takes another path.
+BOOST_AUTO_TEST_CASE(collectives_on_three_ranks_give_the_hand_computed_values) {
+  check_collectives(3, "cpu");
 }
 
 BOOST_AUTO_TEST_CASE(collectives_on_virtual_gpus_are_staged_through_the_host) {

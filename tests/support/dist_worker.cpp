@@ -59,6 +59,11 @@ Results collectives(Device d) {
   Tensor s = zeros({2}, DType::f32, d);
   dist::reduce_scatter(s, f32(in), dist::ReduceOp::sum);
   out.emplace_back("reduce_scatter", s);
+  std::vector<float> small;
+  for (int k = 0; k < 2 * n; ++k) small.push_back(1.f * r + k);
+  Tensor sb = zeros({2}, DType::bf16, d);
+  dist::reduce_scatter(sb, f32(small).to(DType::bf16), dist::ReduceOp::avg);
+  out.emplace_back("reduce_scatter_avg_bf16", sb);
   Tensor w = f32({1.f * r});
   dist::Work work = dist::all_reduce_async(w, dist::ReduceOp::sum);
   work.wait();
