@@ -42,6 +42,7 @@ ReadyTracker::ReadyTracker(bool watch, const std::vector<Node*>& order, const Bu
     observers_ = observers();
   }
   if (observers_.empty()) return;
+  for (auto* o : observers_) o->on_backward_begin();
   for (Node* n : order)
     for (const auto& e : n->next_edges())
       if (e.valid() && dynamic_cast<AccumulateGrad*>(e.fn.get())) ++pending_[e.fn.get()];

@@ -10,6 +10,8 @@ namespace kiln::autograd {
 class GradReadyObserver {
  public:
   virtual ~GradReadyObserver() = default;
+  // A backward starts (one the engine watches: see below).
+  virtual void on_backward_begin() {}
   // `leaf`'s gradient from this backward is final: `grad`, not yet added into the leaf's .grad
   // (the engine adds it after the graph has run). Undefined when no gradient reached the leaf
   // although the graph reached it.

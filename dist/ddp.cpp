@@ -72,13 +72,25 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, DdpOptions 
 
 DistributedDataParallel::~DistributedDataParallel() {
   autograd::remove_grad_ready_observer(this);
+  wait_quietly();
+}
+
+// Waits for every bucket in flight; their errors were (or will be) reported by the backward
+// that launched them.
+void DistributedDataParallel::wait_quietly() {
   for (Bucket& b : buckets_) {
     try {
       b.work.wait();
     } catch (const std::exception&) {
-      // Reported to the backward that launched it; nothing to add while destroying.
     }
   }
+}
+
+// A backward that threw before its end left its buckets half filled: start afresh.
+void DistributedDataParallel::on_backward_begin() {
+  if (!in_backward_) return;
+  wait_quietly();
+  in_backward_ = false;
 }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameters() const {
@@ -163,13 +175,7 @@ void DistributedDataParallel::on_backward_end() {
     if (!p.ready) unused.push_back(p.name);
   if (!unused.empty() && !options_.find_unused_parameters) {
     in_backward_ = false;
-    for (Bucket& b : buckets_) {
-      try {
-        b.work.wait();
-      } catch (const std::exception&) {
-        // The missing gradient is the error to report.
-      }
-    }
+    wait_quietly();  // the missing gradient is the error to report
     throw Error(fmt::format(
         "kiln::dist: DistributedDataParallel: parameter{} {} got no gradient in this backward; "
         "with find_unused_parameters off every parameter must take part in the loss (set "

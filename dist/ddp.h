@@ -86,6 +86,7 @@ class DistributedDataParallel : private autograd::GradReadyObserver {
     Work work;
   };
 
+  void on_backward_begin() override;
   void on_grad_ready(const TensorImpl* leaf, const Tensor& grad) override;
   void on_backward_end() override;
   void start_backward();
@@ -93,6 +94,7 @@ class DistributedDataParallel : private autograd::GradReadyObserver {
   void launch_ready();
   void launch(Bucket& b);
   void finish_backward();
+  void wait_quietly();
   static std::string layout(const nn::Module& module);
 
   nn::Module& module_;

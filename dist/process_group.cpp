@@ -128,7 +128,7 @@ std::string ProcessGroup::describe_peers() {
   } catch (const std::exception&) {
     return fmt::format("peer rank 0 is gone (its store at {} is unreachable)", store_->address());
   }
-  return "no peer is known to be gone (a peer may be slow, or in another collective)";
+  return "no peer is known to be gone (a peer may be slow, not started, or in another collective)";
 }
 
 void ProcessGroup::check_same(const std::string& op, const std::string& mine) {

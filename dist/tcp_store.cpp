@@ -17,6 +17,8 @@
 #include <set>
 #include <thread>
 
+#include <fmt/ranges.h>
+
 #include "runtime/error.h"
 
 namespace kiln::dist {
@@ -264,10 +266,8 @@ std::vector<char> TcpStore::request(char op, const std::string& key,
              "kiln::dist: the store of rank 0 at {} is unreachable from rank {} (rank 0 is "
              "gone)",
              address(), rank_);
-  KILN_CHECK(status == 0,
-             "kiln::dist: rank {} timed out after {} ms waiting in the store for "
-             "'{}'",
-             rank_, timeout_.count(), key);
+  KILN_CHECK(status == 0, "kiln::dist: rank {} timed out after {} ms waiting in the store for '{}'",
+             rank_, timeout_.count(), fmt::join(split(key, '\n'), "', '"));
   return out;
 }
 

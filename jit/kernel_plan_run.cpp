@@ -165,8 +165,9 @@ void run_step(const PlanStep& step, RunState& s) {
 
 namespace {
 
-// Per step, the outputs whose producer it runs; the last list holds the rest (inputs, and values
-// of no step), made before any step runs.
+// Per step, the outputs whose producer it runs; the last list holds the graph's inputs that are
+// outputs, there before any step runs. An output of no step is left for the caller to find in
+// what run() returns.
 std::vector<std::vector<std::size_t>> outputs_by_step(const graph::Graph& g,
                                                       const std::vector<PlanStep>& steps) {
   std::unordered_map<int, std::size_t> step_of_node;
@@ -174,8 +175,12 @@ std::vector<std::vector<std::size_t>> outputs_by_step(const graph::Graph& g,
     for (int n : steps[i].nodes) step_of_node[n] = i;
   std::vector<std::vector<std::size_t>> finishes(steps.size() + 1);
   for (std::size_t k = 0; k < g.outputs.size(); ++k) {
-    auto it = step_of_node.find(g.values[g.outputs[k]].producer);
-    finishes[it == step_of_node.end() ? steps.size() : it->second].push_back(k);
+    int producer = g.values[g.outputs[k]].producer;
+    auto it = step_of_node.find(producer);
+    if (producer < 0)
+      finishes.back().push_back(k);
+    else if (it != step_of_node.end())
+      finishes[it->second].push_back(k);
   }
   return finishes;
 }

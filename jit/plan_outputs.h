@@ -12,7 +12,7 @@ namespace kiln::jit {
 using OutputReady = std::function<void(std::size_t output, const Tensor& value)>;
 
 // KernelPlan::run, calling `on_output(k, value)` right after the step that produces output k
-// (before any step for outputs that are inputs, or that no step produces).
+// (before any step for an output that is an input; never for one no step produces).
 std::vector<Tensor> run_reporting_outputs(const KernelPlan& plan, const graph::Graph& graph,
                                           std::span<const CallArg> args,
                                           std::span<const std::int64_t> symbol_values,

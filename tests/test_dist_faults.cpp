@@ -61,3 +61,20 @@ BOOST_AUTO_TEST_CASE(launch_exits_zero_when_every_rank_does) {
   BOOST_TEST(run.status == 0, run.output);
   BOOST_TEST(run.output.find("[rank 1] 127.0.0.1 1") != std::string::npos, run.output);
 }
+
+// A rank alone: rank 0 waits for its peer in the rendezvous, rank 1 for rank 0's store; both
+// give up after the timeout with an error that says what they waited for.
+BOOST_AUTO_TEST_CASE(a_rendezvous_no_peer_joins_is_an_error_after_the_timeout) {
+  for (int rank : {0, 1}) {
+    auto start = std::chrono::steady_clock::now();
+    auto run = test::run_command(
+        "env RANK=" + std::to_string(rank) +
+        " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(tools::free_port()) +
+        " KILN_DIST_TIMEOUT=1 timeout 60 " + KILN_DIST_WORKER + " collectives /tmp cpu");
+    BOOST_TEST(run.status == 1, run.output);
+    BOOST_TEST(seconds_since(start) < 20.0);
+    const char* want = rank == 0 ? "init_process_group(\"gloo\") failed on rank 0 of 2"
+                                 : "rank 1 could not reach the store of rank 0 at 127.0.0.1:";
+    BOOST_TEST(run.output.find(want) != std::string::npos, run.output);
+  }
+}
