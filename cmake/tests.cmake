@@ -79,7 +79,7 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
     test_zoo.llama_head_dim_16_trains_on_cuda_as_in_f64_on_the_cpu:15
     test_zoo.neox_trains_on_cuda_as_in_f64_on_the_cpu:12
     test_zoo.gpt2_trains_on_cuda_as_in_f64_on_the_cpu:12
-    test_cuda_kernels_only:14 test_layers:13)
+    test_cuda_kernels_only:14 test_dist_ddp:14 test_layers:13)
 
   # One Boost.Test runner per area instead of an executable per file: each file compiles once as
   # a unit that wraps it in a suite of its own name (tests/support/file_suite.h), and ctest keeps

@@ -79,7 +79,7 @@ Results params_of(const nn::Module& m) {
   return out;
 }
 
-Results train(const std::string& mode, Device d, bool compiled) {
+Results train(const std::string& mode, const std::string& out_dir, Device d, bool compiled) {
   int r = dist::rank(), n = dist::world_size();
   std::int64_t rows = test::kRows / n;
   // Different initial values per rank: DDP's broadcast must make them rank 0's.
@@ -129,6 +129,7 @@ Results train(const std::string& mode, Device d, bool compiled) {
         ++backwards;
       },
       [&] { opt->zero_grad(); });
+  if (r == 0) model.save(out_dir + "/checkpoint.safetensors");  // what a user checkpoints
   Results out = params_of(model);
   const dist::DdpStats& stats = ddp.stats();
   out.emplace_back("stats.buckets", from_vector(std::vector<std::int64_t>{stats.buckets}));
@@ -179,7 +180,7 @@ int main(int argc, char** argv) {
       dist::set_debug_checks(true);
       dist::all_reduce(zeros({3 + dist::rank()}, DType::f32, d));
     } else {
-      results = train(mode, d, compiled);
+      results = train(mode, out_dir, d, compiled);
     }
     if (!results.empty())
       save_safetensors(out_dir + "/rank" + std::to_string(dist::rank()) + ".safetensors", results);
