@@ -262,6 +262,8 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
   kiln_layer_probe(kiln_layer_probe_autograd_ops autograd autograd/ops.h)
   kiln_layer_probe(kiln_layer_probe_cache_includes_jit cache jit/compile.h)
   kiln_layer_probe(kiln_layer_probe_graph_includes_autograd graph autograd/ops.h)
+  kiln_layer_probe(kiln_layer_probe_dist_ddp dist dist/ddp.h)
+  kiln_layer_probe(kiln_layer_probe_jit_includes_dist jit dist/dist.h)
   kiln_test_definitions(test_layers KILN_BINARY_DIR="${CMAKE_CURRENT_BINARY_DIR}"
                         KILN_CMAKE_COMMAND="${CMAKE_COMMAND}")
   # It builds in this build tree, as test_install installs from it: never both at once.

@@ -62,8 +62,9 @@ int rank();
 int world_size();
 int local_rank();
 std::chrono::milliseconds timeout();
-// Bytes this process has written to its sockets so far (Gloo's transport writes through
-// writev, which /proc/self/io counts); what bench_ddp compares with the ring ideal.
+// Bytes this process has written so far by any write call (/proc/self/io's wchar), Gloo's
+// socket writes among them: bench_ddp's bytes sent, measured around steps that write nothing
+// else.
 std::uint64_t bytes_written();
 
 void barrier();
