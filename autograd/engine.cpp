@@ -10,9 +10,11 @@
 
 #include "autograd/autocast.h"
 #include "autograd/foreach.h"
+#include "autograd/grad_ready_tracker.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "runtime/grad_mode.h"
+#include "runtime/trace_hooks.h"
 
 namespace kiln::autograd {
 
@@ -40,7 +42,7 @@ std::vector<Node*> execution_order(const std::vector<Node*>& roots) {
 }
 
 // Incoming gradients per node, one slot per forward output.
-using Buffers = std::unordered_map<Node*, std::vector<Tensor>>;
+using Buffers = ReadyTracker::Buffers;
 
 void add_to(Buffers& buffers, const Edge& edge, const Tensor& g) {
   auto [it, inserted] = buffers.try_emplace(edge.fn.get());
@@ -73,9 +75,14 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
   }
   // The .grad tensors updated in place after the graph has run, and what each takes.
   std::vector<Tensor> in_place_grads, in_place_incoming;
-  for (Node* node : execution_order(root_nodes)) {
+  std::vector<Node*> order = execution_order(root_nodes);
+  ReadyTracker ready(!capture && !active_interceptor(), order, buffers);
+  for (Node* node : order) {
     auto it = buffers.find(node);
-    if (it == buffers.end()) continue;
+    if (it == buffers.end()) {
+      ready.visited(node);
+      continue;
+    }
     std::vector<Tensor> g = std::move(it->second);
     buffers.erase(it);
     if (capture) {
@@ -88,15 +95,19 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
         continue;
       }
     }
+    ready.running(node);
     std::vector<Tensor> next = node->apply(g);
+    ready.running(nullptr);
     const auto& edges = node->next_edges();
     for (std::size_t i = 0; i < edges.size() && i < next.size(); ++i)
       if (edges[i].valid() && next[i].defined()) add_to(buffers, edges[i], next[i]);
+    ready.visited(node);
     // The graph built under create_graph refers back to this one (PyTorch's retain_graph
     // defaults to create_graph for the same reason).
     if (!retain_graph && !create_graph) node->release();
   }
   if (!in_place_grads.empty()) foreach_add_(in_place_grads, in_place_incoming);
+  if (ready.active()) ready.finished();
 }
 
 }  // namespace

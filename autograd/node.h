@@ -121,6 +121,7 @@ class AccumulateGrad : public Node {
   // does for all such leaves of a backward at once (foreach_add_); undefined where backward()
   // must run instead: under create_graph, with no .grad yet, or where the update could be seen.
   Tensor in_place_target(const Tensor& grad_output) const;
+  const TensorImpl* leaf() const { return leaf_.get(); }
 
  protected:
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override;

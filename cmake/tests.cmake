@@ -29,7 +29,9 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
     test_attention_shared_memory:attention_shared_memory/a_48_kb_device_refuses_f32_head_dim_256_and_keeps_the_ops
     test_attention_shared_memory:attention_shared_memory/explain_shows_the_tiles_of_each_device
     test_attention_rewrite:attention_rewrite/a_call_the_kernels_refuse_keeps_its_ops
-    test_attention_rewrite:attention_rewrite/a_step_that_falls_back_at_run_time_is_not_a_kernel_call)
+    test_attention_rewrite:attention_rewrite/a_step_that_falls_back_at_run_time_is_not_a_kernel_call
+    test_dist_nccl:without_libnccl_the_nccl_backend_is_an_error_naming_it
+    test_dist_nccl:libnccl_has_every_function_the_backend_calls)
   # Cases long enough to be entries of their own, so that ctest keeps both cores busy to the end:
   # the fuzzers' shards, each zoo model's training, the attention rewrite on each zoo model.
   list(APPEND kiln_conditional_cases
@@ -83,7 +85,7 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
     test_zoo.neox_trains_on_cuda_as_in_f64_on_the_cpu:12
     test_zoo.gpt2_trains_on_cuda_as_in_f64_on_the_cpu:12
     test_zoo.dropout_steps_compiled_equal_eager_from_the_same_seed:12
-    test_cuda_kernels_only:14 test_layers:13)
+    test_cuda_kernels_only:14 test_dist_ddp:14 test_layers:13)
 
   # One Boost.Test runner per area instead of an executable per file: each file compiles once as
   # a unit that wraps it in a suite of its own name (tests/support/file_suite.h), and ctest keeps
@@ -94,6 +96,7 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
     "attention:^test_(attention|blaslt)_"
     "autograd:^test_(ops|gradcheck|autograd|tensor|factories|errors|op_table|grad|nn|optim|fused|autocast)_?"
     "graph:^test_(graph|pass_pipeline|fusion)_?"
+    "dist:^test_dist_"
     "jit:.")
   # Suites of generated kernels run a second time under a shuffled schedule (virtual GPU).
   set(kiln_random_schedule_suites "^test_(device_corpus_|codegen_pointwise|codegen_reduction|jit_cuda$)")
@@ -107,6 +110,9 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
   target_compile_definitions(kiln_test_main PUBLIC BOOST_TEST_DYN_LINK)
 
   file(GLOB KILN_TESTS CONFIGURE_DEPENDS tests/test_*.cpp)
+  if(NOT KILN_HAVE_DIST)  # dist/ is built only where Gloo is found
+    list(FILTER KILN_TESTS EXCLUDE REGEX "/test_dist_[^/]*$")
+  endif()
   foreach(area_rule ${kiln_test_areas})
     string(REGEX MATCH "^[a-z]+" area "${area_rule}")
     set(kiln_area_sources_${area} "")
@@ -161,6 +167,9 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
       endif()
     else()
       target_link_libraries(${runner} PRIVATE kiln_test_main kiln)
+      if(area STREQUAL "dist")
+        target_link_libraries(${runner} PRIVATE kiln_dist)
+      endif()
       if(KILN_PCH AND kiln_test_pch_source)
         target_precompile_headers(${runner} REUSE_FROM ${kiln_test_pch_source})
       elseif(KILN_PCH)
@@ -213,7 +222,9 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
   foreach(entry ${kiln_test_costs})
     string(REGEX MATCH "^[^:]+" test "${entry}")
     string(REGEX REPLACE "^[^:]+:" "" cost "${entry}")
-    set_tests_properties(${test} PROPERTIES COST ${cost})
+    if(TEST ${test})  # test_dist_* exist only where Gloo is found
+      set_tests_properties(${test} PROPERTIES COST ${cost})
+    endif()
   endforeach()
 
   # Definitions one test file reads, on its unit alone (the precompiled header never reads them).
@@ -228,6 +239,21 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
   kiln_test_definitions(test_cache_tool KILN_CACHE_WORKER="$<TARGET_FILE:kiln_cache_worker>"
                         KILN_TOOL="$<TARGET_FILE:kiln_tool>")
   add_dependencies(kiln_tests_${kiln_area_of_test_report} kiln_tool)
+  # The data-parallel suites run ranks of a helper under `kiln launch` (or a shell line).
+  if(KILN_HAVE_DIST)
+    add_executable(kiln_dist_worker tests/support/dist_worker.cpp)
+    target_include_directories(kiln_dist_worker PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests)
+    target_link_libraries(kiln_dist_worker PRIVATE kiln kiln_dist)
+    add_dependencies(kiln_tests_dist kiln_dist_worker kiln_tool gpt_train)
+    foreach(src ${KILN_TESTS})
+      get_filename_component(name ${src} NAME_WE)
+      if(name MATCHES "^test_dist_")
+        kiln_test_definitions(${name} KILN_DIST_WORKER="$<TARGET_FILE:kiln_dist_worker>"
+                              KILN_TOOL="$<TARGET_FILE:kiln_tool>"
+                              KILN_GPT_TRAIN="$<TARGET_FILE:gpt_train>")
+      endif()
+    endforeach()
+  endif()
   kiln_test_definitions(test_report KILN_TOOL="$<TARGET_FILE:kiln_tool>")
   # test_layers builds these: tests/layers/layer_probe.cpp compiled as a source of `layer`, also
   # including `header` when one is given.
@@ -244,6 +270,8 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
   kiln_layer_probe(kiln_layer_probe_autograd_ops autograd autograd/ops.h)
   kiln_layer_probe(kiln_layer_probe_cache_includes_jit cache jit/compile.h)
   kiln_layer_probe(kiln_layer_probe_graph_includes_autograd graph autograd/ops.h)
+  kiln_layer_probe(kiln_layer_probe_dist_ddp dist dist/ddp.h)
+  kiln_layer_probe(kiln_layer_probe_jit_includes_dist jit dist/dist.h)
   kiln_test_definitions(test_layers KILN_BINARY_DIR="${CMAKE_CURRENT_BINARY_DIR}"
                         KILN_CMAKE_COMMAND="${CMAKE_COMMAND}")
   # It builds in this build tree, as test_install installs from it: never both at once.

@@ -246,6 +246,9 @@ struct TrainConfig {
   std::optional<DType> autocast;
   // Loss scaling when autocast is f16 (amp::GradScaler; torch's defaults unless changed).
   amp::GradScaler::Options loss_scaling;
+  // Data parallelism (gpt_train --ddp): every rank draws the same batch and trains on rows
+  // [shard * batch / shards, (shard + 1) * batch / shards) of it.
+  std::int64_t shard = 0, shards = 1;
 };
 
 // One training run: the model, AdamW, its schedule, and the loss function, either called
@@ -298,6 +301,10 @@ class Trainer {
   Tensor forward() {
     TaskBatch b =
         make_batch(model_.config(), train_.batch, model_.config().seq_len, data_, device_);
+    if (train_.shards > 1) {
+      std::int64_t rows = train_.batch / train_.shards, first = train_.shard * rows;
+      b = {b.tokens.slice(0, first, first + rows), b.targets.slice(0, first, first + rows)};
+    }
     optimizer_.zero_grad();
     AutocastScope scope(autocast_dtype(), train_.autocast.has_value());
     return loss_(b.tokens, b.targets);

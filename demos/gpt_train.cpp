@@ -8,7 +8,8 @@
 // drift apart. `--autocast bf16|f16` runs the forward and the loss under autocast (low-precision
 // matmuls, f32 parameters, norms and loss; f16 with loss scaling). Per step it prints launches
 // split into forward, backward and optimizer, and the host syncs. Exits 1 when a run of at least
-// the default step count misses the target loss.
+// the default step count misses the target loss. `--ddp` trains data-parallel under `kiln launch
+// -n N` (demos/gpt_ddp.h): the same loss curve as one process on the whole batch.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "demos/gpt_ddp.h"
 #include "demos/gpt_model.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/lt_matmul.h"
@@ -43,6 +45,7 @@ struct DemoOptions {
   std::int64_t log_every = 10;
   std::int64_t eval_batch = 256;
   std::string export_dir;  // --export: initial weights and per-step figures for bench/peers
+  bool ddp = false;        // --ddp: one rank of `kiln launch -n N`
 };
 
 void usage(FILE* out) {
@@ -52,13 +55,15 @@ void usage(FILE* out) {
                "usage: gpt_train [--device cpu|cuda] [--compile | --compare] [--steps N]\n"
                "                 [--batch N] [--lr X] [--vocab N] [--seq-len N] [--d-model N]\n"
                "                 [--heads N] [--layers N] [--log-every N] [--seed N]\n"
-               "                 [--autocast bf16|f16]\n"
+               "                 [--autocast bf16|f16] [--ddp]\n"
                "  --device     where to train (default cpu; cuda is the virtual GPU without one)\n"
                "  --autocast   forward and loss under autocast: bf16 or f16 matmuls with f32\n"
                "               accumulation, f32 parameters, norms, softmax and loss (f16 with\n"
                "               a GradScaler: dynamic loss scale, overflowing steps skipped)\n"
                "  --compile    wrap the loss in jit::compile\n"
                "  --compare    train eager and compiled from the same init; print both\n"
+               "  --ddp        data-parallel: run under `kiln launch -n N`, each rank on 1/N of\n"
+               "               every batch (DistributedDataParallel over Gloo)\n"
                "  --steps      training steps (default %lld; the target loss %.2f is checked\n"
                "               when at least that many run)\n"
                "  --batch      sequences per step (default %lld)\n"
@@ -94,6 +99,10 @@ bool parse(int argc, char** argv, DemoOptions& options) {
     }
     if (flag == "--compare") {
       options.mode = DemoOptions::Mode::compare;
+      continue;
+    }
+    if (flag == "--ddp") {
+      options.ddp = true;
       continue;
     }
     static const char* const kValueFlags[] = {
@@ -256,6 +265,8 @@ RunResult train(const DemoOptions& options, bool compiled) {
   RunResult r;
   WorkCounters start = WorkCounters::now();
   gpt::Trainer trainer(options.model, options.train, device, compiled);
+  std::optional<gpt::DataParallel> ddp;
+  if (options.ddp) ddp.emplace(trainer.model());
   std::int64_t params = 0;
   for (const auto& p : trainer.model().parameters()) params += p.numel();
   std::printf("parameters %lld\n", static_cast<long long>(params));
@@ -279,7 +290,7 @@ RunResult train(const DemoOptions& options, bool compiled) {
       r.forward.dram = measure_dram([&] { l = trainer.forward(); });
       r.backward.dram = measure_dram([&] { trainer.backward(l); });
       r.optimizer.dram = measure_dram([&] { trainer.optimizer_step(); });
-      loss = l.item();
+      loss = ddp ? ddp->mean(l.item()) : l.item();
     } else {
       auto t0 = Clock::now();
       Tensor l;
@@ -299,7 +310,7 @@ RunResult train(const DemoOptions& options, bool compiled) {
         tally[part].work.library_calls += d.library_calls;
         tally[part].work.host_syncs += d.host_syncs;
       }
-      loss = l.item();  // the user's one wait per step, outside the counted parts
+      loss = ddp ? ddp->mean(l.item()) : l.item();  // one wait per step, outside the parts
       double ms = ms_since(t0);
       r.step_ms.push_back(ms);
       if (step == 0) {
@@ -582,7 +593,10 @@ int main(int argc, char** argv) {
   DemoOptions options;
   if (!parse(argc, argv, options)) return 2;
   try {
-    return run_demo(options);
+    if (options.ddp) gpt::join_ranks(options.train);
+    int status = run_demo(options);
+    if (options.ddp) gpt::leave_ranks();
+    return status;
   } catch (const std::exception& e) {  // kiln::Error: no device, an op the model needs failed
     std::fprintf(stderr, "gpt_train: %s\n", e.what());
     return 1;

@@ -1,12 +1,15 @@
 // Running a plan's steps in order, each by its type (see kernel_plan.h and plan_step.h).
 #include <fmt/format.h>
 
+#include <unordered_map>
+
 #include "graph/node_values.h"
 #include "jit/accuracy_check.h"
 #include "jit/codegen/attention.h"
 #include "jit/codegen/epilogue_lowering.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/kernel_plan.h"
+#include "jit/plan_outputs.h"
 #include "runtime/dispatch.h"
 
 namespace kiln::jit {
@@ -164,23 +167,69 @@ void run_step(const PlanStep& step, RunState& s) {
 
 }  // namespace
 
-std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallArg> args,
-                                    std::span<const std::int64_t> symbol_values) const {
-  RunState s(*this, g, symbol_values, steps_.size());
+namespace {
+
+// Per step, the outputs whose producer it runs; the last list holds the graph's inputs that are
+// outputs, there before any step runs. An output of no step is left for the caller to find in
+// what run() returns.
+std::vector<std::vector<std::size_t>> outputs_by_step(const graph::Graph& g,
+                                                      const std::vector<PlanStep>& steps) {
+  std::unordered_map<int, std::size_t> step_of_node;
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    for (int n : steps[i].nodes) step_of_node[n] = i;
+  std::vector<std::vector<std::size_t>> finishes(steps.size() + 1);
+  for (std::size_t k = 0; k < g.outputs.size(); ++k) {
+    int producer = g.values[g.outputs[k]].producer;
+    auto it = step_of_node.find(producer);
+    if (producer < 0)
+      finishes.back().push_back(k);
+    else if (it != step_of_node.end())
+      finishes[it->second].push_back(k);
+  }
+  return finishes;
+}
+
+// The plan's steps on this call's values; `on_output` (when set) hears of each output after the
+// step that produces it.
+std::vector<Tensor> run_steps(const KernelPlan& plan, const graph::Graph& g,
+                              std::span<const CallArg> args,
+                              std::span<const std::int64_t> symbol_values,
+                              const OutputReady& on_output) {
+  const auto& steps = plan.steps();
+  RunState s(plan, g, symbol_values, steps.size());
+  auto finishes = on_output ? outputs_by_step(g, steps) : std::vector<std::vector<std::size_t>>{};
   for (const auto& in : g.inputs) {
     Tensor t = input_value(in, args);
     // Tensors the trace made or captured on the host are read by kernels on the device.
     if (t.defined() && t.device().is_cpu() && t.dim() > 0) t = t.to(Device::cuda());
     s.values[in.value] = std::move(t);
   }
-  for (std::size_t i = 0; i < steps_.size(); ++i) {
+  if (on_output)
+    for (std::size_t k : finishes.back()) on_output(k, s.values.at(g.outputs[k]));
+  for (std::size_t i = 0; i < steps.size(); ++i) {
     s.step = i;
-    if (!s.skip[i]) run_step(steps_[i], s);
-    for (int v : steps_[i].releases) s.values[v] = Tensor();
+    if (!s.skip[i]) run_step(steps[i], s);
+    if (on_output)
+      for (std::size_t k : finishes[i]) on_output(k, s.values.at(g.outputs[k]));
+    for (int v : steps[i].releases) s.values[v] = Tensor();
   }
   std::vector<Tensor> outputs;
   for (int v : g.outputs) outputs.push_back(s.values.at(v));
   return outputs;
+}
+
+}  // namespace
+
+std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallArg> args,
+                                    std::span<const std::int64_t> symbol_values) const {
+  return run_steps(*this, g, args, symbol_values, {});
+}
+
+std::vector<Tensor> run_reporting_outputs(const KernelPlan& plan, const graph::Graph& g,
+                                          std::span<const CallArg> args,
+                                          std::span<const std::int64_t> symbol_values,
+                                          const OutputReady& on_output) {
+  return run_steps(plan, g, args, symbol_values, on_output);
 }
 
 }  // namespace kiln::jit

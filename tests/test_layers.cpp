@@ -1,6 +1,6 @@
-// The layers (runtime <- {autograd, graph, cache} <- jit) are enforced by the build: a source of
-// one layer that includes a header of a layer it must not see does not compile. Builds the probe
-// targets of CMakeLists.txt (tests/layers/layer_probe.cpp as a given layer's source).
+// The layers (runtime <- {autograd, graph, cache} <- jit <- dist) are enforced by the build: a
+// source of one layer that includes a header of a layer it must not see does not compile. Builds
+// the probe targets of CMakeLists.txt (tests/layers/layer_probe.cpp as a given layer's source).
 #include <boost/test/unit_test.hpp>
 
 #include <string>
@@ -35,6 +35,8 @@ BOOST_AUTO_TEST_CASE(a_layer_source_compiles_with_the_headers_it_may_see) {
   BOOST_TEST(jit.status == 0, jit.output);
   auto autograd = build("kiln_layer_probe_autograd_ops");
   BOOST_TEST(autograd.status == 0, autograd.output);
+  auto dist = build("kiln_layer_probe_dist_ddp");
+  BOOST_TEST(dist.status == 0, dist.output);
 }
 
 BOOST_AUTO_TEST_CASE(a_cache_source_including_a_jit_header_does_not_compile) {
@@ -47,4 +49,10 @@ BOOST_AUTO_TEST_CASE(a_graph_source_including_an_autograd_header_does_not_compil
   auto r = build("kiln_layer_probe_graph_includes_autograd");
   BOOST_TEST(r.status != 0, r.output);
   BOOST_TEST(header_not_found(r.output, "autograd/ops.h"), r.output);
+}
+
+BOOST_AUTO_TEST_CASE(a_jit_source_including_a_dist_header_does_not_compile) {
+  auto r = build("kiln_layer_probe_jit_includes_dist");
+  BOOST_TEST(r.status != 0, r.output);
+  BOOST_TEST(header_not_found(r.output, "dist/dist.h"), r.output);
 }

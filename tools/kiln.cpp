@@ -1,5 +1,6 @@
 // The `kiln` command-line tool: inspect and maintain the kernel cache (list, show, stats,
-// verify, prune, clear), check the environment (doctor) and rebuild a KILN_REPORT index (report).
+// verify, prune, clear), check the environment (doctor), rebuild a KILN_REPORT index (report)
+// and start the ranks of a data-parallel program (launch: tools/launch.h).
 // Argument parsing only, on CLI11; cache/cache_report.h and cache/disk_cache.h do the work.
 #include <algorithm>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "runtime/cuda/backends.h"
 #include "runtime/cuda/driver/driver_api.h"
 #include "runtime/error.h"
+#include "tools/launch.h"
 
 using namespace kiln;
 
@@ -108,6 +110,16 @@ int main(int argc, char** argv) {
   std::string report_dir;
   report_cmd->add_option("DIR", report_dir, "the report directory")->required();
 
+  CLI::App* launch_cmd = app.add_subcommand(
+      "launch", "start N ranks of a program with torchrun's environment: launch -n N -- PROGRAM");
+  tools::LaunchOptions launch_options;
+  launch_cmd->add_option("-n,--nproc", launch_options.processes, "processes (ranks)")->required();
+  launch_cmd->add_option("--master-port", launch_options.master_port,
+                         "rank 0's store port (MASTER_PORT; 0: a free one)");
+  launch_cmd->add_option("--master-addr", launch_options.master_addr, "MASTER_ADDR");
+  launch_cmd->add_option("command", launch_options.command, "the program and its arguments")
+      ->required();
+
   // CLI11 reports a misspelt subcommand as a missing one; name it instead.
   auto check_command = [&](int i, const std::vector<std::string>& known, const char* where) {
     if (argc <= i || argv[i][0] == '-') return true;
@@ -116,7 +128,7 @@ int main(int argc, char** argv) {
                  fmt::format("{}", fmt::join(known, ", ")).c_str());
     return false;
   };
-  if (!check_command(1, {"cache", "doctor", "report"}, "command")) return 2;
+  if (!check_command(1, {"cache", "doctor", "report", "launch"}, "command")) return 2;
   if (argc > 1 && std::string(argv[1]) == "cache" &&
       !check_command(2, {"list", "show", "stats", "verify", "prune", "clear"}, "cache command"))
     return 2;
@@ -128,7 +140,9 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (doctor->parsed() && gpu_only) {
+    if (launch_cmd->parsed()) {
+      return tools::launch(launch_options);
+    } else if (doctor->parsed() && gpu_only) {
       return print_gpu() ? 0 : 1;
     } else if (report_cmd->parsed()) {
       int n = jit::report::rebuild_index(report_dir);

@@ -1,9 +1,11 @@
 // Running a compiled function's forward and backward plans.
 #include "jit/aot/aot_program.h"
 
+#include "autograd/grad_ready.h"
 #include "autograd/node.h"
 #include "graph/node_values.h"
 #include "jit/codegen/kernel_coverage.h"
+#include "jit/plan_outputs.h"
 #include "runtime/grad_mode.h"
 
 namespace kiln::jit {
@@ -55,16 +57,23 @@ class CompiledFunctionBackward : public autograd::Node {
     }
     std::vector<CallArg> args;
     for (const auto& t : inputs) args.push_back({true, &t, 0.0});
-    std::vector<Tensor> grads =
-        program_->backward_plan_.run(program_->partition_.backward, args, symbol_values_);
     const auto& sources = program_->partition_.gradient_sources;
-    for (std::size_t j = 0; j < grads.size(); ++j) {
-      bool reached = false;
+    std::vector<bool> reached(sources.size());
+    for (std::size_t j = 0; j < sources.size(); ++j) {
+      reached[j] = sources[j].empty();
       for (int k : sources[j])
-        reached = reached ||
-                  (static_cast<std::size_t>(k) < grad_outputs.size() && grad_outputs[k].defined());
-      if (!reached && !sources[j].empty()) grads[j] = Tensor();
+        reached[j] = reached[j] || (static_cast<std::size_t>(k) < grad_outputs.size() &&
+                                    grad_outputs[k].defined());
     }
+    // Each gradient is final once its step has run: a data-parallel reduction of it can start
+    // while the plan makes the others (autograd/grad_ready.h).
+    auto ready = [&](std::size_t j, const Tensor& g) {
+      if (j < reached.size() && reached[j]) autograd::report_gradient_early(j, g);
+    };
+    std::vector<Tensor> grads = run_reporting_outputs(
+        program_->backward_plan_, program_->partition_.backward, args, symbol_values_, ready);
+    for (std::size_t j = 0; j < grads.size(); ++j)
+      if (!reached[j]) grads[j] = Tensor();
     return grads;
   }
 
