@@ -33,6 +33,10 @@ void report_gradient_early(std::size_t edge, const Tensor& grad) {
   if (current_tracker) current_tracker->early(edge, grad);
 }
 
+bool gradients_observed() {
+  return current_tracker && current_tracker->active();
+}
+
 ReadyTracker::ReadyTracker(bool watch, const std::vector<Node*>& order, const Buffers& buffers)
     : buffers_(buffers), previous_(current_tracker) {
   current_tracker = this;

@@ -30,5 +30,8 @@ void remove_grad_ready_observer(GradReadyObserver* observer);
 // final, so observers hear of a leaf that only this node feeds before the node returns. The
 // leaf is reported once either way; outside a watched backward this does nothing.
 void report_gradient_early(std::size_t edge, const Tensor& grad);
+// Whether a backward running on this thread has observers: a node need not find its gradients'
+// order (report_gradient_early) when none listens.
+bool gradients_observed();
 
 }  // namespace kiln::autograd

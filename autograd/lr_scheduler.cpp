@@ -28,12 +28,6 @@ void check_cosine(std::int64_t warmup, std::int64_t total, double min_lr, double
              min_lr);
 }
 
-Tensor f64_scalar(double v) {
-  return scalar_tensor(v, DType::f64);
-}
-Tensor i64_scalar(std::int64_t v) {
-  return scalar_tensor(v, DType::i64);
-}
 
 }  // namespace
 
@@ -55,9 +49,9 @@ void LRScheduler::step() {
 }
 
 nn::StateDict LRScheduler::state_dict() const {
-  nn::StateDict state = {{"last_epoch", i64_scalar(last_epoch_)},
-                         {"base_lr", f64_scalar(base_lr_)},
-                         {"last_lr", f64_scalar(last_lr_)}};
+  nn::StateDict state = {{"last_epoch", scalar_tensor(last_epoch_, DType::i64)},
+                         {"base_lr", scalar_tensor(base_lr_, DType::f64)},
+                         {"last_lr", scalar_tensor(last_lr_, DType::f64)}};
   for (auto& entry : args()) state.push_back(std::move(entry));
   return state;
 }
@@ -94,7 +88,7 @@ double StepLR::lr_at(std::int64_t epoch) const {
 }
 
 nn::StateDict StepLR::args() const {
-  return {{"step_size", i64_scalar(step_size_)}, {"gamma", f64_scalar(gamma_)}};
+  return {{"step_size", scalar_tensor(step_size_, DType::i64)}, {"gamma", scalar_tensor(gamma_, DType::f64)}};
 }
 
 std::function<void()> StepLR::read_args(StateReader& reader, double) {
@@ -133,9 +127,9 @@ double CosineWithWarmup::lr_at(std::int64_t epoch) const {
 }
 
 nn::StateDict CosineWithWarmup::args() const {
-  return {{"warmup_steps", i64_scalar(warmup_steps_)},
-          {"total_steps", i64_scalar(total_steps_)},
-          {"min_lr", f64_scalar(min_lr_)}};
+  return {{"warmup_steps", scalar_tensor(warmup_steps_, DType::i64)},
+          {"total_steps", scalar_tensor(total_steps_, DType::i64)},
+          {"min_lr", scalar_tensor(min_lr_, DType::f64)}};
 }
 
 std::function<void()> CosineWithWarmup::read_args(StateReader& reader, double base_lr) {

@@ -70,8 +70,10 @@ class CompiledFunctionBackward : public autograd::Node {
     auto ready = [&](std::size_t j, const Tensor& g) {
       if (j < reached.size() && reached[j]) autograd::report_gradient_early(j, g);
     };
+    // Unobserved (no data-parallel wrapper), the plan runs without finding its outputs' steps.
     std::vector<Tensor> grads = run_reporting_outputs(
-        program_->backward_plan_, program_->partition_.backward, args, symbol_values_, ready);
+        program_->backward_plan_, program_->partition_.backward, args, symbol_values_,
+        autograd::gradients_observed() ? OutputReady(ready) : OutputReady());
     for (std::size_t j = 0; j < grads.size(); ++j)
       if (!reached[j]) grads[j] = Tensor();
     return grads;
