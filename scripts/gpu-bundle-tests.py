@@ -16,6 +16,9 @@ LEFT_OUT = {
     "test_install": "installs the build tree with cmake and compiles a consumer (not in the bundle)",
     "test_cache_tool": "runs kiln_cache_worker and kiln at paths compiled into it (the build tree's)",
 }
+# The data-parallel suites start kiln_dist_worker, kiln and gpt_train at the build tree's paths.
+for _name in ("test_dist_collectives", "test_dist_ddp", "test_dist_faults"):
+    LEFT_OUT[_name] = "starts kiln_dist_worker and kiln at paths compiled into it (the build tree's)"
 # Cases that read a file at a path compiled into the test (KILN_TEST_FIXTURES, the source tree):
 # left out of their suite's entry by a Boost.Test filter.
 CASES_LEFT_OUT = {
