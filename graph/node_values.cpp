@@ -2,7 +2,6 @@
 #include "graph/node_values.h"
 
 #include "runtime/error.h"
-#include "runtime/factories.h"
 #include "runtime/random.h"
 
 namespace kiln::graph {
@@ -44,12 +43,9 @@ void draw_random_inputs(const Graph& g, std::span<const std::int64_t> symbol_val
                  e.str(), d.op, g.name);
       n *= *size;
     }
-    auto number = [](std::uint64_t x) {
-      return from_vector(std::vector{static_cast<std::int64_t>(x)}, Shape{});
-    };
     // New tensors, not writes: a backward holding the last call's keeps its numbers.
-    *d.seed = number(d.generator->seed());
-    *d.offset = number(d.generator->advance(random_counters(d.op, n)));
+    *d.seed = draw_number(d.generator->seed());
+    *d.offset = draw_number(d.generator->advance(random_counters(d.op, n)));
   }
 }
 

@@ -5,7 +5,6 @@
 
 #include "graph/sym_shapes.h"
 #include "runtime/dispatch.h"
-#include "runtime/factories.h"
 #include "runtime/grad_mode.h"
 #include "runtime/random.h"
 
@@ -169,12 +168,8 @@ std::array<Tensor, 2> Tracer::random_inputs(OpId op, const OpAttrs& attrs, Gener
     draw.shape.push_back(attrs.shape_exprs.empty() ? SymExpr::constant(attrs.shape[d])
                                                    : attrs.shape_exprs[d]);
   // The numbers an eager run would use here; each call sets its own before running.
-  auto number = [](std::uint64_t x) {
-    return std::make_shared<Tensor>(
-        from_vector(std::vector{static_cast<std::int64_t>(x)}, Shape{}));
-  };
-  draw.seed = number(gen.seed());
-  draw.offset = number(gen.offset());
+  draw.seed = std::make_shared<Tensor>(draw_number(gen.seed()));
+  draw.offset = std::make_shared<Tensor>(draw_number(gen.offset()));
   std::size_t k = graph_.random_draws.size();
   declare_state(draw.seed.get(), fmt::format("draw{}.seed", k));
   declare_state(draw.offset.get(), fmt::format("draw{}.offset", k));

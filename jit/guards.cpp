@@ -28,23 +28,9 @@ bool fail(GuardFailure* failure, GuardFailure::Kind kind, std::string reason, in
 
 }  // namespace
 
-bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& symbol_values,
-                     GuardFailure* failure) const {
+// The process-wide state the trace ran under: grad mode, autocast, TF32, modules' modes.
+bool GuardSet::check_modes(GuardFailure* failure, int passed) const {
   using Kind = GuardFailure::Kind;
-  int passed = 0;
-  if (args.size() != arg_is_tensor.size())
-    return fail(failure, Kind::signature,
-                fmt::format("argument count mismatch: expected {}, actual {}", arg_is_tensor.size(),
-                            args.size()),
-                passed);
-  for (std::size_t i = 0; i < args.size(); ++i)
-    if (args[i].is_tensor != arg_is_tensor[i])
-      return fail(failure, Kind::signature,
-                  fmt::format("argument '{}' kind mismatch: expected {}, actual {}", arg_names[i],
-                              arg_is_tensor[i] ? "tensor" : "scalar",
-                              args[i].is_tensor ? "tensor" : "scalar"),
-                  passed);
-  ++passed;
   if (kiln::grad_enabled() != grad_enabled)
     return fail(
         failure, Kind::grad_mode,
@@ -69,6 +55,27 @@ bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& s
                               m.name.empty() ? "(the module)" : m.name,
                               m.training ? "training" : "eval", m.training ? "eval" : "training"),
                   passed);
+  return true;
+}
+
+bool GuardSet::check(std::span<const CallArg> args, std::vector<std::int64_t>& symbol_values,
+                     GuardFailure* failure) const {
+  using Kind = GuardFailure::Kind;
+  int passed = 0;
+  if (args.size() != arg_is_tensor.size())
+    return fail(failure, Kind::signature,
+                fmt::format("argument count mismatch: expected {}, actual {}", arg_is_tensor.size(),
+                            args.size()),
+                passed);
+  for (std::size_t i = 0; i < args.size(); ++i)
+    if (args[i].is_tensor != arg_is_tensor[i])
+      return fail(failure, Kind::signature,
+                  fmt::format("argument '{}' kind mismatch: expected {}, actual {}", arg_names[i],
+                              arg_is_tensor[i] ? "tensor" : "scalar",
+                              args[i].is_tensor ? "tensor" : "scalar"),
+                  passed);
+  ++passed;
+  if (!check_modes(failure, passed)) return false;
   symbol_values.assign(num_symbols, -1);
   for (const TensorGuard& g : tensors) {
     const Tensor& t = g.arg_index >= 0 ? *args[g.arg_index].tensor : g.slot ? *g.slot : g.captured;

@@ -98,6 +98,9 @@ class GuardSet {
              GuardFailure* failure = nullptr) const;
   std::size_t count() const;  // individual checks, for reporting
   std::string str() const;
+
+ private:
+  bool check_modes(GuardFailure* failure, int passed) const;
 };
 
 }  // namespace kiln::jit

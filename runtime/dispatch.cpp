@@ -122,13 +122,7 @@ void copy_data(const Tensor& dst, const Tensor& src) {
   if (src.shape() != shape) {
     OpAttrs attrs;
     attrs.shape = shape;
-    // While tracing, the target follows dst's symbolic sizes.
-    bool symbolic = false;
-    for (std::int64_t d = 0; tracer && d < dst.dim(); ++d) {
-      attrs.shape_exprs.push_back(traced_size_expr(dst.impl(), d));
-      symbolic = symbolic || !attrs.shape_exprs.back().is_constant();
-    }
-    if (!symbolic) attrs.shape_exprs.clear();
+    attrs.shape_exprs = dst.sym_shape().exprs();  // while tracing, dst's symbolic sizes
     s = dispatch1(OpId::expand, {&s, 1}, attrs);
   }
   if (tracer) return tracer->on_write(dst, s);  // functionalized: no data moves while tracing

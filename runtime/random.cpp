@@ -45,10 +45,11 @@ std::array<Tensor, 2> draw_inputs(OpId op, const OpAttrs& attrs, Generator* gen)
   Generator& g = gen ? *gen : default_generator();
   if (OpInterceptor* tracer = active_interceptor()) return tracer->random_inputs(op, attrs, g);
   std::uint64_t offset = g.advance(random_counters(op, numel(attrs.shape)));
-  auto number = [](std::uint64_t x) {
-    return from_vector(std::vector{static_cast<std::int64_t>(x)}, Shape{});
-  };
-  return {number(g.seed()), number(offset)};
+  return {draw_number(g.seed()), draw_number(offset)};
+}
+
+Tensor draw_number(std::uint64_t x) {
+  return from_vector(std::vector{static_cast<std::int64_t>(x)}, Shape{});
 }
 
 namespace {
@@ -78,12 +79,7 @@ OpAttrs draw_attrs(const Shape& shape, DType dtype, Device device) {
 // a draw at a dynamic size neither specializes the dim nor keeps the traced size.
 OpAttrs draw_attrs_like(const Tensor& x, DType dtype) {
   OpAttrs attrs = draw_attrs(x.impl().shape, dtype, x.device());
-  bool symbolic = false;
-  for (std::int64_t d = 0; active_interceptor() && d < x.dim(); ++d) {
-    attrs.shape_exprs.push_back(traced_size_expr(x.impl(), d));
-    symbolic = symbolic || !attrs.shape_exprs.back().is_constant();
-  }
-  if (!symbolic) attrs.shape_exprs.clear();
+  attrs.shape_exprs = x.sym_shape().exprs();
   return attrs;
 }
 

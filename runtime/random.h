@@ -73,6 +73,8 @@ std::uint64_t random_counters(OpId op, std::int64_t numel);
 // that stand for them (OpInterceptor::random_inputs). For ops that draw inside another kernel
 // (attention's dropout).
 std::array<Tensor, 2> draw_inputs(OpId op, const OpAttrs& attrs, Generator* gen);
+// A seed or an offset as a draw takes it: a 0-dim i64 host tensor holding its 64 bits.
+Tensor draw_number(std::uint64_t x);
 
 // Uniform on [0, 1).
 Tensor rand(const Shape& shape, DType dtype = DType::f32, Generator* gen = nullptr,
