@@ -9,6 +9,7 @@
 #include <set>
 
 #include "jit/codegen/kernel_cache.h"
+#include "jit/plan_arena.h"
 #include "jit/plan_build.h"
 #include "runtime/log.h"
 
@@ -28,9 +29,13 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
   steps_ = assemble_steps(g, partition, order, kernels, placements, library, std::move(releases));
   run_time_fallbacks_ = std::make_shared<RunTimeFallbacks>();
   std::vector<std::string> combined;
+  place_kernel_outputs(g, partition, steps_, combined);
   steps_ = combine_kernels(g, std::move(steps_), combined);
   if (log_enabled(LogTopic::fusion))
     for (const auto& line : combined) log_line(line);
+  buffers_ = std::make_shared<const BufferAssignment>(g, steps_);
+  arena_ = std::make_shared<PlanArena>(buffers_);
+  for (const graph::Symbol& s : g.symbols) traced_symbols_.push_back(s.traced);
   // Compile (or load from the disk cache) every kernel now rather than at each first launch:
   // one progress bar for the lot, and the first call's launches run back to back.
   std::vector<const codegen::KernelHandle*> handles;
@@ -86,16 +91,24 @@ std::string KernelPlan::str() const {
   std::string out;
   std::unique_lock<std::mutex> lock;
   if (run_time_fallbacks_) lock = std::unique_lock(run_time_fallbacks_->mutex);
+  const ArenaLayout layout = traced_layout();
   for (std::size_t i = 0; i < steps_.size(); ++i) {
     const auto& s = steps_[i];
     out += fmt::format("  group {}: {}\n", s.group, s.note);
+    if (std::string buffers = buffers_->step_note(i, layout); !buffers.empty())
+      out += fmt::format("    {}\n", buffers);
     if (!run_time_fallbacks_) continue;
     auto it = run_time_fallbacks_->reasons.find(i);
     if (it == run_time_fallbacks_->reasons.end()) continue;
     for (const std::string& why : it->second)
       out += fmt::format("    fell back to primitive ops at run time: {}\n", why);
   }
+  if (!buffers_->empty()) out += "  " + buffers_->summary(traced_symbols_) + "\n";
   return out;
+}
+
+std::uintptr_t KernelPlan::last_arena_address() const {
+  return arena_->last_address();
 }
 
 }  // namespace kiln::jit

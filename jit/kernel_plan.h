@@ -11,10 +11,13 @@
 
 #include "graph/fusion.h"
 #include "graph/graph.h"
+#include "jit/buffer_assignment.h"
 #include "jit/call_args.h"
 #include "jit/plan_step.h"
 
 namespace kiln::jit {
+
+class PlanArena;  // plan_arena.h
 
 class KernelPlan {
  public:
@@ -44,14 +47,28 @@ class KernelPlan {
   // reader (peak) and, for comparison, were none released (total).
   std::int64_t peak_bytes() const { return peak_bytes_; }
   std::int64_t total_bytes() const { return total_bytes_; }
-  // One line per step: "kernel k_add_relu (pointwise, 3 nodes)", "eager: matmul (why)", ...
+  // One line per step: "kernel k_add_relu (pointwise, 3 nodes)", "eager: matmul (why)", ...,
+  // with the arena offsets of what it writes, and the arena's size, at the traced sizes.
   std::string str() const;
+
+  // The buffers of the values the generated kernels write that do not leave a call
+  // (buffer_assignment.h), and the arena they live in.
+  const BufferAssignment& buffers() const { return *buffers_; }
+  // The arena's bytes at the traced sizes, and the most its buffers hold at once there.
+  ArenaLayout traced_layout() const { return buffers_->layout(traced_symbols_); }
+  // The device address of the arena block the last call ran in (0: none yet, or no buffers):
+  // a warm call at the sizes of the one before finds its values where they were.
+  std::uintptr_t last_arena_address() const;
+  PlanArena& arena() const { return *arena_; }
 
   // The steps in the order they run (plan_step.h).
   const std::vector<PlanStep>& steps() const { return steps_; }
 
  private:
   std::vector<PlanStep> steps_;
+  std::shared_ptr<const BufferAssignment> buffers_;
+  std::shared_ptr<PlanArena> arena_;
+  std::vector<std::int64_t> traced_symbols_;
   std::int64_t peak_bytes_ = 0, total_bytes_ = 0;
   struct RunTimeFallbacks;
   std::shared_ptr<RunTimeFallbacks> run_time_fallbacks_;

@@ -9,6 +9,7 @@
 #include "jit/codegen/epilogue_lowering.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/kernel_plan.h"
+#include "jit/plan_arena.h"
 #include "jit/plan_outputs.h"
 #include "runtime/dispatch.h"
 
@@ -19,10 +20,11 @@ namespace {
 // One call's values (indexed by graph value) and what its steps share.
 struct RunState {
   RunState(const KernelPlan& p, const graph::Graph& graph, std::span<const std::int64_t> symbols,
-           std::size_t steps)
+           std::size_t steps, const PlanArena::Lease& buffers)
       : plan(p),
         g(graph),
         symbol_values(symbols),
+        arena(buffers),
         values(graph.values.size()),
         skip(steps, false) {}
 
@@ -30,7 +32,9 @@ struct RunState {
   std::size_t step = 0;  // the position of the step running
   const graph::Graph& g;
   std::span<const std::int64_t> symbol_values;
+  const PlanArena::Lease& arena;
   std::vector<Tensor> values;
+  std::vector<std::shared_ptr<Storage>> into;  // the step's buffers (codegen::OutputBuffers)
   bool check = checking_accuracy();
   std::vector<bool> skip;  // per step: a library call already computed it
 
@@ -44,6 +48,27 @@ struct RunState {
       shape.push_back(*v);
     }
     return shape;
+  }
+  // The buffers of `writes` (null for a value that has none).
+  codegen::OutputBuffers buffers_of(const std::vector<int>& writes) {
+    into.clear();
+    for (int v : writes) {
+      int b = plan.buffers().buffer_of(v);
+      int input = plan.buffers().written_into(v);
+      into.push_back(b >= 0 ? arena.storage(b) : input >= 0 ? input_memory(input, v) : nullptr);
+    }
+    return into;
+  }
+  // The memory of the input `input` where `v`, its final value, can be written straight into
+  // it (contiguous device memory of v's dtype; write_back then moves nothing), else null.
+  std::shared_ptr<Storage> input_memory(int input, int v) const {
+    const Tensor& t = values[input];
+    if (check || !t.defined() || !t.device().is_cuda() || !t.is_contiguous() ||
+        t.dtype() != g.values[v].meta.dtype)
+      return nullptr;
+    return std::make_shared<Storage>(t.raw_data(),
+                                     static_cast<std::size_t>(t.numel()) * itemsize(t.dtype()),
+                                     t.device(), [keep = t.impl().storage](void*) {});
   }
   void check_eager(const PlanStep& step) {
     if (check)
@@ -68,9 +93,12 @@ void dispatch_nodes(const PlanStep& step, RunState& s) {
 }
 
 void run_kernel(const KernelStep& k, const PlanStep& step, RunState& s) {
-  auto outs = k.static_domain ? k.kernel.run(s.g, *k.static_domain, s.values, s.symbol_values)
-                              : k.kernel.run(s.g, s.concrete(k.domain), s.values, s.symbol_values);
   const auto& writes = k.kernel.writes();
+  codegen::OutputBuffers into = s.buffers_of(writes);
+  auto outs =
+      k.static_domain
+          ? k.kernel.run(s.g, *k.static_domain, s.values, s.symbol_values, into, k.order)
+          : k.kernel.run(s.g, s.concrete(k.domain), s.values, s.symbol_values, into, k.order);
   for (std::size_t i = 0; i < writes.size(); ++i) s.values[writes[i]] = std::move(outs[i]);
   if (s.check)
     check_step_accuracy(s.g, step.nodes, s.values, s.symbol_values,
@@ -83,12 +111,16 @@ void run_combo(const ComboStep& c, RunState& s) {
   std::vector<Shape> domains;
   for (const auto& k : c.members)
     domains.push_back(k.static_domain ? *k.static_domain : s.concrete(k.domain));
-  auto outs = codegen::run_combo(s.g, *c.kernel, domains, s.values);
+  std::vector<int> all_writes;
+  for (const auto& k : c.members)
+    all_writes.insert(all_writes.end(), k.kernel.writes().begin(), k.kernel.writes().end());
+  auto outs = codegen::run_combo(s.g, *c.kernel, domains, s.values, s.buffers_of(all_writes));
   for (std::size_t m = 0; m < c.members.size(); ++m) {
     const KernelStep& k = c.members[m];
-    std::vector<Tensor> written =
-        outs ? std::move((*outs)[m]) : k.kernel.run(s.g, domains[m], s.values, s.symbol_values);
     const auto& writes = k.kernel.writes();
+    std::vector<Tensor> written =
+        outs ? std::move((*outs)[m])
+             : k.kernel.run(s.g, domains[m], s.values, s.symbol_values, s.buffers_of(writes));
     for (std::size_t i = 0; i < writes.size(); ++i) s.values[writes[i]] = std::move(written[i]);
   }
   if (s.check)
@@ -196,7 +228,12 @@ std::vector<Tensor> run_steps(const KernelPlan& plan, const graph::Graph& g,
                               std::span<const std::int64_t> symbol_values,
                               const OutputReady& on_output) {
   const auto& steps = plan.steps();
-  RunState s(plan, g, symbol_values, steps.size());
+  // Declared before the state: the values in its buffers die first, then it goes back. The
+  // accuracy check recomputes a step from its inputs, which a kernel may have written over.
+  PlanArena::Lease buffers = checking_accuracy() || !plan_arena_enabled()
+                                 ? PlanArena::Lease{}
+                                 : plan.arena().lend(symbol_values);
+  RunState s(plan, g, symbol_values, steps.size(), buffers);
   auto finishes = on_output ? outputs_by_step(g, steps) : std::vector<std::vector<std::size_t>>{};
   for (const auto& in : g.inputs) {
     Tensor t = input_value(in, args);
@@ -215,6 +252,7 @@ std::vector<Tensor> run_steps(const KernelPlan& plan, const graph::Graph& g,
   }
   std::vector<Tensor> outputs;
   for (int v : g.outputs) outputs.push_back(s.values.at(v));
+  s.values.clear();
   return outputs;
 }
 

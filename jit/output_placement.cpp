@@ -6,6 +6,8 @@
 
 #include "graph/rewrite.h"
 #include "jit/codegen/attention.h"
+#include "jit/plan_build.h"
+#include "runtime/attention_heads.h"
 #include "runtime/factories.h"
 
 namespace kiln::jit {
@@ -36,6 +38,25 @@ int only_permute_reader(const graph::Graph& g, const graph::Readers& readers, in
   return r >= 0 && g.nodes[r].op == OpId::permute ? r : -1;
 }
 
+// The dims of the permute every reader of `value` is (all the same), or empty.
+std::vector<std::int64_t> sole_permute(const graph::Graph& g, const graph::Readers& readers,
+                                       int value) {
+  std::vector<std::int64_t> dims;
+  if (readers.returned(value) || readers.nodes(value).empty()) return {};
+  for (int r : readers.nodes(value)) {
+    const graph::Node& n = g.nodes[r];
+    if (n.op != OpId::permute || (!dims.empty() && n.attrs.dims != dims)) return {};
+    dims = n.attrs.dims;
+  }
+  return dims;
+}
+
+bool is_identity(const std::vector<std::int64_t>& perm) {
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != static_cast<std::int64_t>(i)) return false;
+  return true;
+}
+
 std::optional<OutputPlacement> plan_forward(const graph::Graph& g, const graph::Readers& readers,
                                             int node) {
   const graph::Node& n = g.nodes[node];
@@ -50,8 +71,9 @@ std::optional<OutputPlacement> plan_forward(const graph::Graph& g, const graph::
   return std::nullopt;
 }
 
-std::optional<OutputPlacement> plan_backward(const graph::Graph& g, const graph::Readers& readers,
-                                             int node) {
+// The gradients written into the slices of the cat that joins them through permutes.
+std::optional<OutputPlacement> plan_joined(const graph::Graph& g, const graph::Readers& readers,
+                                           int node) {
   const graph::Node& n = g.nodes[node];
   OutputPlacement p;
   p.node = node;
@@ -76,13 +98,82 @@ std::optional<OutputPlacement> plan_backward(const graph::Graph& g, const graph:
   return p;
 }
 
+// The walk order that writes `step`'s outputs as their permute reads them, or empty.
+std::vector<std::int64_t> kernel_order(const graph::Graph& g, const graph::Readers& readers,
+                                       const KernelStep& step) {
+  const codegen::PointwiseKernel* p = step.kernel.pointwise();
+  // A kernel reading its element's position depends on the walk order.
+  if (!p || p->position || p->writes.empty()) return {};
+  const std::size_t rank = step.domain.size();
+  if (p->rank != static_cast<int>(rank)) return {};
+  std::vector<std::int64_t> order;
+  for (int w : p->writes) {
+    if (g.values[w].sizes.size() != rank) return {};
+    std::vector<std::int64_t> dims = sole_permute(g, readers, w);
+    if (dims.empty() || (!order.empty() && dims != order)) return {};
+    order = std::move(dims);
+  }
+  // The last dim stays last: the kernel's vector path and its broadcast reads were rendered
+  // for it.
+  if (rank < 2 || is_identity(order) || order.back() != static_cast<std::int64_t>(rank) - 1)
+    return {};
+  return order;
+}
+
+// Joined by one cat, or else each in the layout of the permute that reads it, where one does.
+std::optional<OutputPlacement> plan_backward(const graph::Graph& g, const graph::Readers& readers,
+                                             int node) {
+  if (auto joined = plan_joined(g, readers, node)) return joined;
+  OutputPlacement p;
+  p.node = node;
+  bool any = false;
+  for (int out : g.nodes[node].outputs) {
+    p.perms.push_back(sole_permute(g, readers, out));
+    any |= !p.perms.back().empty();
+  }
+  if (!any) return std::nullopt;
+  return p;
+}
+
 }  // namespace
+
+namespace plan_build {
+
+void place_kernel_outputs(const graph::Graph& g, const graph::Partition& partition,
+                          std::vector<PlanStep>& steps, std::vector<std::string>& log) {
+  const graph::Readers readers(g);
+  for (PlanStep& step : steps) {
+    auto* k = std::get_if<KernelStep>(&step.action);
+    if (!k) continue;
+    k->order = kernel_order(g, readers, *k);
+    if (k->order.empty()) continue;
+    // An index-aware kernel stores each element at its place in the walk: rendered for it.
+    if (k->kernel.pointwise()->indexed)
+      k->kernel = codegen::GroupKernel(g, partition.groups[static_cast<std::size_t>(step.group)],
+                                       k->order);
+    step.note +=
+        fmt::format(" [walks its domain in the order {}: writes for its permute]", k->order);
+    log.push_back(
+        fmt::format("kiln: fusion: '{}' kernel {} writes its outputs in the layout of "
+                    "permute(dims={}), which then needs no copy",
+                    g.name, k->kernel.name(), k->order));
+  }
+}
+
+}  // namespace plan_build
 
 std::string OutputPlacement::str(const graph::Graph& g) const {
   const graph::Node& n = g.nodes[node];
-  if (cat_node < 0)
+  if (n.op == OpId::attention)
     return fmt::format("{} writes %{} in the layout its permute(dims={}) reads", n.op, n.outputs[0],
                        perms[0]);
+  if (cat_node < 0) {
+    std::vector<std::string> placed;
+    for (std::size_t i = 0; i < perms.size(); ++i)
+      if (!perms[i].empty()) placed.push_back(fmt::format("%{}", n.outputs[i]));
+    return fmt::format("{} writes {} in the layouts of the permutes that read them", n.op,
+                       fmt::join(placed, ", "));
+  }
   return fmt::format(
       "{} writes its gradients into the slices of cat %{} (dim {}), which is not "
       "launched",
@@ -112,6 +203,21 @@ std::optional<PlacedOutputs> run_placed(const graph::Graph& g, const OutputPlace
   }
   // A gradient summed over broadcast batch dims is a new tensor: it cannot be placed.
   const Tensor* operand[] = {&call.q, &call.k, &call.v};
+  if (placement.cat_node < 0) {
+    // Grouped-query kernels sum dk and dv over each group apart and copy them to a placed
+    // tensor: only dq is written in place then.
+    const bool grouped =
+        attention_group(call.q.shape(), call.k.shape(), call.v.shape(), "attention_backward") > 1;
+    std::optional<Tensor> into[3];
+    for (int i = 0; i < 3; ++i)
+      if (!placement.perms[i].empty() && operand[i]->shape() == output_shapes[i] &&
+          (i == 0 || !grouped))
+        into[i] = permuted_empty(output_shapes[i], placement.perms[i], operand[i]->dtype());
+    auto grads = codegen::attention_backward(call, operands[3], operands[4], operands[5],
+                                             {into[0], into[1], into[2]});
+    r.outputs = {grads.dq, grads.dk, grads.dv};
+    return r;
+  }
   for (int i = 0; i < 3; ++i)
     if (operand[i]->shape() != output_shapes[i]) return std::nullopt;
   // The joined shape: the permuted gradients side by side along the cat's dim, in its order.

@@ -8,6 +8,8 @@
 //   order_groups             the order the groups run in
 //   plan_releases            what each step drops, and the plan's peak bytes
 //   assemble_steps           the steps, each built once with all it needs
+//   place_kernel_outputs     which pointwise kernels write their outputs in the layout of the
+//                            permute that reads them (output_placement.cpp)
 //   combine_kernels          independent pointwise kernels ready at one point as one combo
 //                            launch (plan_combine.cpp)
 #pragma once
@@ -60,6 +62,14 @@ std::vector<PlanStep> assemble_steps(const graph::Graph& g, const graph::Partiti
                                      std::vector<std::optional<codegen::GroupKernel>>& kernels,
                                      const Placements& placements, const LibraryCalls& library,
                                      Releases releases);
+
+// Sets the walk order of each pointwise kernel step whose every output is read only by one
+// permute (the same for all, the last dim kept): the kernel then writes them in that permute's
+// layout, so it is contiguous and the reshape after it a view, not a copy kernel. An
+// index-aware kernel is rendered again for its order. `log`
+// (KILN_LOG=fusion) names them.
+void place_kernel_outputs(const graph::Graph& g, const graph::Partition& p,
+                          std::vector<PlanStep>& steps, std::vector<std::string>& log);
 
 // `steps` with pointwise kernels that can run at the same point (none reads what another
 // writes, each one's inputs ready there and its outputs read by no step before it) merged into

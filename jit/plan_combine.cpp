@@ -25,7 +25,8 @@ bool combo_enabled() {
 
 const codegen::PointwiseKernel* member_kernel(const PlanStep& step) {
   const auto* k = step.as<KernelStep>();
-  const codegen::PointwiseKernel* p = k ? k->kernel.pointwise() : nullptr;
+  // A placed kernel's outputs are not contiguous over its domain, as a member's are.
+  const codegen::PointwiseKernel* p = k && k->order.empty() ? k->kernel.pointwise() : nullptr;
   return p && !p->element_source.empty() ? p : nullptr;
 }
 

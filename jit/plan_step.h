@@ -22,6 +22,9 @@ struct KernelStep {
   codegen::GroupKernel kernel;
   std::vector<SymExpr> domain;
   std::optional<Shape> static_domain;  // `domain` when no size in it is symbolic
+  // The domain's dims in the order the kernel walks them, so that it writes its outputs laid
+  // out for the permute that reads them (place_kernel_outputs); empty: as traced.
+  std::vector<std::int64_t> order;
 };
 
 // Independent pointwise kernels launched as ONE combo kernel (plan_combine.cpp). Each member

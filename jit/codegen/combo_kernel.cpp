@@ -105,7 +105,8 @@ ComboKernel render_combo(const graph::Graph& g, std::span<const PointwiseKernel*
 std::optional<std::vector<std::vector<Tensor>>> run_combo(const graph::Graph& g,
                                                           const ComboKernel& combo,
                                                           std::span<const Shape> domains,
-                                                          const std::vector<Tensor>& values) {
+                                                          const std::vector<Tensor>& values,
+                                                          OutputBuffers into) {
   KILN_CHECK(domains.size() == combo.reads.size(),
              "codegen: combo kernel '{}' of {} members run "
              "over {} domains",
@@ -127,14 +128,15 @@ std::optional<std::vector<std::vector<Tensor>>> run_combo(const graph::Graph& g,
   std::vector<std::uint32_t> numbers;
   std::int64_t bytes_read = 0, bytes_written = 0;
   unsigned blocks = 0;
+  std::size_t written = 0;  // outputs so far, over all members
   for (std::size_t m = 0; m < domains.size(); ++m) {
     for (int v : combo.reads[m]) {
       pointers.push_back(reinterpret_cast<cuda::DevicePtr>(values[v].raw_data()));
       bytes_read += tensor_bytes(values[v]);
     }
     for (int v : combo.writes[m]) {
-      outs[m].push_back(
-          empty(written_shape(g, v, domains[m]), g.values[v].meta.dtype, Device::cuda()));
+      outs[m].push_back(empty_in(output_buffer(into, written++), written_shape(g, v, domains[m]),
+                                 g.values[v].meta.dtype, Device::cuda()));
       pointers.push_back(reinterpret_cast<cuda::DevicePtr>(outs[m].back().raw_data()));
       bytes_written += tensor_bytes(outs[m].back());
     }

@@ -35,12 +35,14 @@ ComboKernel render_combo(const graph::Graph& graph,
                          std::span<const PointwiseKernel* const> members);
 
 // Launches `combo` once over each member's domain (`domains`, at this call's sizes) and returns
-// per member the values it writes as new contiguous CUDA tensors. Returns nothing (launching
+// per member the values it writes as contiguous CUDA tensors (in `into`'s buffers, by position
+// among all members' writes in order, where it has them). Returns nothing (launching
 // nothing) where a member reads a tensor that is not contiguous CUDA memory of its domain's
 // elements or has 2^31 elements or more: the caller then runs the members one by one.
 std::optional<std::vector<std::vector<Tensor>>> run_combo(const graph::Graph& graph,
                                                           const ComboKernel& combo,
                                                           std::span<const Shape> domains,
-                                                          const std::vector<Tensor>& values);
+                                                          const std::vector<Tensor>& values,
+                                                          OutputBuffers into = {});
 
 }  // namespace kiln::jit::codegen

@@ -9,15 +9,17 @@ namespace kiln::jit::codegen {
 namespace {
 
 std::variant<PointwiseKernel, ReductionKernel> render(const graph::Graph& g,
-                                                      const graph::FusionGroup& group) {
-  if (group.kind == graph::FusionKind::pointwise) return render_pointwise(g, group);
+                                                      const graph::FusionGroup& group,
+                                                      std::span<const std::int64_t> order) {
+  if (group.kind == graph::FusionKind::pointwise) return render_pointwise(g, group, order);
   return render_reduction(g, group);
 }
 
 }  // namespace
 
-GroupKernel::GroupKernel(const graph::Graph& g, const graph::FusionGroup& group)
-    : kernel_(render(g, group)) {
+GroupKernel::GroupKernel(const graph::Graph& g, const graph::FusionGroup& group,
+                         std::span<const std::int64_t> order)
+    : kernel_(render(g, group, order)) {
   if (const auto* p = std::get_if<PointwiseKernel>(&kernel_))
     pointwise_ = KernelHandle(p->name, p->source);
 }
@@ -54,10 +56,14 @@ const KernelHandle& GroupKernel::expected_kernel() const {
 
 std::vector<Tensor> GroupKernel::run(const graph::Graph& g, const Shape& domain,
                                      std::vector<Tensor>& values,
-                                     std::span<const std::int64_t> symbol_values) const {
+                                     std::span<const std::int64_t> symbol_values,
+                                     OutputBuffers into,
+                                     std::span<const std::int64_t> order) const {
   if (const auto* p = std::get_if<PointwiseKernel>(&kernel_))
-    return run_pointwise(g, *p, domain, values, symbol_values, &pointwise_);
-  return run_reduction(g, std::get<ReductionKernel>(kernel_), domain, values, symbol_values);
+    return run_pointwise(g, *p, domain, values, symbol_values, &pointwise_, into, order);
+  KILN_CHECK(order.empty(), "codegen: reduction kernel '{}' walks its domain in its own order",
+             name());
+  return run_reduction(g, std::get<ReductionKernel>(kernel_), domain, values, symbol_values, into);
 }
 
 }  // namespace kiln::jit::codegen

@@ -18,8 +18,10 @@ namespace kiln::jit::codegen {
 
 class GroupKernel {
  public:
-  // Renders `group` (kind pointwise, reduction or normalization).
-  GroupKernel(const graph::Graph& graph, const graph::FusionGroup& group);
+  // Renders `group` (kind pointwise, reduction or normalization); `order`: a pointwise group's
+  // walk order (render_pointwise).
+  GroupKernel(const graph::Graph& graph, const graph::FusionGroup& group,
+              std::span<const std::int64_t> order = {});
 
   const std::string& name() const;
   // "kernel k_add_relu (pointwise, 3 nodes)": what a plan's explain() lists.
@@ -35,10 +37,11 @@ class GroupKernel {
   // The handle a first call at the traced sizes launches, to resolve before it.
   const KernelHandle& expected_kernel() const;
 
-  // Runs over `domain` (the group's domain at this call's sizes); see run_pointwise.
+  // Runs over `domain` (the group's domain at this call's sizes); see run_pointwise (`order`
+  // is a pointwise kernel's alone).
   std::vector<Tensor> run(const graph::Graph& graph, const Shape& domain,
-                          std::vector<Tensor>& values,
-                          std::span<const std::int64_t> symbol_values) const;
+                          std::vector<Tensor>& values, std::span<const std::int64_t> symbol_values,
+                          OutputBuffers into = {}, std::span<const std::int64_t> order = {}) const;
 
  private:
   std::variant<PointwiseKernel, ReductionKernel> kernel_;

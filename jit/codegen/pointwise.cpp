@@ -449,12 +449,13 @@ class PointwiseRenderer {
 
 }  // namespace
 
-PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup& group) {
+PointwiseKernel render_pointwise(const graph::Graph& g, const graph::FusionGroup& group,
+                                 std::span<const std::int64_t> order) {
   KernelNames names;
   KILN_CHECK(group.kind == graph::FusionKind::pointwise,
              "codegen: group '{}' is a {} group, not pointwise", group.name,
              graph::fusion_kind_name(group.kind));
-  if (is_indexed_group(g, group)) return render_indexed(g, group);
+  if (is_indexed_group(g, group)) return render_indexed(g, group, order);
   return PointwiseRenderer(g, group).render();
 }
 
@@ -465,17 +466,44 @@ Shape written_shape(const Shape& domain, std::size_t rank) {
   return shape;
 }
 
+Tensor walked_output(const std::shared_ptr<Storage>& buffer, const Shape& domain,
+                     std::span<const std::int64_t> order, DType dtype) {
+  Shape walked;
+  for (std::int64_t d : order) walked.push_back(domain[static_cast<std::size_t>(d)]);
+  Tensor t = empty_in(buffer, walked, dtype, Device::cuda());
+  const Strides contiguous = contiguous_strides(walked);
+  Strides strides(domain.size());
+  for (std::size_t i = 0; i < order.size(); ++i)
+    strides[static_cast<std::size_t>(order[i])] = contiguous[i];
+  return make_view(t, domain, std::move(strides), 0);
+}
+
 std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values,
                                   std::span<const std::int64_t> symbol_values,
-                                  const KernelHandle* handle) {
-  if (kernel.indexed) return run_indexed(g, kernel, domain, values, symbol_values, handle);
+                                  const KernelHandle* handle, OutputBuffers into,
+                                  std::span<const std::int64_t> order) {
+  KILN_CHECK(order.empty() || (!kernel.position && order.size() == domain.size() &&
+                               static_cast<int>(domain.size()) == kernel.rank),
+             "codegen: kernel '{}' cannot walk its domain {} in the order {}", kernel.name,
+             shape_str(domain), fmt::join(order, ", "));
+  if (kernel.indexed)
+    return run_indexed(g, kernel, domain, values, symbol_values, handle, into, order);
   apply_host_views(g, kernel.host_views, values, symbol_values);
   Shape dom = domain.empty() ? Shape{1} : domain;
-  IterSpace space;
-  space.sizes.assign(dom.begin(), dom.end());
+  // Walked in `order`, domain dim d is the walk's dim at[d].
   std::vector<int> frame(static_cast<std::size_t>(kernel.rank));
   for (int d = 0; d < kernel.rank; ++d) frame[d] = d;
+  if (!order.empty()) {
+    Shape walked;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      walked.push_back(dom[static_cast<std::size_t>(order[i])]);
+      frame[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
+    }
+    dom = std::move(walked);
+  }
+  IterSpace space;
+  space.sizes.assign(dom.begin(), dom.end());
   std::vector<TensorAccess> reads, writes;
   for (int v : kernel.reads) {
     const Tensor& t = values.at(v);
@@ -494,8 +522,13 @@ std::vector<Tensor> run_pointwise(const graph::Graph& g, const PointwiseKernel& 
   for (int v : kernel.scalars) numbers.push_back(number_argument(values.at(v)));
   std::vector<Tensor> outs;
   for (int v : kernel.writes) {
-    outs.push_back(empty(written_shape(domain, g.values[v].sizes.size()), g.values[v].meta.dtype,
-                         Device::cuda()));
+    if (order.empty())
+      outs.push_back(empty_in(output_buffer(into, outs.size()),
+                              written_shape(domain, g.values[v].sizes.size()),
+                              g.values[v].meta.dtype, Device::cuda()));
+    else
+      outs.push_back(
+          walked_output(output_buffer(into, outs.size()), domain, order, g.values[v].meta.dtype));
     const Tensor& o = outs.back();
     writes.push_back({reinterpret_cast<std::uintptr_t>(o.raw_data()), itemsize(o.dtype())});
   }

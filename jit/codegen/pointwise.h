@@ -11,6 +11,7 @@
 #include "graph/fusion.h"
 #include "graph/graph.h"
 #include "jit/codegen/kernel_cache.h"
+#include "jit/codegen/output_buffers.h"
 
 namespace kiln::jit::codegen {
 
@@ -56,7 +57,10 @@ struct PointwiseKernel {
 
 // Renders `group` (kind pointwise), which the fuser formed from nodes the generator covers
 // (graph::KernelCoverage); a kiln::Error naming the node is an internal error.
-PointwiseKernel render_pointwise(const graph::Graph& graph, const graph::FusionGroup& group);
+// `order` (see run_pointwise) matters to an index-aware kernel alone, which stores each
+// element at its place in the walk.
+PointwiseKernel render_pointwise(const graph::Graph& graph, const graph::FusionGroup& group,
+                                 std::span<const std::int64_t> order = {});
 
 // Runs `kernel` over `domain` (the group's domain at this call's sizes). `values[v]` holds
 // each value the kernel reads (CUDA tensors, or 0-dim CPU tensors for the values it takes by
@@ -66,10 +70,22 @@ PointwiseKernel render_pointwise(const graph::Graph& graph, const graph::FusionG
 // indices do not reach every element (see pointwise_layout.h).
 // `handle` is the kernel's resolved function (a plan's); without one, the kernel is looked up by
 // its code on each call.
+// `into` holds, per written value, the buffer its plan assigned it (or null: new memory).
+// `order` (a permutation of the domain's dims keeping the last, or empty) walks the domain in
+// that order: each output is then laid out as its permute by `order` reads it, contiguously,
+// and returned as the view of the domain's dims over that memory. Not for a kernel reading its
+// element's position; an index-aware kernel must have been rendered for the order
+// (render_pointwise).
 std::vector<Tensor> run_pointwise(const graph::Graph& graph, const PointwiseKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values,
                                   std::span<const std::int64_t> symbol_values = {},
-                                  const KernelHandle* handle = nullptr);
+                                  const KernelHandle* handle = nullptr, OutputBuffers into = {},
+                                  std::span<const std::int64_t> order = {});
+
+// A contiguous tensor of `domain`'s sizes taken in `order` (in `buffer`, or new memory), seen
+// with the domain's dims: what a kernel walking the domain in that order writes.
+Tensor walked_output(const std::shared_ptr<Storage>& buffer, const Shape& domain,
+                     std::span<const std::int64_t> order, DType dtype);
 
 // The shape of a value of rank `rank` that a pointwise kernel over `domain` writes: every such
 // value has the domain's elements, so it is the domain's shape up to leading 1s (a [c] value

@@ -75,8 +75,12 @@ std::string shifted(const std::string& c, std::int64_t by) {
 
 class IndexedRenderer {
  public:
-  IndexedRenderer(const graph::Graph& g, const graph::FusionGroup& group)
-      : g_(g), group_(group), inside_(group.nodes.begin(), group.nodes.end()) {}
+  IndexedRenderer(const graph::Graph& g, const graph::FusionGroup& group,
+                  std::span<const std::int64_t> order)
+      : g_(g),
+        group_(group),
+        order_(order.begin(), order.end()),
+        inside_(group.nodes.begin(), group.nodes.end()) {}
 
   PointwiseKernel render() {
     k_.indexed = true;
@@ -95,6 +99,18 @@ class IndexedRenderer {
       host_view_.insert(n);
     }
     Coords domain = coordinates();
+    // Walked in another order, an element is stored at its place among the walk's dims.
+    std::string at = "i";
+    if (!order_.empty()) {
+      Coords walked;
+      std::vector<SymExpr> sizes;
+      for (std::int64_t d : order_) {
+        walked.at.push_back(domain.at.at(static_cast<std::size_t>(d)));
+        sizes.push_back(group_.domain.at(static_cast<std::size_t>(d)));
+      }
+      coords_.push_back(fmt::format("const long long kiln_out = {};", linear_index(walked, sizes)));
+      at = "kiln_out";
+    }
     std::vector<std::string> written;
     for (int v : group_.outputs)
       written.push_back(eval(v, broadcast(domain, group_.domain, g_.values[v].sizes)));
@@ -104,7 +120,7 @@ class IndexedRenderer {
       note_dtype(t);
       k_.writes.push_back(v);
       writes_.push_back(fmt::format("{}* __restrict__ out{}", storage_type(t), i));
-      lines_.push_back(fmt::format("out{}[i] = {};", i, store_expr(t, written[i])));
+      lines_.push_back(fmt::format("out{}[{}] = {};", i, at, store_expr(t, written[i])));
     }
     k_.source = render_template("pointwise_indexed.cu.mustache", template_data());
     return std::move(k_);
@@ -411,6 +427,7 @@ class IndexedRenderer {
 
   const graph::Graph& g_;
   const graph::FusionGroup& group_;
+  std::vector<std::int64_t> order_;  // the walk's dims (empty: the domain's)
   std::set<int> inside_, host_view_;
   PointwiseKernel k_;
   std::map<std::string, std::string> memo_;
@@ -455,15 +472,17 @@ bool is_indexed_group(const graph::Graph& g, const graph::FusionGroup& group) {
   return false;
 }
 
-PointwiseKernel render_indexed(const graph::Graph& g, const graph::FusionGroup& group) {
+PointwiseKernel render_indexed(const graph::Graph& g, const graph::FusionGroup& group,
+                               std::span<const std::int64_t> order) {
   KernelNames names;
-  return IndexedRenderer(g, group).render();
+  return IndexedRenderer(g, group, order).render();
 }
 
 std::vector<Tensor> run_indexed(const graph::Graph& g, const PointwiseKernel& kernel,
                                 const Shape& domain, std::vector<Tensor>& values,
                                 std::span<const std::int64_t> symbol_values,
-                                const KernelHandle* handle) {
+                                const KernelHandle* handle, OutputBuffers into,
+                                std::span<const std::int64_t> order) {
   apply_host_views(g, kernel.host_views, values, symbol_values);
   std::int64_t n = 1;
   for (auto s : domain) n *= s;
@@ -492,8 +511,11 @@ std::vector<Tensor> run_indexed(const graph::Graph& g, const PointwiseKernel& ke
   for (int v : kernel.scalars) numbers.push_back(number_argument(values.at(v)));
   std::vector<Tensor> outs;
   for (int v : kernel.writes) {
-    outs.push_back(empty(written_shape(domain, g.values[v].sizes.size()), g.values[v].meta.dtype,
-                         Device::cuda()));
+    outs.push_back(order.empty() ? empty_in(output_buffer(into, outs.size()),
+                                            written_shape(domain, g.values[v].sizes.size()),
+                                            g.values[v].meta.dtype, Device::cuda())
+                                 : walked_output(output_buffer(into, outs.size()), domain, order,
+                                                 g.values[v].meta.dtype));
     pointers.push_back(reinterpret_cast<cuda::DevicePtr>(outs.back().raw_data()));
     written += tensor_bytes(outs.back());
   }

@@ -31,13 +31,15 @@ bool reshapes_expanded(const graph::Graph& g, int n);
 bool is_indexed_group(const graph::Graph& g, const graph::FusionGroup& group);
 
 // Renders `group` (kind pointwise, no size opaque); the kernel's `indexed` is set.
-PointwiseKernel render_indexed(const graph::Graph& g, const graph::FusionGroup& group);
+PointwiseKernel render_indexed(const graph::Graph& g, const graph::FusionGroup& group,
+                               std::span<const std::int64_t> order = {});
 
 // Runs an indexed kernel over `domain` (at this call's sizes: its symbolic sizes are evaluated
 // from `symbol_values` into its size arguments); `values` as for run_pointwise.
 std::vector<Tensor> run_indexed(const graph::Graph& g, const PointwiseKernel& kernel,
                                 const Shape& domain, std::vector<Tensor>& values,
                                 std::span<const std::int64_t> symbol_values,
-                                const KernelHandle* handle);
+                                const KernelHandle* handle, OutputBuffers into = {},
+                                std::span<const std::int64_t> order = {});
 
 }  // namespace kiln::jit::codegen

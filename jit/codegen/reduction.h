@@ -14,6 +14,7 @@
 #include "graph/graph.h"
 #include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/kernel_variants.h"
+#include "jit/codegen/output_buffers.h"
 #include "jit/codegen/reduction_schedule.h"
 
 namespace kiln::jit::codegen {
@@ -91,9 +92,10 @@ const KernelHandle& reduction_variant_kernel(const ReductionKernel& kernel,
 
 // Runs `kernel` over `domain` (the group's domain at this call's sizes) on the schedule
 // schedule_reduction picks within this thread's limits; `values` as for run_pointwise. Returns
-// the written values in `kernel.writes` order.
+// the written values in `kernel.writes` order, in `into`'s buffers where it has them.
 std::vector<Tensor> run_reduction(const graph::Graph& graph, const ReductionKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values,
-                                  std::span<const std::int64_t> symbol_values = {});
+                                  std::span<const std::int64_t> symbol_values = {},
+                                  OutputBuffers into = {});
 
 }  // namespace kiln::jit::codegen

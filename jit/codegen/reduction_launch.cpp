@@ -62,7 +62,8 @@ void pack_index(const ReductionKernel& kernel, const Shape& domain,
 
 // The written values: full ones over the domain, reduced ones one per row (keepdim or not).
 std::vector<Tensor> allocate_outputs(const graph::Graph& g, const ReductionKernel& kernel,
-                                     const Shape& domain, const LaunchScratch& sc) {
+                                     const Shape& domain, const LaunchScratch& sc,
+                                     OutputBuffers into) {
   const auto rank = static_cast<int>(domain.size());
   std::vector<Tensor> outs;
   outs.reserve(kernel.writes.size());
@@ -77,7 +78,7 @@ std::vector<Tensor> allocate_outputs(const graph::Graph& g, const ReductionKerne
             std::find(sc.reduced.begin(), sc.reduced.end(), d) == sc.reduced.end() ? domain[d] : 1);
     else
       for (int d : sc.kept) shape.push_back(domain[d]);
-    outs.push_back(empty(shape, meta.dtype, Device::cuda()));
+    outs.push_back(empty_in(output_buffer(into, i), shape, meta.dtype, Device::cuda()));
   }
   return outs;
 }
@@ -107,7 +108,7 @@ const KernelHandle& variant_for(const ReductionKernel& kernel, const ReductionSc
 
 std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& kernel,
                                   const Shape& domain, std::vector<Tensor>& values,
-                                  std::span<const std::int64_t> symbol_values) {
+                                  std::span<const std::int64_t> symbol_values, OutputBuffers into) {
   apply_host_views(g, kernel.host_views, values, symbol_values);
   LaunchScratch::Lease lease;
   LaunchScratch& sc = lease.scratch();
@@ -121,7 +122,7 @@ std::vector<Tensor> run_reduction(const graph::Graph& g, const ReductionKernel& 
   for (int d : sc.reduced) cols *= domain[d];
   pack_index(kernel, domain, values, sc);
   for (int v : kernel.scalars) sc.numbers.push_back(number_argument(values.at(v)));
-  std::vector<Tensor> outs = allocate_outputs(g, kernel, domain, sc);
+  std::vector<Tensor> outs = allocate_outputs(g, kernel, domain, sc, into);
 
   for (const auto& r : kernel.reads) sc.read_access.push_back(access_of(values.at(r.value)));
   for (const Tensor& o : outs) sc.write_access.push_back(access_of(o));
