@@ -109,7 +109,9 @@ struct BufferAssigner {
   // The input of `k` that `w` can be written over: an arena value `k` reads last.
   int in_place_input(const KernelStep& k, int position, int w,
                      const std::vector<bool>& taken) const {
-    for (int r : k.kernel.pointwise() ? k.kernel.pointwise()->reads : std::vector<int>{}) {
+    const codegen::PointwiseKernel* p = k.kernel.pointwise();
+    if (!p) return -1;
+    for (int r : p->reads) {
       if (root[r] != r || taken[r] || walked[r] || out.buffer_of(r) < 0) continue;
       if (last_use[r] == position && writable_over(k, w, r)) return r;
     }
@@ -223,10 +225,9 @@ ArenaLayout BufferAssignment::layout(std::span<const std::int64_t> symbol_values
   return l;
 }
 
-std::string BufferAssignment::summary(std::span<const std::int64_t> symbol_values) const {
+std::string BufferAssignment::summary(const ArenaLayout& l) const {
   std::size_t values = 0;
   for (const Buffer& b : buffers_) values += b.values.size();
-  ArenaLayout l = layout(symbol_values);
   return fmt::format(
       "arena {} for {} values in {} buffers (liveness bound {}, {} written in place)",
       kilobytes(l.bytes), values, buffers_.size(), kilobytes(l.live_bound), in_place_);

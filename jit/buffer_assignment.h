@@ -64,9 +64,9 @@ class BufferAssignment {
   // buffer live at the same time (the heap simulator of XLA and TFLite's arena planner).
   ArenaLayout layout(std::span<const std::int64_t> symbol_values) const;
 
-  // "arena 12.3 kB for 9 values (liveness bound 12.3 kB, 2 in place)" at the traced sizes, and
-  // per step the buffers of what it writes.
-  std::string summary(std::span<const std::int64_t> symbol_values) const;
+  // "arena 12.3 kB for 9 values in 9 buffers (liveness bound 12.3 kB, 2 written in place)" for
+  // a layout, and per step the buffers of what it writes there.
+  std::string summary(const ArenaLayout& layout) const;
   std::string step_note(std::size_t position, const ArenaLayout& layout) const;
 
  private:

@@ -103,7 +103,7 @@ std::string KernelPlan::str() const {
     for (const std::string& why : it->second)
       out += fmt::format("    fell back to primitive ops at run time: {}\n", why);
   }
-  if (!buffers_->empty()) out += "  " + buffers_->summary(traced_symbols_) + "\n";
+  if (!buffers_->empty()) out += "  " + buffers_->summary(layout) + "\n";
   return out;
 }
 

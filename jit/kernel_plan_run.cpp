@@ -107,14 +107,12 @@ void run_kernel(const KernelStep& k, const PlanStep& step, RunState& s) {
 }
 
 // The members as one launch, or one by one where the combo refuses this call's tensors.
-void run_combo(const ComboStep& c, RunState& s) {
+void run_combo(const ComboStep& c, const PlanStep& step, RunState& s) {
   std::vector<Shape> domains;
   for (const auto& k : c.members)
     domains.push_back(k.static_domain ? *k.static_domain : s.concrete(k.domain));
-  std::vector<int> all_writes;
-  for (const auto& k : c.members)
-    all_writes.insert(all_writes.end(), k.kernel.writes().begin(), k.kernel.writes().end());
-  auto outs = codegen::run_combo(s.g, *c.kernel, domains, s.values, s.buffers_of(all_writes));
+  auto outs =
+      codegen::run_combo(s.g, *c.kernel, domains, s.values, s.buffers_of(kernel_writes(step)));
   for (std::size_t m = 0; m < c.members.size(); ++m) {
     const KernelStep& k = c.members[m];
     const auto& writes = k.kernel.writes();
@@ -188,7 +186,7 @@ void run_step(const PlanStep& step, RunState& s) {
     void operator()(const AttentionStep& a) const { run_attention(a, step, s); }
     void operator()(const HostViewStep&) const { dispatch_nodes(step, s); }
     void operator()(const EagerStep& e) const { run_eager(e, step, s); }
-    void operator()(const ComboStep& c) const { run_combo(c, s); }
+    void operator()(const ComboStep& c) const { run_combo(c, step, s); }
     void operator()(const FallbackStep&) const {
       dispatch_nodes(step, s);
       s.check_eager(step);

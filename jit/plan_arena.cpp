@@ -135,10 +135,6 @@ const std::shared_ptr<Storage>& PlanArena::Lease::storage(int buffer) const {
   return binding_ ? binding_->slots[static_cast<std::size_t>(buffer)] : none;
 }
 
-std::uintptr_t PlanArena::Lease::address() const {
-  return binding_ ? reinterpret_cast<std::uintptr_t>(binding_->block->data()) : 0;
-}
-
 PlanArena::Lease PlanArena::lend(std::span<const std::int64_t> symbol_values) {
   if (buffers_->empty()) return {};
   auto same_sizes = [&](const Binding& b) {
@@ -173,7 +169,6 @@ PlanArena::Lease PlanArena::lend(std::span<const std::int64_t> symbol_values) {
   {
     std::lock_guard lock(mutex_);
     last_address_ = reinterpret_cast<std::uintptr_t>(b->block->data());
-    last_bytes_ = b->layout.bytes;
   }
   return Lease(this, std::move(b));
 }
@@ -200,11 +195,6 @@ void PlanArena::give_back(std::unique_ptr<Binding> b) {
 std::uintptr_t PlanArena::last_address() const {
   std::lock_guard lock(mutex_);
   return last_address_;
-}
-
-std::int64_t PlanArena::last_bytes() const {
-  std::lock_guard lock(mutex_);
-  return last_bytes_;
 }
 
 }  // namespace kiln::jit

@@ -47,7 +47,6 @@ class PlanArena {
 
     // Null where the plan has no buffers.
     const std::shared_ptr<Storage>& storage(int buffer) const;
-    std::uintptr_t address() const;  // of the block, 0 without one
 
    private:
     PlanArena* arena_ = nullptr;
@@ -60,8 +59,6 @@ class PlanArena {
 
   // The block's address at the last call (0 before the first): the same while the sizes are.
   std::uintptr_t last_address() const;
-  // The arena's bytes at the last call's sizes.
-  std::int64_t last_bytes() const;
 
  private:
   void give_back(std::unique_ptr<Binding> binding);
@@ -71,7 +68,6 @@ class PlanArena {
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Binding>> idle_;  // bindings no call holds, most recent last
   std::uintptr_t last_address_ = 0;
-  std::int64_t last_bytes_ = 0;
 };
 
 }  // namespace kiln::jit
