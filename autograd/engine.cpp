@@ -96,15 +96,15 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
       }
     }
     ready.running(node);
-    std::vector<Tensor> next = node->apply(g);
+    // The graph built under create_graph refers back to this one (PyTorch's retain_graph
+    // defaults to create_graph for the same reason).
+    std::vector<Tensor> next =
+        retain_graph || create_graph ? node->apply(g) : node->apply_releasing(std::move(g));
     ready.running(nullptr);
     const auto& edges = node->next_edges();
     for (std::size_t i = 0; i < edges.size() && i < next.size(); ++i)
       if (edges[i].valid() && next[i].defined()) add_to(buffers, edges[i], next[i]);
     ready.visited(node);
-    // The graph built under create_graph refers back to this one (PyTorch's retain_graph
-    // defaults to create_graph for the same reason).
-    if (!retain_graph && !create_graph) node->release();
   }
   if (!in_place_grads.empty()) foreach_add_(in_place_grads, in_place_incoming);
   if (ready.active()) ready.finished();

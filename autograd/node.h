@@ -38,6 +38,11 @@ class Node : public std::enable_shared_from_this<Node> {
   }
   // Frees saved tensors (no retain_graph): a later apply() that needs them raises.
   void release() { release_saved(); }
+  // apply() as the last use of what the node saved (no retain_graph), then release(): a node
+  // may free each saved tensor once its backward has read it, AOTAutograd's boxed convention.
+  std::vector<Tensor> apply_releasing(std::vector<Tensor>&& grad_outputs) {
+    return backward_releasing(std::move(grad_outputs));
+  }
 
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   void set_next_edges(std::vector<Edge> edges) { next_edges_ = std::move(edges); }
@@ -47,6 +52,11 @@ class Node : public std::enable_shared_from_this<Node> {
  protected:
   virtual std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) = 0;
   virtual void release_saved() {}
+  virtual std::vector<Tensor> backward_releasing(std::vector<Tensor>&& grad_outputs) {
+    std::vector<Tensor> grads = backward(grad_outputs);
+    release_saved();
+    return grads;
+  }
   bool needs_grad(std::size_t input) const {
     return input < next_edges_.size() && next_edges_[input].valid();
   }

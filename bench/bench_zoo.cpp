@@ -50,6 +50,8 @@ struct StepFigures {
   // allocated before them; compiled, the largest plan arena lent and its liveness bound.
   std::int64_t peak_memory = 0, arena = 0, arena_bound = 0;
   std::int64_t optimizer_launches = 0, optimizer_dram = 0;
+  // Compiled: ops the plans ran through dispatch (codegen::LaunchStats::plan_dispatches).
+  std::int64_t plan_dispatches = 0;
   std::vector<std::pair<std::string, std::int64_t>> top_kernels;  // forward + backward, by launches
 };
 
@@ -85,7 +87,8 @@ StepFigures measure(const zoo::CatalogEntry& entry, bool compiled, std::optional
   StepFigures out;
   auto& alloc = cuda_allocator();
   const std::int64_t launches0 = launches(), calls0 = jit::codegen::lt_stats().calls.load(),
-                     lib0 = library_bytes();
+                     lib0 = library_bytes(),
+                     dispatches0 = jit::codegen::launch_stats().plan_dispatches.load();
   cuda::vgpu::clear_profiles();
   cuda::vgpu::set_profiling(true);
   // What zoo::Trainer::forward_backward does, with the first forward measured on its own.
@@ -109,6 +112,7 @@ StepFigures measure(const zoo::CatalogEntry& entry, bool compiled, std::optional
   out.arena_bound = jit::arena_stats().largest_live_bound;
   cuda::vgpu::set_profiling(false);
   out.launches = launches() - launches0;
+  out.plan_dispatches = jit::codegen::launch_stats().plan_dispatches.load() - dispatches0;
   out.library_calls = jit::codegen::lt_stats().calls.load() - calls0;
   std::map<std::string, std::int64_t> by_name;
   out.dram = kernel_dram(&by_name) + library_bytes() - lib0;
@@ -164,9 +168,12 @@ void print_pair(const char* a_label, const char* b_label, const StepFigures& a,
             ratio(b.held_for_backward, a.held_for_backward));
   print_row("peak device memory (no workspace)", kb(a.peak_memory), kb(b.peak_memory),
             ratio(b.peak_memory, a.peak_memory));
-  if (b.arena > 0)
+  if (b.arena > 0) {
+    std::printf("  %-34s %14s %14lld\n", "ops the plans dispatched", "",
+                static_cast<long long>(b.plan_dispatches));
     print_row("largest plan arena / liveness bound", kb(b.arena), kb(b.arena_bound),
               ratio(b.arena, b.arena_bound));
+  }
 }
 
 void print_model(const Result& r) {

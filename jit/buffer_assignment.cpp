@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 
 namespace kiln::jit {
 namespace {
@@ -186,24 +187,24 @@ BufferAssignment::BufferAssignment(const graph::Graph& g, const std::vector<Plan
   a.assign_written_inputs();
 }
 
-ArenaLayout BufferAssignment::layout(std::span<const std::int64_t> symbol_values) const {
-  ArenaLayout l;
-  l.offsets.assign(buffers_.size(), 0);
-  std::vector<std::int64_t> bytes(buffers_.size());
-  std::vector<int> order(buffers_.size());
-  for (std::size_t b = 0; b < buffers_.size(); ++b)
-    bytes[b] = aligned(buffers_[b].bytes(symbol_values));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return bytes[a] > bytes[b]; });
+namespace {
+
+// Offsets for `buffers` placed one by one in `order`, each at the first gap that fits among the
+// placed buffers live at the same time; the offsets and the arena's size.
+std::pair<std::vector<std::int64_t>, std::int64_t> place_in_order(
+    const std::vector<Buffer>& buffers, const std::vector<std::int64_t>& bytes,
+    const std::vector<int>& order) {
+  std::vector<std::int64_t> offsets(buffers.size(), 0);
+  std::int64_t total = 0;
   std::vector<int> placed;
+  std::vector<std::pair<std::int64_t, std::int64_t>> busy;
   for (int b : order) {
-    const BufferInterval& live = buffers_[b].live;
-    // The placed buffers live at the same time, by offset: take the first gap that fits.
-    std::vector<std::pair<std::int64_t, std::int64_t>> busy;
+    const BufferInterval& live = buffers[b].live;
+    busy.clear();
     for (int p : placed) {
-      const BufferInterval& other = buffers_[p].live;
+      const BufferInterval& other = buffers[p].live;
       if (other.first <= live.last && live.first <= other.last)
-        busy.emplace_back(l.offsets[p], l.offsets[p] + bytes[p]);
+        busy.emplace_back(offsets[p], offsets[p] + bytes[p]);
     }
     std::sort(busy.begin(), busy.end());
     std::int64_t offset = 0;
@@ -211,9 +212,36 @@ ArenaLayout BufferAssignment::layout(std::span<const std::int64_t> symbol_values
       if (begin - offset >= bytes[b]) break;
       offset = std::max(offset, end);
     }
-    l.offsets[b] = offset;
-    l.bytes = std::max(l.bytes, offset + bytes[b]);
+    offsets[b] = offset;
+    total = std::max(total, offset + bytes[b]);
     placed.push_back(b);
+  }
+  return {std::move(offsets), total};
+}
+
+}  // namespace
+
+// Two greedy orders, the smaller arena kept: by size (largest first; TFLite's and XLA's
+// default), and by when each buffer is first written, largest first at one step (the order a
+// stack allocator would see), which packs chains of short-lived values that size alone splits.
+ArenaLayout BufferAssignment::layout(std::span<const std::int64_t> symbol_values) const {
+  ArenaLayout l;
+  std::vector<std::int64_t> bytes(buffers_.size());
+  for (std::size_t b = 0; b < buffers_.size(); ++b)
+    bytes[b] = aligned(buffers_[b].bytes(symbol_values));
+  std::vector<int> by_size(buffers_.size());
+  std::iota(by_size.begin(), by_size.end(), 0);
+  std::vector<int> by_start = by_size;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](int a, int b) { return bytes[a] > bytes[b]; });
+  std::stable_sort(by_start.begin(), by_start.end(), [&](int a, int b) {
+    const auto &x = buffers_[a].live, &y = buffers_[b].live;
+    return x.first != y.first ? x.first < y.first : bytes[a] > bytes[b];
+  });
+  std::tie(l.offsets, l.bytes) = place_in_order(buffers_, bytes, by_size);
+  if (auto [offsets, total] = place_in_order(buffers_, bytes, by_start); total < l.bytes) {
+    l.offsets = std::move(offsets);
+    l.bytes = total;
   }
   // The bound: the most bytes live at one position.
   int positions = 0;

@@ -20,6 +20,7 @@
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/matmul.h"
 #include "jit/codegen/strided_copy.h"
+#include "jit/eager_ops.h"
 #include "runtime/attention_inputs.h"
 #include "runtime/backend.h"
 #include "runtime/cuda_backend.h"
@@ -28,6 +29,37 @@
 #include "runtime/log.h"
 
 namespace kiln::jit {
+
+// The one-node graph of an op and the kernel that runs it, kept per signature (below).
+struct EagerKernel {
+  graph::Graph graph;
+  std::optional<codegen::GroupKernel> kernel;  // pointwise, reduction or normalization
+  std::optional<codegen::MatmulKernel> matmul;
+  std::optional<codegen::IndexingKernel> indexing;
+};
+
+std::vector<Tensor> run_eager_kernel(const EagerKernel& plan, std::span<const Tensor> inputs,
+                                     const OpAttrs& attrs, std::span<const TensorMeta> outputs) {
+  if (plan.indexing) return {codegen::run_indexing(*plan.indexing, attrs, inputs, outputs[0])};
+  if (plan.matmul) {
+    // cuBLASLt when its documented rules allow; the generated GEMM otherwise.
+    std::string why;
+    codegen::LtForward problem;
+    problem.a = inputs[0];
+    problem.b = inputs[1];
+    if (auto r = codegen::try_lt_forward(problem, &why)) return {r->out};
+    codegen::log_lt_fallback("eager matmul", why);
+    return {codegen::run_matmul(*plan.matmul, inputs[0], inputs[1], outputs[0])};
+  }
+  std::vector<Tensor> values(plan.graph.values.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) values[plan.graph.nodes[0].inputs[i]] = inputs[i];
+  // A reduction iterates over its input, a pointwise op over its output.
+  Shape domain = plan.kernel->reduces() ? inputs[0].shape()
+                 : outputs.empty()      ? Shape{}
+                                        : outputs[0].shape;
+  return plan.kernel->run(plan.graph, domain, values, {});
+}
+
 namespace {
 
 // The one-node graph of an eager op call: every tensor input is an argument (0-dim CPU ones are
@@ -124,26 +156,7 @@ class GeneratedCudaBackend : public CudaBackend {
   std::vector<Tensor> run(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs,
                           std::span<const TensorMeta> outputs) override {
     if (op_class(op) == OpClass::attention) return run_attention(op, inputs, attrs);
-    std::shared_ptr<const Plan> plan = plan_for(op, inputs, attrs, outputs);
-    std::vector<Tensor> values(plan->graph.values.size());
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      values[plan->graph.nodes[0].inputs[i]] = inputs[i];
-    if (plan->indexing) return {codegen::run_indexing(*plan->indexing, attrs, inputs, outputs[0])};
-    if (plan->matmul) {
-      // cuBLASLt when its documented rules allow; the generated GEMM otherwise.
-      std::string why;
-      codegen::LtForward problem;
-      problem.a = inputs[0];
-      problem.b = inputs[1];
-      if (auto r = codegen::try_lt_forward(problem, &why)) return {r->out};
-      codegen::log_lt_fallback("eager matmul", why);
-      return {codegen::run_matmul(*plan->matmul, inputs[0], inputs[1], outputs[0])};
-    }
-    // A reduction iterates over its input, a pointwise op over its output.
-    Shape domain = plan->kernel->reduces() ? inputs[0].shape()
-                   : outputs.empty()       ? Shape{}
-                                           : outputs[0].shape;
-    return plan->kernel->run(plan->graph, domain, values, {});
+    return run_eager_kernel(*plan_for(op, inputs, attrs, outputs), inputs, attrs, outputs);
   }
 
   // Autograd's fused linear layers: one cuBLASLt call each, or nullopt (with the rule on
@@ -202,14 +215,9 @@ class GeneratedCudaBackend : public CudaBackend {
     codegen::strided_copy(dst, s);
   }
 
- private:
-  struct Plan {
-    graph::Graph graph;
-    std::optional<codegen::GroupKernel> kernel;  // pointwise, reduction or normalization
-    std::optional<codegen::MatmulKernel> matmul;
-    std::optional<codegen::IndexingKernel> indexing;
-  };
+  using Plan = EagerKernel;
 
+  // The plan of the call's signature, made on its first call and shared by every later one.
   std::shared_ptr<const Plan> plan_for(OpId op, std::span<const Tensor> inputs,
                                        const OpAttrs& attrs, std::span<const TensorMeta> outputs) {
     std::string key = signature(op, inputs, attrs);
@@ -254,15 +262,31 @@ class GeneratedCudaBackend : public CudaBackend {
     return plan;
   }
 
+ private:
   std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<const Plan>> plans_;
 };
 
-const bool registered = [] {
+GeneratedCudaBackend& generated_backend() {
   static GeneratedCudaBackend backend;
-  register_backend(Device::Type::cuda, &backend, 1);
+  return backend;
+}
+
+const bool registered = [] {
+  register_backend(Device::Type::cuda, &generated_backend(), 1);
   return true;
 }();
 
 }  // namespace
+
+std::shared_ptr<const EagerKernel> find_eager_kernel(OpId op, std::span<const Tensor> inputs,
+                                                     const OpAttrs& attrs,
+                                                     std::span<const TensorMeta> outputs) {
+  OpClass c = op_class(op);
+  if (c == OpClass::attention || c == OpClass::view || c == OpClass::transfer) return nullptr;
+  if (is_random(op) && !attrs.device.is_cuda()) return nullptr;
+  for (const auto& t : inputs)
+    if (!t.defined() || (!t.device().is_cuda() && t.dim() > 0)) return nullptr;
+  return generated_backend().plan_for(op, inputs, attrs, outputs);
+}
 }  // namespace kiln::jit

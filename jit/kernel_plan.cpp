@@ -9,8 +9,10 @@
 #include <set>
 
 #include "jit/codegen/kernel_cache.h"
+#include "jit/eager_ops.h"
 #include "jit/plan_arena.h"
 #include "jit/plan_build.h"
+#include "jit/plan_capture.h"
 #include "runtime/log.h"
 
 namespace kiln::jit {
@@ -35,6 +37,9 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
     for (const auto& line : combined) log_line(line);
   buffers_ = std::make_shared<const BufferAssignment>(g, steps_);
   arena_ = std::make_shared<PlanArena>(buffers_);
+  mark_capture_blockers(g, steps_, *buffers_);
+  host_inputs_ = std::make_shared<HostInputs>(g);
+  node_kernels_ = std::make_shared<NodeKernels>(g.nodes.size());
   for (const graph::Symbol& s : g.symbols) traced_symbols_.push_back(s.traced);
   // Compile (or load from the disk cache) every kernel now rather than at each first launch:
   // one progress bar for the lot, and the first call's launches run back to back.
@@ -97,6 +102,7 @@ std::string KernelPlan::str() const {
     out += fmt::format("  group {}: {}\n", s.group, s.note);
     if (std::string buffers = buffers_->step_note(i, layout); !buffers.empty())
       out += fmt::format("    {}\n", buffers);
+    if (!s.capture_blocker.empty()) out += fmt::format("    capture: {}\n", s.capture_blocker);
     if (!run_time_fallbacks_) continue;
     auto it = run_time_fallbacks_->reasons.find(i);
     if (it == run_time_fallbacks_->reasons.end()) continue;
@@ -104,7 +110,46 @@ std::string KernelPlan::str() const {
       out += fmt::format("    fell back to primitive ops at run time: {}\n", why);
   }
   if (!buffers_->empty()) out += "  " + buffers_->summary(layout) + "\n";
+  out += fmt::format("  capture: {} of {} steps could be captured into a CUDA graph as they run\n",
+                     capturable_steps(), steps_.size());
   return out;
+}
+
+int KernelPlan::capturable_steps() const {
+  int n = 0;
+  for (const auto& s : steps_) n += s.capture_blocker.empty();
+  return n;
+}
+
+bool KernelPlan::capturable() const {
+  return capturable_steps() == static_cast<int>(steps_.size());
+}
+
+struct KernelPlan::HostInputs {
+  explicit HostInputs(const graph::Graph& g) {
+    for (const auto& in : g.inputs) kept.push_back(!plan_build::written_or_returned(g, in.value));
+  }
+  struct Uploaded {
+    std::shared_ptr<Storage> source;
+    std::uint64_t version = 0;
+    Tensor device;
+  };
+  std::vector<bool> kept;  // per input: whether its device copy serves later calls
+  std::mutex mutex;
+  std::map<std::size_t, Uploaded> by_input;
+};
+
+Tensor KernelPlan::device_copy(std::size_t input, const Tensor& host) const {
+  if (!host_inputs_->kept.at(input)) return host.to(Device::cuda());
+  std::lock_guard lock(host_inputs_->mutex);
+  auto& u = host_inputs_->by_input[input];
+  const auto& storage = host.impl().storage;
+  if (!u.device.defined() || u.source != storage || u.version != storage->version()) {
+    u.device = host.to(Device::cuda());
+    u.source = storage;
+    u.version = storage->version();
+  }
+  return u.device;
 }
 
 std::uintptr_t KernelPlan::last_arena_address() const {

@@ -17,7 +17,8 @@
 
 namespace kiln::jit {
 
-class PlanArena;  // plan_arena.h
+class PlanArena;    // plan_arena.h
+class NodeKernels;  // eager_ops.h
 
 class KernelPlan {
  public:
@@ -60,6 +61,18 @@ class KernelPlan {
   // a warm call at the sizes of the one before finds its values where they were.
   std::uintptr_t last_arena_address() const;
   PlanArena& arena() const { return *arena_; }
+  // The kernels of the nodes its eager and host-view steps run, each found on its first call.
+  NodeKernels& node_kernels() const { return *node_kernels_; }
+
+  // Steps nothing would keep a CUDA graph from capturing as they run now (plan_capture.h:
+  // PlanStep::capture_blocker says why not for the others), and whether that is all of them.
+  int capturable_steps() const;
+  bool capturable() const;
+
+  // The device copy of `host`, the value of graph input `input` (a tensor the trace made or
+  // captured on the host): uploaded on the first call and again only after `host` is written
+  // (a copy the call could return or write in place is made anew each call).
+  Tensor device_copy(std::size_t input, const Tensor& host) const;
 
   // The steps in the order they run (plan_step.h).
   const std::vector<PlanStep>& steps() const { return steps_; }
@@ -68,10 +81,13 @@ class KernelPlan {
   std::vector<PlanStep> steps_;
   std::shared_ptr<const BufferAssignment> buffers_;
   std::shared_ptr<PlanArena> arena_;
+  std::shared_ptr<NodeKernels> node_kernels_;
   std::vector<std::int64_t> traced_symbols_;
   std::int64_t peak_bytes_ = 0, total_bytes_ = 0;
   struct RunTimeFallbacks;
   std::shared_ptr<RunTimeFallbacks> run_time_fallbacks_;
+  struct HostInputs;
+  std::shared_ptr<HostInputs> host_inputs_;
 };
 
 }  // namespace kiln::jit

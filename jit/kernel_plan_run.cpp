@@ -1,6 +1,7 @@
 // Running a plan's steps in order, each by its type (see kernel_plan.h and plan_step.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "graph/node_values.h"
@@ -8,10 +9,12 @@
 #include "jit/codegen/attention.h"
 #include "jit/codegen/epilogue_lowering.h"
 #include "jit/codegen/launch_stats.h"
+#include "jit/eager_ops.h"
 #include "jit/kernel_plan.h"
 #include "jit/plan_arena.h"
 #include "jit/plan_outputs.h"
 #include "runtime/dispatch.h"
+#include "runtime/trace_hooks.h"
 
 namespace kiln::jit {
 
@@ -70,6 +73,11 @@ struct RunState {
                                      static_cast<std::size_t>(t.numel()) * itemsize(t.dtype()),
                                      t.device(), [keep = t.impl().storage](void*) {});
   }
+  // The node's inputs in this call, into `operands` (reused across nodes).
+  void operands_of(const graph::Node& node, std::vector<Tensor>& operands) const {
+    operands.clear();
+    for (int v : node.inputs) operands.push_back(values.at(v));
+  }
   void check_eager(const PlanStep& step) {
     if (check)
       check_step_accuracy(g, step.nodes, values, symbol_values,
@@ -77,17 +85,65 @@ struct RunState {
   }
 };
 
-// The step's nodes one by one through dispatch.
+// One node through dispatch (the op table, a signature and a backend's lookup), counted.
+void dispatch_node(const graph::Node& node, std::span<const Tensor> operands, const OpAttrs& attrs,
+                   RunState& s) {
+  ++codegen::launch_stats().plan_dispatches;
+  auto results = dispatch(node.op, operands, attrs);
+  for (std::size_t k = 0; k < results.size(); ++k) s.values[node.outputs[k]] = results[k];
+}
+
 void dispatch_nodes(const PlanStep& step, RunState& s) {
   std::vector<Tensor> operands;
   for (int n : step.nodes) {
     const graph::Node& node = s.g.nodes[n];
-    operands.clear();
-    for (int v : node.inputs) operands.push_back(s.values.at(v));
-    auto& stats = codegen::launch_stats();
-    ++stats.plan_dispatches;
-    if (op_class(node.op) == OpClass::view) ++stats.plan_view_dispatches;
-    auto results = dispatch(node.op, operands, attrs_at(s.g, node, s.symbol_values));
+    s.operands_of(node, operands);
+    dispatch_node(node, operands, attrs_at(s.g, node, s.symbol_values), s);
+  }
+}
+
+// The node's outputs at this call's sizes: from their expressions, or from the op's rule where a
+// size follows the data (an opaque one).
+void output_metas(const graph::Node& node, std::span<const Tensor> operands, const OpAttrs& attrs,
+                  const RunState& s, std::vector<TensorMeta>& metas) {
+  metas.clear();
+  for (int v : node.outputs) {
+    const auto& sizes = s.g.values[v].sizes;
+    if (std::any_of(sizes.begin(), sizes.end(), [](const SymExpr& e) { return e.is_opaque(); })) {
+      metas = infer_meta(node.op, metas_of(operands), attrs);
+      return;
+    }
+    metas.push_back({s.concrete(sizes), s.g.values[v].meta.dtype});
+  }
+}
+
+// The step's nodes one by one without dispatch: views on the host, transfers as copies, other
+// ops on the kernel each node found on its first call (eager_ops.h). A node with none
+// dispatches, as every node does while a trace intercepts ops.
+void run_nodes(const PlanStep& step, RunState& s) {
+  if (active_interceptor()) return dispatch_nodes(step, s);
+  std::vector<Tensor> operands;
+  std::vector<TensorMeta> metas;
+  for (int n : step.nodes) {
+    const graph::Node& node = s.g.nodes[n];
+    s.operands_of(node, operands);
+    OpAttrs attrs = attrs_at(s.g, node, s.symbol_values);
+    output_metas(node, operands, attrs, s, metas);
+    if (op_class(node.op) == OpClass::view) {
+      s.values[node.output()] = run_view(node.op, operands.at(0), attrs, metas[0].shape);
+      continue;
+    }
+    if (op_class(node.op) == OpClass::transfer) {  // of an input the plan has on the device
+      s.values[node.output()] = transfer(operands.at(0), attrs.device);
+      continue;
+    }
+    const EagerKernel* kernel = s.plan.node_kernels().get(
+        n, [&] { return find_eager_kernel(node.op, operands, attrs, metas); });
+    if (!kernel) {
+      dispatch_node(node, operands, attrs, s);
+      continue;
+    }
+    auto results = run_eager_kernel(*kernel, operands, attrs, metas);
     for (std::size_t k = 0; k < results.size(); ++k) s.values[node.outputs[k]] = results[k];
   }
 }
@@ -143,7 +199,7 @@ void run_attention(const AttentionStep& a, const PlanStep& step, RunState& s) {
   if (a.placement) {
     const graph::Node& node = s.g.nodes[a.placement->node];
     std::vector<Tensor> operands;
-    for (int v : node.inputs) operands.push_back(s.values.at(v));
+    s.operands_of(node, operands);
     std::vector<Shape> shapes;
     for (int v : node.outputs) shapes.push_back(s.concrete(s.g.values[v].sizes));
     if (auto placed =
@@ -156,24 +212,40 @@ void run_attention(const AttentionStep& a, const PlanStep& step, RunState& s) {
       return;
     }
   }
-  // The fused kernels refuse this call (its shapes or devices at run time): the backend runs
-  // it as primitive ops, which the plan records so that the call is not counted as kernels'.
+  // On the fused kernels unplaced; where they refuse this call (its shapes or devices at run
+  // time), the backend runs it as primitive ops, which the plan records so that the call is not
+  // counted as kernels'.
+  std::vector<Tensor> operands;
   for (int n : step.nodes) {
     const graph::Node& node = s.g.nodes[n];
-    if (op_class(node.op) != OpClass::attention) continue;
-    std::vector<Tensor> operands;
-    for (int v : node.inputs) operands.push_back(s.values.at(v));
-    std::string why = codegen::attention_unsupported(
-        codegen::attention_call(node.op, operands, attrs_at(s.g, node, s.symbol_values)));
-    if (!why.empty()) s.plan.note_run_time_fallback(s.step, why);
+    s.operands_of(node, operands);
+    OpAttrs attrs = attrs_at(s.g, node, s.symbol_values);
+    if (op_class(node.op) != OpClass::attention) {
+      dispatch_node(node, operands, attrs, s);
+      continue;
+    }
+    codegen::AttentionCall call = codegen::attention_call(node.op, operands, attrs);
+    if (std::string why = codegen::attention_unsupported(call); !why.empty()) {
+      s.plan.note_run_time_fallback(s.step, why);
+      dispatch_node(node, operands, attrs, s);
+      continue;
+    }
+    std::vector<Tensor> results;
+    if (node.op == OpId::attention) {
+      auto r = codegen::attention_forward(call);
+      results = {r.out, r.lse};
+    } else {
+      auto r = codegen::attention_backward(call, operands[3], operands[4], operands[5]);
+      results = {r.dq, r.dk, r.dv};
+    }
+    for (std::size_t k = 0; k < results.size(); ++k) s.values[node.outputs[k]] = results[k];
   }
-  dispatch_nodes(step, s);
   s.check_eager(step);
 }
 
 void run_eager(const EagerStep& e, const PlanStep& step, RunState& s) {
   if (e.placed_value >= 0 && s.values[e.placed_value].defined()) return;
-  dispatch_nodes(step, s);
+  run_nodes(step, s);
   s.check_eager(step);
 }
 
@@ -184,7 +256,7 @@ void run_step(const PlanStep& step, RunState& s) {
     void operator()(const KernelStep& k) const { run_kernel(k, step, s); }
     void operator()(const LibraryStep& l) const { run_library(l, step, s); }
     void operator()(const AttentionStep& a) const { run_attention(a, step, s); }
-    void operator()(const HostViewStep&) const { dispatch_nodes(step, s); }
+    void operator()(const HostViewStep&) const { run_nodes(step, s); }
     void operator()(const EagerStep& e) const { run_eager(e, step, s); }
     void operator()(const ComboStep& c) const { run_combo(c, step, s); }
     void operator()(const FallbackStep&) const {
@@ -224,7 +296,7 @@ std::vector<std::vector<std::size_t>> outputs_by_step(const graph::Graph& g,
 std::vector<Tensor> run_steps(const KernelPlan& plan, const graph::Graph& g,
                               std::span<const CallArg> args,
                               std::span<const std::int64_t> symbol_values,
-                              const OutputReady& on_output) {
+                              const OutputReady& on_output, std::span<Tensor> given_up) {
   const auto& steps = plan.steps();
   // Declared before the state: the values in its buffers die first, then it goes back. The
   // accuracy check recomputes a step from its inputs, which a kernel may have written over.
@@ -233,12 +305,14 @@ std::vector<Tensor> run_steps(const KernelPlan& plan, const graph::Graph& g,
                                  : plan.arena().lend(symbol_values);
   RunState s(plan, g, symbol_values, steps.size(), buffers);
   auto finishes = on_output ? outputs_by_step(g, steps) : std::vector<std::vector<std::size_t>>{};
-  for (const auto& in : g.inputs) {
+  for (std::size_t i = 0; i < g.inputs.size(); ++i) {
+    const graph::Input& in = g.inputs[i];
     Tensor t = input_value(in, args);
     // Tensors the trace made or captured on the host are read by kernels on the device.
-    if (t.defined() && t.device().is_cpu() && t.dim() > 0) t = t.to(Device::cuda());
+    if (t.defined() && t.device().is_cpu() && t.dim() > 0) t = plan.device_copy(i, t);
     s.values[in.value] = std::move(t);
   }
+  for (Tensor& t : given_up) t = Tensor();
   if (on_output)
     for (std::size_t k : finishes.back()) on_output(k, s.values.at(g.outputs[k]));
   for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -258,14 +332,15 @@ std::vector<Tensor> run_steps(const KernelPlan& plan, const graph::Graph& g,
 
 std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallArg> args,
                                     std::span<const std::int64_t> symbol_values) const {
-  return run_steps(*this, g, args, symbol_values, {});
+  return run_steps(*this, g, args, symbol_values, {}, {});
 }
 
 std::vector<Tensor> run_reporting_outputs(const KernelPlan& plan, const graph::Graph& g,
                                           std::span<const CallArg> args,
                                           std::span<const std::int64_t> symbol_values,
-                                          const OutputReady& on_output) {
-  return run_steps(plan, g, args, symbol_values, on_output);
+                                          const OutputReady& on_output,
+                                          std::span<Tensor> given_up) {
+  return run_steps(plan, g, args, symbol_values, on_output, given_up);
 }
 
 }  // namespace kiln::jit

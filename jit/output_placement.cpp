@@ -204,14 +204,9 @@ std::optional<PlacedOutputs> run_placed(const graph::Graph& g, const OutputPlace
   // A gradient summed over broadcast batch dims is a new tensor: it cannot be placed.
   const Tensor* operand[] = {&call.q, &call.k, &call.v};
   if (placement.cat_node < 0) {
-    // Grouped-query kernels sum dk and dv over each group apart and copy them to a placed
-    // tensor: only dq is written in place then.
-    const bool grouped =
-        attention_group(call.q.shape(), call.k.shape(), call.v.shape(), "attention_backward") > 1;
     std::optional<Tensor> into[3];
     for (int i = 0; i < 3; ++i)
-      if (!placement.perms[i].empty() && operand[i]->shape() == output_shapes[i] &&
-          (i == 0 || !grouped))
+      if (!placement.perms[i].empty() && operand[i]->shape() == output_shapes[i])
         into[i] = permuted_empty(output_shapes[i], placement.perms[i], operand[i]->dtype());
     auto grads = codegen::attention_backward(call, operands[3], operands[4], operands[5],
                                              {into[0], into[1], into[2]});

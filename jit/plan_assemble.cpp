@@ -22,7 +22,7 @@ struct Decisions {
 
 StepAction kernel_action(Decisions& d, int group, std::string& note) {
   const graph::FusionGroup& fg = d.p.groups[group];
-  KernelStep step{std::move(*d.kernels[group]), fg.domain, std::nullopt};
+  KernelStep step{std::move(*d.kernels[group]), fg.domain, std::nullopt, {}};
   Shape sizes;
   for (const auto& s : fg.domain)
     if (s.is_constant())
@@ -128,8 +128,12 @@ std::vector<PlanStep> assemble_steps(const graph::Graph& g, const graph::Partiti
     if (int matmul = library.absorbed_by[group]; matmul >= 0)
       note += " [computed by the cuBLASLt epilogue of group " + std::to_string(matmul) +
               " unless it falls back]";
-    steps.push_back(PlanStep{group, p.groups[group].nodes, std::move(note),
-                             std::move(releases.at[i]), std::move(action)});
+    steps.push_back(PlanStep{group,
+                             p.groups[group].nodes,
+                             std::move(note),
+                             std::move(releases.at[i]),
+                             std::move(action),
+                             {}});
   }
   return steps;
 }

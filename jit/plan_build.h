@@ -12,6 +12,8 @@
 //                            permute that reads them (output_placement.cpp)
 //   combine_kernels          independent pointwise kernels ready at one point as one combo
 //                            launch (plan_combine.cpp)
+// then, over the final steps, buffer assignment (buffer_assignment.h) and the capture blockers
+// (plan_capture.h).
 #pragma once
 
 #include <optional>

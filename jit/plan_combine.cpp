@@ -181,7 +181,8 @@ class Combiner {
     for (std::size_t m : pending_) kernels.push_back(member_kernel(steps_[m]));
     ComboStep combo;
     combo.kernel = std::make_shared<const codegen::ComboKernel>(codegen::render_combo(g_, kernels));
-    PlanStep step{steps_[pending_[0]].group, {}, "", std::move(pending_releases_), HostViewStep{}};
+    PlanStep step{
+        steps_[pending_[0]].group, {}, "", std::move(pending_releases_), HostViewStep{}, {}};
     std::vector<std::string> names;
     for (std::size_t j = 0; j < pending_.size(); ++j) {
       PlanStep& member = steps_[pending_[j]];

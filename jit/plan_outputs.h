@@ -13,9 +13,12 @@ using OutputReady = std::function<void(std::size_t output, const Tensor& value)>
 
 // KernelPlan::run, calling `on_output(k, value)` right after the step that produces output k
 // (before any step for an output that is an input; never for one no step produces).
+// `given_up` (when not empty) is the caller's tensors behind `args`, handed to the plan: it
+// drops them once read, so each is freed after its last reader, not when the plan returns.
 std::vector<Tensor> run_reporting_outputs(const KernelPlan& plan, const graph::Graph& graph,
                                           std::span<const CallArg> args,
                                           std::span<const std::int64_t> symbol_values,
-                                          const OutputReady& on_output);
+                                          const OutputReady& on_output,
+                                          std::span<Tensor> given_up = {});
 
 }  // namespace kiln::jit

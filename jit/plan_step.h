@@ -78,6 +78,9 @@ struct PlanStep {
   // their blocks to later kernels.
   std::vector<int> releases;
   StepAction action;
+  // What would keep a CUDA graph from capturing the step as it runs now (plan_capture.h);
+  // empty: nothing.
+  std::string capture_blocker;
 
   template <class T>
   const T* as() const {

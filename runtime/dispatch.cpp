@@ -18,47 +18,6 @@ std::array<int, 2>& priorities() {
   return table;
 }
 
-Tensor run_view(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& out) {
-  const Strides& st = x.strides();
-  switch (op) {
-    case OpId::reshape: {
-      ViewStrides vs = view_strides(x.impl().shape, st, out.shape);
-      if (vs.ok) return make_view(x, out.shape, vs.strides, x.offset());
-      // Not expressible as a view: copy, then view the contiguous copy.
-      Tensor c = dispatch1(OpId::copy, {&x, 1}, {});
-      return make_view(c, out.shape, contiguous_strides(out.shape), c.offset());
-    }
-    case OpId::permute: {
-      Strides s;
-      for (auto d : attrs.dims) s.push_back(st[normalize_dim(d, x.dim(), "permute")]);
-      return make_view(x, out.shape, s, x.offset());
-    }
-    case OpId::expand: {
-      Strides s(out.shape.size(), 0);
-      std::size_t lead = out.shape.size() - x.impl().shape.size();
-      for (std::size_t i = lead; i < out.shape.size(); ++i)
-        s[i] = x.impl().shape[i - lead] == out.shape[i] ? st[i - lead] : 0;
-      return make_view(x, out.shape, s, x.offset());
-    }
-    case OpId::slice: {
-      auto d = normalize_dim(attrs.dim, x.dim(), "slice");
-      Strides s = st;
-      s[d] *= attrs.step;
-      return make_view(x, out.shape, s, x.offset() + attrs.start * st[d]);
-    }
-    case OpId::detach: {
-      Tensor d = make_view(x, out.shape, st, x.offset());
-      d.impl().is_view = x.impl().is_view;  // the same tensor's data, not a new view of it
-      return d;
-    }
-    // Not views
-#define KILN_HANDLED_view
-#include "runtime/op_class_cases.inc"
-      break;
-  }
-  throw Error(fmt::format("{}: not a view op", op));
-}
-
 // The backend that moves data between `a` and `b`: the non-CPU one, if any.
 Backend& mover(Device a, Device b) {
   return backend_for(a.is_cpu() ? b.type : a.type);
@@ -147,6 +106,47 @@ std::vector<TensorMeta> metas_of(std::span<const Tensor> inputs) {
   return metas;
 }
 
+Tensor run_view(OpId op, const Tensor& x, const OpAttrs& attrs, const Shape& shape) {
+  const Strides& st = x.strides();
+  switch (op) {
+    case OpId::reshape: {
+      ViewStrides vs = view_strides(x.impl().shape, st, shape);
+      if (vs.ok) return make_view(x, shape, vs.strides, x.offset());
+      // Not expressible as a view: copy, then view the contiguous copy.
+      Tensor c = dispatch1(OpId::copy, {&x, 1}, {});
+      return make_view(c, shape, contiguous_strides(shape), c.offset());
+    }
+    case OpId::permute: {
+      Strides s;
+      for (auto d : attrs.dims) s.push_back(st[normalize_dim(d, x.dim(), "permute")]);
+      return make_view(x, shape, s, x.offset());
+    }
+    case OpId::expand: {
+      Strides s(shape.size(), 0);
+      std::size_t lead = shape.size() - x.impl().shape.size();
+      for (std::size_t i = lead; i < shape.size(); ++i)
+        s[i] = x.impl().shape[i - lead] == shape[i] ? st[i - lead] : 0;
+      return make_view(x, shape, s, x.offset());
+    }
+    case OpId::slice: {
+      auto d = normalize_dim(attrs.dim, x.dim(), "slice");
+      Strides s = st;
+      s[d] *= attrs.step;
+      return make_view(x, shape, s, x.offset() + attrs.start * st[d]);
+    }
+    case OpId::detach: {
+      Tensor d = make_view(x, shape, st, x.offset());
+      d.impl().is_view = x.impl().is_view;  // the same tensor's data, not a new view of it
+      return d;
+    }
+    // Not views
+#define KILN_HANDLED_view
+#include "runtime/op_class_cases.inc"
+    break;
+  }
+  throw Error(fmt::format("{}: not a view op", op));
+}
+
 std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
   KILN_OP_SCOPE;
   for (const auto& t : inputs) KILN_CHECK(t.defined(), "{}: an input tensor is undefined", op);
@@ -173,7 +173,7 @@ std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const OpAt
     return tracer->intercept(op, inputs, attrs, outputs);
   switch (op_class(op)) {
     case OpClass::view:
-      return {run_view(op, inputs[0], attrs, outputs[0])};
+      return {run_view(op, inputs[0], attrs, outputs[0].shape)};
     case OpClass::transfer:
       return {transfer(inputs[0], attrs.device)};
     default:

@@ -22,4 +22,9 @@ Tensor transfer(const Tensor& t, Device device);
 
 std::vector<TensorMeta> metas_of(std::span<const Tensor> inputs);
 
+// A view op (OpClass::view) of `x` with output shape `shape`, as dispatch makes it, for callers
+// that have validated it already (a warm kernel plan): new strides on the host, no launch, except
+// a reshape no strides express, which copies first.
+Tensor run_view(OpId op, const Tensor& x, const OpAttrs& attrs, const Shape& shape);
+
 }  // namespace kiln

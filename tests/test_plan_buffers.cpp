@@ -259,4 +259,41 @@ BOOST_AUTO_TEST_CASE(an_index_aware_kernel_writes_in_the_layout_its_permute_read
   });
 }
 
+// A compiled backward owns its saved tensors: without retain_graph its plan drops each after its
+// last reader (AOTAutograd's boxed convention), so the backward's peak is below the one that must
+// keep them all; the gradients are the same either way, and match f64 on the CPU.
+BOOST_AUTO_TEST_CASE(a_compiled_backward_frees_each_saved_tensor_after_its_last_reader) {
+  auto fn = [](const Tensor& x, const Tensor& w1, const Tensor& w2) {
+    Tensor h1 = relu(matmul(x, w1));
+    return sum(relu(matmul(h1, w2)));
+  };
+  auto f = jit::compile(fn);
+  Tensor x = randn({512, 8}), w1 = randn({8, 256}) * 0.3, w2 = randn({256, 256}) * 0.1;
+  Tensor xd = x.to(Device::cuda());
+  Tensor w1d = w1.to(Device::cuda()).requires_grad_(), w2d = w2.to(Device::cuda()).requires_grad_();
+  auto& alloc = cuda_allocator();
+  // The backward's peak above what the forward left, and the gradients.
+  auto backward_peak = [&](bool retain_graph) {
+    w1d.set_grad(Tensor());
+    w2d.set_grad(Tensor());
+    Tensor loss = f(xd, w1d, w2d);
+    alloc.reset_peak();
+    const std::size_t start = alloc.stats().allocated;
+    loss.backward({}, retain_graph);
+    return static_cast<std::int64_t>(alloc.stats().peak_allocated - start);
+  };
+  backward_peak(false);  // traced, the allocator's cache settled
+  const std::int64_t kept = backward_peak(true);
+  Tensor g1_kept = w1d.grad().to(Device::cpu()), g2_kept = w2d.grad().to(Device::cpu());
+  const std::int64_t freed = backward_peak(false);
+  BOOST_TEST(freed < kept, "peak " << freed << " bytes freeing, " << kept << " keeping");
+  BOOST_TEST(relative_error(w1d.grad(), g1_kept) == 0.0);
+  BOOST_TEST(relative_error(w2d.grad(), g2_kept) == 0.0);
+  Tensor x64 = x.to(DType::f64), w1r = w1.to(DType::f64).requires_grad_(),
+         w2r = w2.to(DType::f64).requires_grad_();
+  fn(x64, w1r, w2r).backward();
+  BOOST_TEST(relative_error(w1d.grad(), w1r.grad()) <= 1e-4);
+  BOOST_TEST(relative_error(w2d.grad(), w2r.grad()) <= 1e-4);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -31,19 +31,41 @@ class CompiledFunctionBackward : public autograd::Node {
 
  protected:
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    return run_backward(grad_outputs, false);
+  }
+  // The plan owns the saved tensors then, and frees each after its last reader.
+  std::vector<Tensor> backward_releasing(std::vector<Tensor>&& grad_outputs) override {
+    return run_backward(std::move(grad_outputs), true);
+  }
+
+  void release_saved() override {
+    for (auto& s : saved_) s.release();
+  }
+
+ private:
+  std::vector<Tensor> run_backward(std::vector<Tensor> grad_outputs, bool releasing) {
     KILN_CHECK_AS(AutogradError, !grad_enabled(),
                   "backward: '{}' is a compiled function, and its compiled backward records no "
                   "history: double backward (create_graph=true) through it is not supported; "
                   "call the function uncompiled where second derivatives are needed",
                   program_->name_);
+    const auto& sources = program_->partition_.gradient_sources;
+    std::vector<bool> reached(sources.size());
+    for (std::size_t j = 0; j < sources.size(); ++j) {
+      reached[j] = sources[j].empty();
+      for (int k : sources[j])
+        reached[j] = reached[j] || (static_cast<std::size_t>(k) < grad_outputs.size() &&
+                                    grad_outputs[k].defined());
+    }
     std::vector<Tensor> inputs;
     for (const auto& s : saved_) inputs.push_back(s.unpack(*this));
+    if (releasing) release_saved();
     // Tangents as the backward graph was traced: contiguous, of the output's dtype, and zeros
     // for an output no gradient reached.
     for (std::size_t k = 0; k < output_meta_.size(); ++k) {
       if (!program_->output_requires_grad_[k]) continue;
       const auto& [shape, dtype] = output_meta_[k];
-      Tensor g = k < grad_outputs.size() ? grad_outputs[k] : Tensor();
+      Tensor g = k < grad_outputs.size() ? std::move(grad_outputs[k]) : Tensor();
       if (!g.defined()) {
         g = zeros(shape, dtype, device_);
       } else {
@@ -57,14 +79,6 @@ class CompiledFunctionBackward : public autograd::Node {
     }
     std::vector<CallArg> args;
     for (const auto& t : inputs) args.push_back({true, &t, 0.0});
-    const auto& sources = program_->partition_.gradient_sources;
-    std::vector<bool> reached(sources.size());
-    for (std::size_t j = 0; j < sources.size(); ++j) {
-      reached[j] = sources[j].empty();
-      for (int k : sources[j])
-        reached[j] = reached[j] || (static_cast<std::size_t>(k) < grad_outputs.size() &&
-                                    grad_outputs[k].defined());
-    }
     // Each gradient is final once its step has run: a data-parallel reduction of it can start
     // while the plan makes the others (autograd/grad_ready.h).
     auto ready = [&](std::size_t j, const Tensor& g) {
@@ -73,17 +87,13 @@ class CompiledFunctionBackward : public autograd::Node {
     // Unobserved (no data-parallel wrapper), the plan runs without finding its outputs' steps.
     std::vector<Tensor> grads = run_reporting_outputs(
         program_->backward_plan_, program_->partition_.backward, args, symbol_values_,
-        autograd::gradients_observed() ? OutputReady(ready) : OutputReady());
+        autograd::gradients_observed() ? OutputReady(ready) : OutputReady(),
+        releasing ? std::span<Tensor>(inputs) : std::span<Tensor>());
     for (std::size_t j = 0; j < grads.size(); ++j)
       if (!reached[j]) grads[j] = Tensor();
     return grads;
   }
 
-  void release_saved() override {
-    for (auto& s : saved_) s.release();
-  }
-
- private:
   std::shared_ptr<const AotProgram> program_;
   std::vector<autograd::SavedTensor> saved_;
   std::vector<std::pair<Shape, DType>> output_meta_;

@@ -394,21 +394,19 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
                                   const Tensor& dout, const AttentionGradsInto& into) {
   check(c);
   if (std::int64_t group = group_of(c); group > 1) {
-    // dq in place; dk and dv summed over each group by the dk/dv blocks themselves.
+    // Every gradient where it was placed: dk and dv summed over each group by the dk/dv blocks
+    // themselves, written through the grouped view (a size-1 dim, a view of any layout).
     AttentionGradsInto grouped_into;
     if (into.dq) grouped_into.dq = query_view(*into.dq, group, 2);
+    if (into.dk) grouped_into.dk = into.dk->reshape(grouped_kv_shape(into.dk->shape(), 2));
+    if (into.dv) grouped_into.dv = into.dv->reshape(grouped_kv_shape(into.dv->shape(), 2));
     AttentionGrads r =
         attention_backward(grouped_call(c, group), query_view(out, group, 2),
                            query_view(lse, group, 1), query_view(dout, group, 2), grouped_into);
     auto back = [](const Tensor& grad, const Tensor& like, const std::optional<Tensor>& placed) {
-      Tensor g = grad.reshape(like.shape());
-      if (!placed) return g;
-      Tensor p = *placed;
-      p.copy_(g);
-      return p;
+      return placed ? *placed : grad.reshape(like.shape());
     };
-    return {into.dq ? *into.dq : r.dq.reshape(c.q.shape()), back(r.dk, c.k, into.dk),
-            back(r.dv, c.v, into.dv)};
+    return {back(r.dq, c.q, into.dq), back(r.dk, c.k, into.dk), back(r.dv, c.v, into.dv)};
   }
   Geometry g = geometry_of(c);
   const Shape &batch = g.batch, &out_shape = g.out_shape, &lse_shape = g.lse_shape;

@@ -30,6 +30,8 @@ class GroupKernel {
   bool reduces() const { return std::holds_alternative<ReductionKernel>(kernel_); }
   // The pointwise kernel, or null for a reduction.
   const PointwiseKernel* pointwise() const { return std::get_if<PointwiseKernel>(&kernel_); }
+  // The reduction kernel, or null for a pointwise one.
+  const ReductionKernel* reduction() const { return std::get_if<ReductionKernel>(&kernel_); }
   // Values written, in the order run() returns them.
   const std::vector<int>& writes() const;
   // The source a first call at the traced sizes runs (its handle is the one prepare resolves).

@@ -31,11 +31,11 @@ struct LaunchStats {
   // Lookups of kernels by name (kernel_by_name: a string key under a process-wide lock), which a
   // warm attention launch makes none of.
   std::atomic<std::int64_t> named_lookups{0};
-  // Ops a kernel plan ran through dispatch (its eager, host-view and fallback steps), each
-  // going through the op table and, past views, a backend's lookup of the op's plan: the part
-  // of a warm step that is not a launch of a held kernel.
+  // Ops a kernel plan ran through dispatch, each going through the op table and a backend's
+  // lookup of the op's plan: fallback steps, transfers, library calls and attention a per-call
+  // rule refused, and every eager op while a trace intercepts. Eager and host-view steps hold
+  // their kernels (jit/eager_ops.h) and make none.
   std::atomic<std::int64_t> plan_dispatches{0};
-  std::atomic<std::int64_t> plan_view_dispatches{0};  // of those, views (no backend reached)
 };
 
 LaunchStats& launch_stats();
