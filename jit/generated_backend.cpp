@@ -215,15 +215,14 @@ class GeneratedCudaBackend : public CudaBackend {
     codegen::strided_copy(dst, s);
   }
 
-  using Plan = EagerKernel;
-
   // The plan of the call's signature, made on its first call and shared by every later one.
-  std::shared_ptr<const Plan> plan_for(OpId op, std::span<const Tensor> inputs,
-                                       const OpAttrs& attrs, std::span<const TensorMeta> outputs) {
+  std::shared_ptr<const EagerKernel> plan_for(OpId op, std::span<const Tensor> inputs,
+                                              const OpAttrs& attrs,
+                                              std::span<const TensorMeta> outputs) {
     std::string key = signature(op, inputs, attrs);
     std::lock_guard lock(mutex_);
     if (auto it = plans_.find(key); it != plans_.end()) return it->second;
-    auto plan = std::make_shared<Plan>();
+    auto plan = std::make_shared<EagerKernel>();
     plan->graph = one_node_graph(op, inputs, attrs, outputs);
     auto partition = graph::partition(plan->graph, {}, &codegen::kernel_coverage());
     const auto& group = partition.groups.at(0);
@@ -264,7 +263,7 @@ class GeneratedCudaBackend : public CudaBackend {
 
  private:
   std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<const Plan>> plans_;
+  std::unordered_map<std::string, std::shared_ptr<const EagerKernel>> plans_;
 };
 
 GeneratedCudaBackend& generated_backend() {
@@ -284,9 +283,13 @@ std::shared_ptr<const EagerKernel> find_eager_kernel(OpId op, std::span<const Te
                                                      std::span<const TensorMeta> outputs) {
   OpClass c = op_class(op);
   if (c == OpClass::attention || c == OpClass::view || c == OpClass::transfer) return nullptr;
-  if (is_random(op) && !attrs.device.is_cuda()) return nullptr;
-  for (const auto& t : inputs)
+  // Where dispatch would run it: on the device of its tensors that are not numbers (0-dim CPU
+  // ones), or for a random op the device it names.
+  bool on_cuda = is_random(op) && attrs.device.is_cuda();
+  for (const auto& t : inputs) {
     if (!t.defined() || (!t.device().is_cuda() && t.dim() > 0)) return nullptr;
-  return generated_backend().plan_for(op, inputs, attrs, outputs);
+    on_cuda = on_cuda || (!is_random(op) && t.device().is_cuda());
+  }
+  return on_cuda ? generated_backend().plan_for(op, inputs, attrs, outputs) : nullptr;
 }
 }  // namespace kiln::jit

@@ -127,7 +127,9 @@ bool KernelPlan::capturable() const {
 
 struct KernelPlan::HostInputs {
   explicit HostInputs(const graph::Graph& g) {
-    for (const auto& in : g.inputs) kept.push_back(!plan_build::written_or_returned(g, in.value));
+    for (const auto& in : g.inputs)
+      kept.push_back(g.values[in.value].device.is_cpu() &&
+                     !plan_build::written_or_returned(g, in.value));
   }
   struct Uploaded {
     std::shared_ptr<Storage> source;

@@ -117,6 +117,24 @@ void output_metas(const graph::Node& node, std::span<const Tensor> operands, con
   }
 }
 
+// View node `n` of `x`: new strides on the host, or for a reshape no strides of `x` express, a
+// view of its contiguous copy (made by the node's kernel, the copy op's).
+Tensor view_of(int n, const Tensor& x, const OpAttrs& attrs, const Shape& shape, RunState& s) {
+  const graph::Node& node = s.g.nodes[n];
+  if (node.op != OpId::reshape || view_strides(x.impl().shape, x.strides(), shape).ok)
+    return run_view(node.op, x, attrs, shape);
+  const TensorMeta copied{x.shape(), x.dtype()};
+  const EagerKernel* kernel = s.plan.node_kernels().get(n, [&] {
+    return find_eager_kernel(OpId::copy, {&x, 1}, {}, {&copied, 1});
+  });
+  Tensor c = kernel ? run_eager_kernel(*kernel, {&x, 1}, {}, {&copied, 1})[0] : Tensor();
+  if (!c.defined()) {
+    ++codegen::launch_stats().plan_dispatches;
+    c = dispatch1(OpId::copy, {&x, 1}, {});
+  }
+  return run_view(OpId::reshape, c, attrs, shape);
+}
+
 // The step's nodes one by one without dispatch: views on the host, transfers as copies, other
 // ops on the kernel each node found on its first call (eager_ops.h). A node with none
 // dispatches, as every node does while a trace intercepts ops.
@@ -130,10 +148,10 @@ void run_nodes(const PlanStep& step, RunState& s) {
     OpAttrs attrs = attrs_at(s.g, node, s.symbol_values);
     output_metas(node, operands, attrs, s, metas);
     if (op_class(node.op) == OpClass::view) {
-      s.values[node.output()] = run_view(node.op, operands.at(0), attrs, metas[0].shape);
+      s.values[node.output()] = view_of(n, operands.at(0), attrs, metas[0].shape, s);
       continue;
     }
-    if (op_class(node.op) == OpClass::transfer) {  // of an input the plan has on the device
+    if (op_class(node.op) == OpClass::transfer) {  // a host input's reads the plan's device copy
       s.values[node.output()] = transfer(operands.at(0), attrs.device);
       continue;
     }
