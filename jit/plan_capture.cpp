@@ -21,17 +21,14 @@ std::vector<std::string> allocated_writes(const PlanStep& step, const BufferAssi
 }
 
 std::string kernel_blocker(const codegen::GroupKernel& k) {
-  if (const auto* p = k.pointwise(); p && p->checks_errors)
+  const auto* p = k.pointwise();
+  const auto* r = k.reduction();
+  if ((p && p->checks_errors) || (r && r->checks_index))
     return fmt::format("{} reports errors through a device-check flag reserved per launch",
                        k.name());
-  if (const auto* r = k.reduction()) {
-    if (r->checks_index)
-      return fmt::format("{} reports errors through a device-check flag reserved per launch",
-                         k.name());
-    if (r->splittable)
-      return fmt::format("{} may split its rows over blocks, with scratch allocated per launch",
-                         k.name());
-  }
+  if (r && r->splittable)
+    return fmt::format("{} may split its rows over blocks, with scratch allocated per launch",
+                       k.name());
   return "";
 }
 
@@ -51,7 +48,16 @@ std::string blocker_of(const graph::Graph& g, const PlanStep& step,
                        const BufferAssignment& buffers) {
   if (const auto* f = step.as<FallbackStep>())
     return "runs through dispatch: no template renders it (" + f->reason + ")";
-  if (step.as<HostViewStep>()) return "";
+  if (step.as<HostViewStep>()) {
+    // A reshape of a value traced non-contiguous may find no strides that express it (placement
+    // can make the value contiguous at run time), and then copies.
+    for (int n : step.nodes)
+      if (g.nodes[n].op == OpId::reshape &&
+          g.values[g.nodes[n].inputs.at(0)].strides != StrideClass::contiguous)
+        return fmt::format("reshape %{} may copy, allocating outside the arena",
+                           g.nodes[n].output());
+    return "";
+  }
   for (int n : step.nodes)
     if (std::string why = transfer_blocker(g, g.nodes[n]); !why.empty()) return why;
   if (step.as<KernelStep>() || step.as<ComboStep>()) {
