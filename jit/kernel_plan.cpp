@@ -127,9 +127,7 @@ bool KernelPlan::capturable() const {
 
 struct KernelPlan::HostInputs {
   explicit HostInputs(const graph::Graph& g) {
-    for (const auto& in : g.inputs)
-      kept.push_back(g.values[in.value].device.is_cpu() &&
-                     !plan_build::written_or_returned(g, in.value));
+    for (const auto& in : g.inputs) kept.push_back(plan_build::keeps_upload(g, in));
   }
   struct Uploaded {
     std::shared_ptr<Storage> source;

@@ -70,8 +70,9 @@ class KernelPlan {
   bool capturable() const;
 
   // The device copy of `host`, the value of graph input `input` (a tensor the trace made or
-  // captured on the host): uploaded on the first call and again only after `host` is written
-  // (a copy the call could return or write in place is made anew each call).
+  // captured on the host): one kept from call to call for a constant of the trace (again only
+  // should its storage or version change), a new upload per call otherwise
+  // (plan_build::keeps_upload).
   Tensor device_copy(std::size_t input, const Tensor& host) const;
 
   // The steps in the order they run (plan_step.h).

@@ -187,6 +187,22 @@ std::optional<OutputPlacement> plan_output_placement(const graph::Graph& g, int 
   return n.op == OpId::attention ? plan_forward(g, readers, node) : plan_backward(g, readers, node);
 }
 
+namespace {
+
+// Whether `x` (q, k or v of `call`) has size 1 in a batch dim before the heads that another of
+// them has larger: its gradient is then a sum over that dim, made apart (grouped-query heads
+// are not such a dim).
+bool broadcasts_batch(const Tensor& x, const codegen::AttentionCall& call) {
+  for (const Tensor* other : {&call.q, &call.k, &call.v}) {
+    if (other->dim() != x.dim()) return true;
+    for (std::int64_t d = 0; d + 3 < x.dim(); ++d)
+      if (x.shape()[d] != other->shape()[d]) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::optional<PlacedOutputs> run_placed(const graph::Graph& g, const OutputPlacement& placement,
                                         std::span<const Tensor> operands, const OpAttrs& attrs,
                                         std::span<const Shape> output_shapes) {
@@ -206,7 +222,8 @@ std::optional<PlacedOutputs> run_placed(const graph::Graph& g, const OutputPlace
   if (placement.cat_node < 0) {
     std::optional<Tensor> into[3];
     for (int i = 0; i < 3; ++i)
-      if (!placement.perms[i].empty() && operand[i]->shape() == output_shapes[i])
+      if (!placement.perms[i].empty() && operand[i]->shape() == output_shapes[i] &&
+          !broadcasts_batch(*operand[i], call))
         into[i] = permuted_empty(output_shapes[i], placement.perms[i], operand[i]->dtype());
     auto grads = codegen::attention_backward(call, operands[3], operands[4], operands[5],
                                              {into[0], into[1], into[2]});
@@ -214,7 +231,8 @@ std::optional<PlacedOutputs> run_placed(const graph::Graph& g, const OutputPlace
     return r;
   }
   for (int i = 0; i < 3; ++i)
-    if (operand[i]->shape() != output_shapes[i]) return std::nullopt;
+    if (operand[i]->shape() != output_shapes[i] || broadcasts_batch(*operand[i], call))
+      return std::nullopt;
   // The joined shape: the permuted gradients side by side along the cat's dim, in its order.
   std::vector<Shape> pieces(3);
   for (int i = 0; i < 3; ++i)

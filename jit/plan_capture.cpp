@@ -32,15 +32,30 @@ std::string kernel_blocker(const codegen::GroupKernel& k) {
   return "";
 }
 
-// A transfer of a graph input on the host reads the plan's device copy of it (a device-to-device
-// copy), made anew per call where the call could write it; any other copy involves the host.
+// Whether `v` or a view of it is an output of `g` or written in place.
+bool written_or_returned(const graph::Graph& g, int v) {
+  std::vector<bool> alias(g.values.size(), false);
+  alias[v] = true;
+  for (const auto& n : g.nodes)
+    if (op_class(n.op) == OpClass::view && alias[n.inputs.at(0)])
+      for (int out : n.outputs) alias[out] = true;
+  for (int out : g.outputs)
+    if (alias[out]) return true;
+  return std::find(g.mutated_inputs.begin(), g.mutated_inputs.end(), v) != g.mutated_inputs.end();
+}
+
+// A transfer of a graph input on the host reads the plan's device copy of it: a copy on the
+// device where the plan keeps that copy, an upload per call where it does not.
 std::string transfer_blocker(const graph::Graph& g, const graph::Node& node) {
   if (op_class(node.op) != OpClass::transfer) return "";
-  const int in = node.inputs.at(0);
-  if (g.values[node.output()].device.is_cpu() || g.values[in].producer >= 0)
-    return "copies between the host and a device";
-  if (g.values[in].device.is_cpu() && written_or_returned(g, in))
-    return fmt::format("uploads %{} from the host per call (the call returns or writes it)", in);
+  const int v = node.inputs.at(0);
+  if (g.values[v].producer >= 0)
+    return fmt::format("transfers %{}, which it computes, to {}", v,
+                       g.values[node.output()].device.str());
+  if (!g.values[v].device.is_cpu()) return "";
+  for (const auto& in : g.inputs)
+    if (in.value == v && !keeps_upload(g, in))
+      return fmt::format("uploads %{} ('{}') from the host on every call", v, in.name);
   return "";
 }
 
@@ -91,15 +106,9 @@ void mark_capture_blockers(const graph::Graph& g, std::vector<PlanStep>& steps,
         steps.at(static_cast<std::size_t>(absorbed)).capture_blocker.clear();
 }
 
-bool written_or_returned(const graph::Graph& g, int v) {
-  std::vector<bool> alias(g.values.size(), false);
-  alias[v] = true;
-  for (const auto& n : g.nodes)
-    if (op_class(n.op) == OpClass::view && alias[n.inputs.at(0)])
-      for (int out : n.outputs) alias[out] = true;
-  for (int out : g.outputs)
-    if (alias[out]) return true;
-  return std::find(g.mutated_inputs.begin(), g.mutated_inputs.end(), v) != g.mutated_inputs.end();
+bool keeps_upload(const graph::Graph& g, const graph::Input& in) {
+  return in.kind == graph::InputKind::constant && g.values[in.value].device.is_cpu() &&
+         !written_or_returned(g, in.value);
 }
 
 }  // namespace kiln::jit::plan_build

@@ -17,8 +17,10 @@ namespace kiln::jit::plan_build {
 void mark_capture_blockers(const graph::Graph& g, std::vector<PlanStep>& steps,
                            const BufferAssignment& buffers);
 
-// Whether `v` or a view of it is an output of `g` or written in place: a device copy of it could
-// then be written after the call, so a plan makes it anew per call (KernelPlan::device_copy).
-bool written_or_returned(const graph::Graph& g, int v);
+// Whether a plan keeps its device copy of input `in` between calls (KernelPlan::device_copy): a
+// tensor the trace made on the host, which nothing else can write, that no call returns or
+// writes in place. A captured host tensor is uploaded on every call: its data can change through
+// data() with no write kiln sees.
+bool keeps_upload(const graph::Graph& g, const graph::Input& in);
 
 }  // namespace kiln::jit::plan_build

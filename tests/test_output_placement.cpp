@@ -100,4 +100,28 @@ BOOST_AUTO_TEST_CASE(a_call_the_kernels_refuse_runs_the_ops_and_the_cat) {
   BOOST_TEST(n.cats >= 1);
 }
 
+// k and v shared by the batch (batch size 1 against q's 2) under grouped-query heads, each read
+// through a permute: their gradients are sums over the batch, made apart and not placed, and
+// the compiled gradients match f64 on the CPU.
+BOOST_AUTO_TEST_CASE(gradients_of_k_and_v_the_batch_shares_are_not_placed) {
+  auto fn = [](const Tensor& q, const Tensor& k, const Tensor& v) {
+    Tensor o = scaled_dot_product_attention(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}));
+    return sum(o * o);
+  };
+  Tensor q = draw({2, 4, 8, 16}, 4), k = draw({1, 8, 2, 16}, 5), v = draw({1, 8, 2, 16}, 6);
+  Tensor qr = q.clone().requires_grad_(), kr = k.clone().requires_grad_(),
+         vr = v.clone().requires_grad_();
+  auto want = autograd::grad({fn(qr, kr, vr)}, {qr, kr, vr}, {});
+  auto on_device = [](const Tensor& t) {
+    return t.to(DType::f32).to(Device::cuda()).requires_grad_();
+  };
+  Tensor qc = on_device(q), kc = on_device(k), vc = on_device(v);
+  auto f = jit::compile(fn);
+  f(qc, kc, vc);
+  auto got = autograd::grad({f(qc, kc, vc)}, {qc, kc, vc}, {});
+  for (std::size_t i = 0; i < 3; ++i)
+    BOOST_TEST(allclose(got[i].to(Device::cpu()).to(DType::f64), want[i], 1e-4, 1e-4),
+               "gradient " << i);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -59,7 +59,6 @@ class CompiledFunctionBackward : public autograd::Node {
     }
     std::vector<Tensor> inputs;
     for (const auto& s : saved_) inputs.push_back(s.unpack(*this));
-    if (releasing) release_saved();
     // Tangents as the backward graph was traced: contiguous, of the output's dtype, and zeros
     // for an output no gradient reached.
     for (std::size_t k = 0; k < output_meta_.size(); ++k) {
@@ -77,6 +76,8 @@ class CompiledFunctionBackward : public autograd::Node {
       }
       inputs.push_back(std::move(g));
     }
+    // Released once the tangents are checked: a backward retried after their error still has them.
+    if (releasing) release_saved();
     std::vector<CallArg> args;
     for (const auto& t : inputs) args.push_back({true, &t, 0.0});
     // Each gradient is final once its step has run: a data-parallel reduction of it can start

@@ -32,9 +32,9 @@ struct LaunchStats {
   // warm attention launch makes none of.
   std::atomic<std::int64_t> named_lookups{0};
   // Ops a kernel plan ran through dispatch, each going through the op table and a backend's
-  // lookup of the op's plan: fallback steps, transfers, library calls and attention a per-call
-  // rule refused, and every eager op while a trace intercepts. Eager and host-view steps hold
-  // their kernels (jit/eager_ops.h) and make none.
+  // lookup of the op's plan: fallback steps, library calls and attention a per-call rule
+  // refused, and every eager op while a trace intercepts. Eager and host-view steps hold their
+  // kernels (jit/eager_ops.h) and make none.
   std::atomic<std::int64_t> plan_dispatches{0};
 };
 
