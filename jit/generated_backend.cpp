@@ -143,12 +143,7 @@ std::vector<Tensor> run_attention(OpId op, std::span<const Tensor> inputs, const
   codegen::AttentionCall call = codegen::attention_call(op, inputs, attrs);
   if (std::string why = codegen::attention_unsupported(call); !why.empty())
     return run_attention_decomposed(op, inputs, attrs, why);
-  if (op == OpId::attention) {
-    auto r = codegen::attention_forward(call);
-    return {r.out, r.lse};
-  }
-  auto g = codegen::attention_backward(call, inputs[3], inputs[4], inputs[5]);
-  return {g.dq, g.dk, g.dv};
+  return codegen::run_fused_attention(op, call, inputs);
 }
 
 class GeneratedCudaBackend : public CudaBackend {

@@ -248,14 +248,7 @@ void run_attention(const AttentionStep& a, const PlanStep& step, RunState& s) {
       dispatch_node(node, operands, attrs, s);
       continue;
     }
-    std::vector<Tensor> results;
-    if (node.op == OpId::attention) {
-      auto r = codegen::attention_forward(call);
-      results = {r.out, r.lse};
-    } else {
-      auto r = codegen::attention_backward(call, operands[3], operands[4], operands[5]);
-      results = {r.dq, r.dk, r.dv};
-    }
+    auto results = codegen::run_fused_attention(node.op, call, operands);
     for (std::size_t k = 0; k < results.size(); ++k) s.values[node.outputs[k]] = results[k];
   }
   s.check_eager(step);

@@ -472,6 +472,16 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
   return {reduce_to(dq, c.q.shape()), reduce_to(dk, c.k.shape()), reduce_to(dvt, c.v.shape())};
 }
 
+std::vector<Tensor> run_fused_attention(OpId op, const AttentionCall& call,
+                                        std::span<const Tensor> inputs) {
+  if (op == OpId::attention) {
+    auto r = attention_forward(call);
+    return {r.out, r.lse};
+  }
+  auto g = attention_backward(call, inputs[3], inputs[4], inputs[5]);
+  return {g.dq, g.dk, g.dv};
+}
+
 namespace {
 
 // What the attention rewrite asks before it replaces a match (graph/attention_rewrite.h).

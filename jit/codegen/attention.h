@@ -77,6 +77,11 @@ struct AttentionGradsInto {
 AttentionGrads attention_backward(const AttentionCall& call, const Tensor& out, const Tensor& lse,
                                   const Tensor& dout, const AttentionGradsInto& into = {});
 
+// The op's outputs on the fused kernels, for a call they take: attention's {out, lse}, or
+// attention_backward's {dq, dk, dv} from `inputs` (q, k, v, out, lse, dout, ...).
+std::vector<Tensor> run_fused_attention(OpId op, const AttentionCall& call,
+                                        std::span<const Tensor> inputs);
+
 // The two kernels (forward, backward) calls of this dtype and these head dims launch, rendered but
 // not compiled: what the real-GPU build checks compile. `mask` is the mask's dtype, if any;
 // `vector_loads` the cp.async layout (rows contiguous and 16-byte aligned); `tf32` the f32
