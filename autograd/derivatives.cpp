@@ -265,6 +265,9 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
     }
     case OpId::index_add:
       return i == 0 ? g : index_select(g, attrs.dim, in[1]);
+    case OpId::index_copy:  // self's gradient, but at the slices source replaced
+      return i == 0 ? index_copy(g, attrs.dim, in[1], zeros_of(in[2], g.dtype()))
+                    : index_select(g, attrs.dim, in[1]);
     case OpId::cat: {
       std::int64_t dim = normalize_dim(attrs.dim, in[0].dim(), "cat");
       std::int64_t start = 0;

@@ -436,8 +436,8 @@ Tensor index_copy(const Tensor& self, std::int64_t dim, const Tensor& index, con
   KILN_CHECK_AS(DTypeError, is_integral(index.dtype()) && index.dim() == 1,
                 "index_copy: index must be a 1-D integer tensor, got {} of shape {}", index.dtype(),
                 shape_str(index.impl().shape));
-  KILN_CHECK_AS(DTypeError, source.dtype() == self.dtype() && self.dtype() != DType::bool_,
-                "index_copy: source ({}) must have self's dtype ({}), not bool", source.dtype(),
+  KILN_CHECK_AS(DTypeError, source.dtype() == self.dtype(),
+                "index_copy: source ({}) must have self's dtype ({})", source.dtype(),
                 self.dtype());
   Shape want = self.impl().shape;
   want[d] = index.impl().shape[0];
@@ -446,10 +446,7 @@ Tensor index_copy(const Tensor& self, std::int64_t dim, const Tensor& index, con
                 "self of shape {} (want {})",
                 shape_str(source.impl().shape), index.impl().shape[0], d,
                 shape_str(self.impl().shape), shape_str(want));
-  // Where the index wrote, the placed source; elsewhere self (one index_add marks the slices).
-  Tensor written = index_add(zeros_like(self), d, index, ones_like(source));
-  Tensor placed = index_add(zeros_like(self), d, index, source);
-  return where(gt(written, 0), placed, self);
+  return record(OpId::index_copy, {self, index, source}, dim_attr(d));
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {

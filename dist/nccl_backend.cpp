@@ -1,6 +1,6 @@
 // The NCCL backend: libnccl.so.2 by dlopen, the communicator's unique id through the store, and
-// each collective enqueued on the default stream from the caller's thread (NCCL orders it with
-// the caller's kernels); wait() synchronizes the device.
+// each collective enqueued on kiln's current stream from the caller's thread (so it is ordered
+// after the kernels that made its gradients); wait() synchronizes the device.
 #include <dlfcn.h>
 
 #include <cstring>
@@ -10,6 +10,7 @@
 #include "dist/nccl_api.h"
 #include "dist/tcp_store.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/current_stream.h"
 #include "runtime/error.h"
 
 namespace kiln::dist {
@@ -85,21 +86,21 @@ class NcclBackend : public Backend {
 
   void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override {
     check(api_.all_reduce(data, data, count, nccl_type(dtype, "all_reduce"), nccl_op(op), comm_,
-                          nullptr),
+                          stream()),
           "ncclAllReduce");
   }
   void broadcast(void* data, std::size_t count, DType dtype, int root) override {
-    check(api_.broadcast(data, data, count, nccl_type(dtype, "broadcast"), root, comm_, nullptr),
+    check(api_.broadcast(data, data, count, nccl_type(dtype, "broadcast"), root, comm_, stream()),
           "ncclBroadcast");
   }
   void all_gather(const void* in, void* out, std::size_t count, DType dtype) override {
-    check(api_.all_gather(in, out, count, nccl_type(dtype, "all_gather"), comm_, nullptr),
+    check(api_.all_gather(in, out, count, nccl_type(dtype, "all_gather"), comm_, stream()),
           "ncclAllGather");
   }
   void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype,
                       ReduceOp op) override {
     check(api_.reduce_scatter(in, out, count, nccl_type(dtype, "reduce_scatter"), nccl_op(op),
-                              comm_, nullptr),
+                              comm_, stream()),
           "ncclReduceScatter");
   }
   // NCCL has no barrier: an all-reduce of one element, as torch's nccl barrier.
@@ -120,6 +121,8 @@ class NcclBackend : public Backend {
   const NcclApi& api_;
   GroupConfig config_;
   NcclComm comm_ = nullptr;
+
+  static NcclStream stream() { return reinterpret_cast<NcclStream>(cuda::current_stream()); }
 };
 
 }  // namespace

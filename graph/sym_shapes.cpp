@@ -102,6 +102,7 @@ SizeExprs index_sizes(OpId op, std::span<const SizeExprs> in, std::span<const Te
     }
     case OpId::scatter_add:
     case OpId::index_add:
+    case OpId::index_copy:
       return in[0];
       // Not index ops
 #define KILN_HANDLED_index

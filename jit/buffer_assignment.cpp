@@ -130,17 +130,45 @@ struct BufferAssigner {
     const std::size_t returned = g.num_returned();
     for (std::size_t j = 0; j < g.mutated_inputs.size(); ++j) {
       const int input = g.mutated_inputs[j], final_value = g.outputs[returned + j];
-      const int at = producer_step[final_value];
-      if (at < 0 || std::count(g.outputs.begin(), g.outputs.end(), final_value) != 1) continue;
-      if (last_use[root[input]] > at ||
+      if (std::count(g.outputs.begin(), g.outputs.end(), final_value) != 1 ||
           g.values[final_value].meta.dtype != g.values[input].meta.dtype)
         continue;
       // An output viewing the input's old value keeps it.
       if (std::any_of(g.outputs.begin(), g.outputs.end(), [&](int o) { return root[o] == input; }))
         continue;
-      if (writable_over(*steps[at].as<KernelStep>(), final_value, input))
+      const int at = producer_step[final_value];
+      if (at >= 0) {
+        if (last_use[root[input]] <= at &&
+            writable_over(*steps[at].as<KernelStep>(), final_value, input))
+          out.written_into_[final_value] = input;
+      } else if (int step = copies_rows_into(input, final_value); step >= 0) {
         out.written_into_[final_value] = input;
+        out.rows_written_.push_back({step, final_value, input});
+      }
     }
+  }
+
+  // The step of index_copy's result `final_value` over `input` itself where it comes after
+  // every other read of the input (its kernel then writes only the source's slices into the
+  // input), else -1.
+  int copies_rows_into(int input, int final_value) const {
+    const int producer = g.values[final_value].producer;
+    if (producer < 0 || g.nodes[producer].op != OpId::index_copy ||
+        g.nodes[producer].inputs.at(0) != input)
+      return -1;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const auto& nodes = steps[i].nodes;
+      auto it = std::find(nodes.begin(), nodes.end(), producer);
+      if (it == nodes.end()) continue;
+      if (steps[i].as<KernelStep>() || steps[i].as<ComboStep>()) return -1;
+      // No node after it in its step reads the input (or a view of it).
+      for (auto later = std::next(it); later != nodes.end(); ++later)
+        for (int v : g.nodes[*later].inputs)
+          if (root[v] == root[input]) return -1;
+      const int position = static_cast<int>(i);
+      return last_use[root[input]] <= position ? position : -1;
+    }
+    return -1;
   }
 
   void assign() {
@@ -262,6 +290,10 @@ std::string BufferAssignment::summary(const ArenaLayout& l) const {
 }
 
 std::string BufferAssignment::step_note(std::size_t position, const ArenaLayout& layout) const {
+  for (const RowsWritten& r : rows_written_)
+    if (r.step == static_cast<int>(position))
+      return fmt::format("writes %{} into input %{} by the source's slices alone", r.value,
+                         r.input);
   if (position >= writes_of_step_.size() || writes_of_step_[position].empty()) return "";
   std::vector<std::string> parts;
   for (int v : writes_of_step_[position]) {

@@ -52,12 +52,15 @@ class BufferAssignment {
   const std::vector<Buffer>& buffers() const { return buffers_; }
   // Per value: the graph input (its value) whose memory the kernel writing it writes it into,
   // or -1. The final value of an input the function writes in place, computed element by
-  // element by a pointwise kernel after the input's last read, needs no copy back then.
+  // element by a pointwise kernel after the input's last read, needs no copy back then; nor
+  // does one index_copy computes over the input, whose kernel writes only the source's slices.
   int written_into(int value) const {
     return value < static_cast<int>(written_into_.size()) ? written_into_[value] : -1;
   }
   // Values written in place over an input of their kernel.
   int in_place_count() const { return in_place_; }
+  // Final values of inputs index_copy writes by their slices alone (written_into names them).
+  int rows_in_place_count() const { return static_cast<int>(rows_written_.size()); }
   bool empty() const { return buffers_.empty(); }
 
   // Greedy by size: the largest buffer first, each at the lowest offset that overlaps no placed
@@ -75,6 +78,10 @@ class BufferAssignment {
   std::vector<Buffer> buffers_;
   std::vector<std::vector<int>> writes_of_step_;  // per position: values it writes to buffers
   int in_place_ = 0;
+  struct RowsWritten {
+    int step, value, input;
+  };
+  std::vector<RowsWritten> rows_written_;
 
   friend struct BufferAssigner;
 };

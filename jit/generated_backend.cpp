@@ -40,6 +40,10 @@ struct EagerKernel {
 
 std::vector<Tensor> run_eager_kernel(const EagerKernel& plan, std::span<const Tensor> inputs,
                                      const OpAttrs& attrs, std::span<const TensorMeta> outputs) {
+  if (plan.indexing && plan.indexing->in_place_rows) {
+    codegen::run_index_copy_rows(*plan.indexing, attrs, inputs);
+    return {inputs[0]};
+  }
   if (plan.indexing) return {codegen::run_indexing(*plan.indexing, attrs, inputs, outputs[0])};
   if (plan.matmul) {
     // cuBLASLt when its documented rules allow; the generated GEMM otherwise.
@@ -210,6 +214,18 @@ class GeneratedCudaBackend : public CudaBackend {
     codegen::strided_copy(dst, s);
   }
 
+  // index_copy in place over self, by signature as plan_for's.
+  std::shared_ptr<const EagerKernel> rows_plan_for(std::span<const Tensor> inputs,
+                                                   const OpAttrs& attrs) {
+    std::string key = "rows " + signature(OpId::index_copy, inputs, attrs);
+    std::lock_guard lock(mutex_);
+    if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+    auto plan = std::make_shared<EagerKernel>();
+    plan->indexing = codegen::render_index_copy_rows(inputs);
+    plans_.emplace(key, plan);
+    return plan;
+  }
+
   // The plan of the call's signature, made on its first call and shared by every later one.
   std::shared_ptr<const EagerKernel> plan_for(OpId op, std::span<const Tensor> inputs,
                                               const OpAttrs& attrs,
@@ -287,4 +303,14 @@ std::shared_ptr<const EagerKernel> find_eager_kernel(OpId op, std::span<const Te
   }
   return on_cuda ? generated_backend().plan_for(op, inputs, attrs, outputs) : nullptr;
 }
+
+std::shared_ptr<const EagerKernel> find_index_copy_rows(std::span<const Tensor> inputs,
+                                                        const OpAttrs& attrs) {
+  if (inputs.size() != 3) return nullptr;
+  for (const auto& t : inputs)
+    if (!t.defined() || !t.device().is_cuda()) return nullptr;
+  if (inputs[0].dtype() != inputs[2].dtype() || inputs[1].dim() != 1) return nullptr;
+  return generated_backend().rows_plan_for(inputs, attrs);
+}
+
 }  // namespace kiln::jit

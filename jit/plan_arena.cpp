@@ -96,14 +96,27 @@ void reset_arena_stats() {
   stats = ArenaStats{};
 }
 
+// The buffers' storages over one block address, made once and kept while warm calls get the
+// same block. The slots a call hands out alias this object's count: a view that outlives the
+// call keeps it, and through `block` the memory, alive.
+struct SlotViews {
+  void* base = nullptr;
+  std::shared_ptr<Storage> block;  // set while a call runs
+  std::vector<std::unique_ptr<Storage>> storages;
+};
+
 struct PlanArena::Binding {
   std::vector<std::int64_t> key;  // the symbol values the layout is for
   ArenaLayout layout;
   // The block the last call had, to ask for again (never dereferenced: the pool may have freed
   // it, and a new block at its address serves as well).
   const Storage* block_id = nullptr;
-  std::shared_ptr<Storage> block;               // held while a call runs
-  std::vector<std::shared_ptr<Storage>> slots;  // per buffer, while a call runs: its bytes
+  std::shared_ptr<Storage> block;  // held while a call runs
+  std::shared_ptr<SlotViews> views;
+  std::vector<std::shared_ptr<Storage>> slots;  // per buffer: its bytes (aliasing `views`)
+
+  // Whether a tensor over a buffer is still alive (each slot holds one count of `views`).
+  bool escaped() const { return views && views.use_count() > 1 + static_cast<long>(slots.size()); }
 };
 
 PlanArena::Lease::Lease(PlanArena* arena, std::unique_ptr<Binding> binding)
@@ -158,14 +171,8 @@ PlanArena::Lease PlanArena::lend(std::span<const std::int64_t> symbol_values) {
   note_lent(b->layout);
   b->block = BlockPool::instance().take(b->layout.bytes, b->block_id);
   b->block_id = b->block.get();
-  // Each buffer's storage keeps the block alive, should a tensor over it outlive the call.
-  auto* base = static_cast<unsigned char*>(b->block->data());
-  const auto& buffers = buffers_->buffers();
-  b->slots.reserve(buffers.size());
-  for (std::size_t i = 0; i < buffers.size(); ++i)
-    b->slots.push_back(std::make_shared<Storage>(
-        base + b->layout.offsets[i], static_cast<std::size_t>(buffers[i].bytes(symbol_values)),
-        b->block->device(), [block = b->block](void*) {}));
+  if (!b->views || b->views->base != b->block->data()) bind_views(*b, symbol_values);
+  b->views->block = b->block;
   {
     std::lock_guard lock(mutex_);
     last_address_ = reinterpret_cast<std::uintptr_t>(b->block->data());
@@ -173,18 +180,32 @@ PlanArena::Lease PlanArena::lend(std::span<const std::int64_t> symbol_values) {
   return Lease(this, std::move(b));
 }
 
+void PlanArena::bind_views(Binding& b, std::span<const std::int64_t> symbol_values) const {
+  b.views = std::make_shared<SlotViews>();
+  b.views->base = b.block->data();
+  auto* base = static_cast<unsigned char*>(b.block->data());
+  const auto& buffers = buffers_->buffers();
+  b.slots.clear();
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    b.views->storages.push_back(std::make_unique<Storage>(
+        base + b.layout.offsets[i], static_cast<std::size_t>(buffers[i].bytes(symbol_values)),
+        b.block->device(), nullptr));
+    b.slots.emplace_back(b.views, b.views->storages.back().get());
+  }
+}
+
 void PlanArena::give_back(std::unique_ptr<Binding> b) {
   // A tensor over a buffer still alive after the call would see the next call's values: its
   // block is left to it and never lent again.
-  bool escaped = std::any_of(b->slots.begin(), b->slots.end(),
-                             [](const auto& s) { return s.use_count() > 1; });
-  b->slots.clear();
-  if (escaped) {
+  if (b->escaped()) {
     static std::atomic<bool> said{false};
     if (!said.exchange(true))
       log_line("kiln: a plan's buffer outlived its call; its arena block is retired");
+    b->slots.clear();
+    b->views.reset();  // the tensors over it hold the views, and the block, now
     b->block.reset();
   } else {
+    if (b->views) b->views->block.reset();
     BlockPool::instance().put(std::move(b->block));
   }
   std::lock_guard lock(mutex_);

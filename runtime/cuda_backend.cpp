@@ -3,6 +3,7 @@
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/cuda/backend.h"
+#include "runtime/cuda/current_stream.h"
 #include "runtime/cuda/host_sync.h"
 #include "runtime/cuda/pinned_staging.h"
 #include "runtime/device_checks.h"
@@ -54,7 +55,8 @@ Tensor download(const Tensor& t) {
   if (high > low) {
     cuda::count_device_to_host_copy();
     cuda::backend().copy_to_host(staging.raw_data(), device_address(t) + low * item,
-                                 static_cast<std::size_t>(high - low) * item);
+                                 static_cast<std::size_t>(high - low) * item,
+                                 cuda::current_stream());
   }
   return make_view(staging, t.impl().shape, t.strides(), -low);
 }
@@ -64,8 +66,9 @@ Tensor download(const Tensor& t) {
 std::shared_ptr<Storage> CudaBackend::allocate(std::size_t nbytes, Device device, bool zero_fill) {
   check_device(device);
   cuda::CachingAllocator& allocator = cuda_allocator();
-  cuda::DevicePtr ptr = allocator.allocate(std::max<std::size_t>(nbytes, 1));
-  if (zero_fill) allocator.backend().memset8(ptr, 0, nbytes);
+  const cuda::Stream stream = cuda::current_stream();
+  cuda::DevicePtr ptr = allocator.allocate(std::max<std::size_t>(nbytes, 1), stream);
+  if (zero_fill) allocator.backend().memset8(ptr, 0, nbytes, stream);
   auto* data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr));
   return std::make_shared<Storage>(data, nbytes, device, [&allocator](void* p) {
     allocator.deallocate(static_cast<cuda::DevicePtr>(reinterpret_cast<std::uintptr_t>(p)));
@@ -83,7 +86,8 @@ void CudaBackend::copy_into(const Tensor& dst, const Tensor& src) {
   bool dst_plain = dst.is_contiguous();
   if (src.device().is_cpu() && dst_plain) {  // host -> device: convert on the host, upload
     Tensor host = cpu::materialize(src, src.impl().shape, dst.dtype());
-    cuda::pinned_staging().upload(device_address(dst), host.raw_data(), nbytes);
+    cuda::pinned_staging().upload(device_address(dst), host.raw_data(), nbytes,
+                                  cuda::current_stream());
     return;
   }
   KILN_CHECK(
@@ -94,7 +98,8 @@ void CudaBackend::copy_into(const Tensor& dst, const Tensor& src) {
       src.device().str(), shape_str(src.impl().shape),
       src.is_contiguous() ? "contiguous" : "strided", dst.device().str(), dst.dtype(),
       dst_plain ? "contiguous" : "strided");
-  cuda::backend().copy_device(device_address(dst), device_address(src), nbytes);
+  cuda::backend().copy_device(device_address(dst), device_address(src), nbytes,
+                              cuda::current_stream());
 }
 
 std::vector<Tensor> CudaBackend::run(OpId op, std::span<const Tensor> inputs, const OpAttrs&,

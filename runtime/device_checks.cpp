@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/cuda/current_stream.h"
 #include "runtime/cuda/host_sync.h"
 #include "runtime/tensor.h"
 
@@ -53,8 +54,9 @@ std::pair<DeviceCheckRaiser, std::vector<std::int64_t>> drain(PendingChecks& p) 
   std::vector<std::int64_t> words(2 * used);
   cuda::Backend& be = cuda::backend();
   cuda::count_device_to_host_copy();
-  be.copy_to_host(words.data(), address(p.flags), used * kSlotBytes);
-  be.memset8(address(p.flags), 0, used * kSlotBytes);
+  const cuda::Stream stream = cuda::current_stream();
+  be.copy_to_host(words.data(), address(p.flags), used * kSlotBytes, stream);
+  be.memset8(address(p.flags), 0, used * kSlotBytes, stream);
   std::vector<DeviceCheckRaiser> raisers;
   raisers.swap(p.raisers);
   for (std::size_t i = 0; i < used; ++i)

@@ -156,6 +156,7 @@ TensorMeta infer_elementwise(OpId op, std::span<const TensorMeta> in, const OpAt
     case OpId::index_select:
     case OpId::scatter_add:
     case OpId::index_add:
+    case OpId::index_copy:
     case OpId::matmul:
     case OpId::cat:
     case OpId::pad:
@@ -312,24 +313,25 @@ TensorMeta infer_index(OpId op, std::span<const TensorMeta> in, const OpAttrs& a
                     "scatter_add: src dtype {} must equal self dtype {}", src.dtype, x.dtype);
       return x;
     }
-    case OpId::index_add: {
+    case OpId::index_add:
+    case OpId::index_copy: {
       const TensorMeta& src = in[2];
-      KILN_CHECK_AS(ShapeError, index.shape.size() <= 1,
-                    "index_add: index must be 1-D, got shape {}", shape_str(index.shape));
+      KILN_CHECK_AS(ShapeError, index.shape.size() <= 1, "{}: index must be 1-D, got shape {}", op,
+                    shape_str(index.shape));
       Shape expected = x.shape;
       if (rank > 0) expected[d] = numel(index.shape);
       KILN_CHECK_AS(ShapeError, src.shape == expected,
-                    "index_add: source shape {} must be {} (self {} with dim {} of size {})",
+                    "{}: source shape {} must be {} (self {} with dim {} of size {})", op,
                     shape_str(src.shape), shape_str(expected), shape_str(x.shape), d,
                     numel(index.shape));
       KILN_CHECK_AS(DTypeError, src.dtype == x.dtype,
-                    "index_add: source dtype {} must equal self dtype {}", src.dtype, x.dtype);
+                    "{}: source dtype {} must equal self dtype {}", op, src.dtype, x.dtype);
       return x;
     }
     // Not index ops
 #define KILN_HANDLED_index
 #include "runtime/op_class_cases.inc"
-      break;
+    break;
   }
   throw Error(fmt::format("{}: not an index op", op));
 }

@@ -139,8 +139,7 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
   return allocate(shape, dtype, device, false, "empty");
 }
 
-Tensor empty_in(const std::shared_ptr<Storage>& storage, const Shape& shape, DType dtype,
-                Device device) {
+Tensor empty_in(const std::shared_ptr<Storage>& storage, Shape shape, DType dtype, Device device) {
   if (!storage) return empty(shape, dtype, device);
   std::size_t nbytes = static_cast<std::size_t>(numel(shape)) * itemsize(dtype);
   KILN_CHECK(storage->nbytes() >= nbytes && storage->device() == device,
@@ -148,8 +147,8 @@ Tensor empty_in(const std::shared_ptr<Storage>& storage, const Shape& shape, DTy
              storage->device().str(), shape_str(shape), dtype_name(dtype), device.str());
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = storage;
-  impl->shape = shape;
   impl->strides = contiguous_strides(shape);
+  impl->shape = std::move(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }

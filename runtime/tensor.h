@@ -198,8 +198,7 @@ Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Devic
 Tensor zeros(const Shape& shape, DType dtype, Device device);
 // A contiguous tensor over `storage` (a buffer a compiled plan assigned, jit/buffer_assignment.h),
 // which must hold it; empty() when `storage` is null.
-Tensor empty_in(const std::shared_ptr<Storage>& storage, const Shape& shape, DType dtype,
-                Device device);
+Tensor empty_in(const std::shared_ptr<Storage>& storage, Shape shape, DType dtype, Device device);
 // A view of `base`'s storage with the given geometry (no autograd); for op implementations.
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, std::int64_t offset);
 

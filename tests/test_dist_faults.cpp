@@ -45,9 +45,15 @@ BOOST_AUTO_TEST_CASE(a_peer_that_never_joins_is_an_error_after_the_timeout) {
 }
 
 BOOST_AUTO_TEST_CASE(launch_prefixes_lines_with_ranks_and_names_the_rank_that_failed) {
-  auto run = test::run_command(std::string("timeout 60 ") + KILN_TOOL +
-                               " launch -n 3 --master-port 0 -- sh -c 'echo hello $RANK of "
-                               "$WORLD_SIZE; if [ $RANK = 2 ]; then exit 3; fi; sleep 50'");
+  // Rank 2 fails once the others have printed (each leaves a file): a rank stopped before its
+  // shell ran echo would have nothing to prefix.
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  auto run = test::run_command(
+      std::string("timeout 60 ") + KILN_TOOL +
+      " launch -n 3 --master-port 0 -- sh -c 'echo hello $RANK of $WORLD_SIZE; touch " + d +
+      "/$RANK; if [ $RANK = 2 ]; then while [ ! -e " + d + "/0 ] || [ ! -e " + d +
+      "/1 ]; do sleep 0.05; done; exit 3; fi; sleep 50'");
   BOOST_TEST(run.status == 1, run.output);
   BOOST_TEST(run.output.find("[rank 0] hello 0 of 3") != std::string::npos, run.output);
   BOOST_TEST(run.output.find("[rank 2] hello 2 of 3") != std::string::npos, run.output);

@@ -296,4 +296,62 @@ BOOST_AUTO_TEST_CASE(a_compiled_backward_frees_each_saved_tensor_after_its_last_
   BOOST_TEST(relative_error(w2d.grad(), w2r.grad()) <= 1e-4);
 }
 
+// A static KV cache written at one position per call (gpt-fast's decode step): the plan writes
+// the index_copy's rows into the cache itself and nothing else of it, against slices set by hand.
+BOOST_AUTO_TEST_CASE(a_cache_written_by_index_copy_moves_only_the_written_rows) {
+  constexpr std::int64_t kB = 2, kH = 2, kS = 16, kD = 8;
+  Tensor cache = zeros({kB, kH, kS, kD}, DType::f32, Device::cuda());
+  auto step = jit::compile([&cache](const Tensor& k, const Tensor& pos) {
+    cache.index_copy_(2, pos, k);
+    return (cache * 2.0).sum({2});  // reads the cache as written
+  });
+  Tensor want = zeros({kB, kH, kS, kD}, DType::f64);
+  auto& stats = jit::codegen::launch_stats();
+  std::int64_t written = 0;
+  for (std::int64_t p = 0; p < 5; ++p) {
+    Tensor k = randn({kB, kH, 1, kD});
+    Tensor pos = from_vector(std::vector<std::int64_t>{p}).to(Device::cuda());
+    const std::int64_t before = stats.bytes_written.load();
+    Tensor got = step(k.to(Device::cuda()), pos);
+    written = stats.bytes_written.load() - before;
+    for (std::int64_t b = 0; b < kB; ++b)
+      for (std::int64_t h = 0; h < kH; ++h)
+        for (std::int64_t d = 0; d < kD; ++d)
+          want.data<double>()[((b * kH + h) * kS + p) * kD + d] =
+              k.data<float>()[(b * kH + h) * kD + d];
+    BOOST_TEST(relative_error(cache, want) == 0);
+    BOOST_TEST(relative_error(got, (want * 2.0).sum({2})) < 1e-6);
+  }
+  BOOST_TEST(step.core().num_entries() == 1u);  // the position is data, not a guard
+  BOOST_TEST(step.explain().find("by the source's slices alone") != std::string::npos,
+             step.explain());
+  // The row (128 bytes) and the sums (128 bytes): never the cache's 2048.
+  const std::int64_t row_bytes = kB * kH * kD * 4;
+  BOOST_TEST(written == 2 * row_bytes);
+}
+
+// A value of the cache from before its write, which the fuser computes in the kernel after it:
+// the old rows are read after the write, so index_copy stays out of place, and right.
+BOOST_AUTO_TEST_CASE(a_read_of_the_cache_before_its_write_keeps_the_old_rows) {
+  Tensor cache = randn({4, 8});
+  Tensor device_cache = cache.to(Device::cuda());
+  auto step = jit::compile([&device_cache](const Tensor& row, const Tensor& pos) {
+    Tensor old = device_cache.slice(0, 0, 2) * 3.0;
+    device_cache.index_copy_(0, pos, row);
+    return old + device_cache.slice(0, 2, 4);
+  });
+  Tensor want = cache.to(DType::f64);
+  for (std::int64_t p : {1, 3}) {
+    Tensor row = randn({1, 8});
+    Tensor pos = from_vector(std::vector<std::int64_t>{p}).to(Device::cuda());
+    Tensor old = want.slice(0, 0, 2).clone();
+    for (std::int64_t j = 0; j < 8; ++j) want.data<double>()[p * 8 + j] = row.data<float>()[j];
+    Tensor got = step(row.to(Device::cuda()), pos);
+    BOOST_TEST(relative_error(got, old * 3.0 + want.slice(0, 2, 4)) < 1e-6);
+    BOOST_TEST(relative_error(device_cache, want) == 0);
+  }
+  BOOST_TEST(step.explain().find("by the source's slices alone") == std::string::npos,
+             step.explain());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

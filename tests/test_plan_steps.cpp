@@ -13,6 +13,8 @@
 #include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
 #include "jit/kernel_plan.h"
+#include "runtime/cuda/host_sync.h"
+#include "runtime/cuda/pinned_staging.h"
 #include "support/autograd_leaves.h"
 #include "support/device_compare.h"
 
@@ -271,6 +273,29 @@ BOOST_AUTO_TEST_CASE(a_captured_host_tensor_is_uploaded_on_every_call) {
   BOOST_REQUIRE(plan);
   BOOST_TEST(plan->steps().front().capture_blocker.find("uploads") != std::string::npos,
              plan->str());
+}
+
+// A number from the host (a 0-dim CPU tensor argument, as an lr or a scale is passed) reaches
+// the kernels that read it as an argument: a warm call copies nothing to the device for it.
+BOOST_AUTO_TEST_CASE(a_host_number_is_a_kernel_argument_not_an_upload) {
+  auto& stats = jit::codegen::launch_stats();
+  Tensor x = randn({8, 16});
+  Tensor xd = x.to(Device::cuda());
+  auto f = jit::compile(
+      [](const Tensor& a, const Tensor& scale) { return (a * scale).sum({1}) + scale; });
+  f(xd, scalar_tensor(0.5));
+  for (double scale : {2.0, -3.0}) {
+    const std::int64_t copies = stats.copies_to_device, dispatches = stats.plan_dispatches;
+    const std::size_t uploads = cuda::pinned_staging().stats().uploads;
+    const std::int64_t pageable = cuda::host_sync_stats().pageable_uploads.load();
+    Tensor got = f(xd, scalar_tensor(scale));
+    BOOST_TEST(stats.copies_to_device - copies == 0);
+    BOOST_TEST(stats.plan_dispatches - dispatches == 0);
+    BOOST_TEST(cuda::pinned_staging().stats().uploads == uploads);
+    BOOST_TEST(cuda::host_sync_stats().pageable_uploads.load() == pageable);
+    BOOST_TEST(relative_error(got, (x.to(DType::f64) * scale).sum({1}) + scale) <= 1e-6);
+  }
+  BOOST_TEST(f.core().num_entries() == 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

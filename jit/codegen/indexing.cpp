@@ -32,10 +32,12 @@ bool has_indexing_kernel(OpId op) {
   return c == OpClass::index || c == OpClass::scan || c == OpClass::movement;
 }
 
-IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Tensor> inputs,
-                               const TensorMeta& out) {
+namespace {
+
+IndexingKernel render(OpId op, const OpAttrs& attrs, std::span<const Tensor> inputs,
+                      const TensorMeta& out, bool rows) {
   KILN_CHECK(has_indexing_kernel(op), "codegen: {} has no indexing kernel", op);
-  std::string name = fmt::format("k_{}", op);
+  std::string name = fmt::format("k_{}{}", op, rows ? "_rows" : "");
   Data d, params(Data::type::list);
   bool fp16 = out.dtype == DType::f16, bf16 = out.dtype == DType::bf16;
   std::vector<std::string> types;
@@ -80,6 +82,7 @@ IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Te
     }
     case OpId::gather:
     case OpId::index_select:
+    case OpId::index_copy:
       break;  // their loads are the template's own
     // Not index, scan or movement ops: no indexing kernel (has_indexing_kernel).
 #define KILN_HANDLED_scan
@@ -90,7 +93,7 @@ IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Te
   }
   d.set("acc", register_type(acc));
   d.set("store", stored(acc, out.dtype, "sum"));
-  d.set(std::string(op_name(op)), true);
+  d.set(rows ? std::string(op_name(op)) + "_rows" : std::string(op_name(op)), true);
   d.set("name", name);
   d.set("description",
         fmt::format("{}({}) -> {}", op, fmt::join(types, ", "), dtype_name(out.dtype)));
@@ -99,12 +102,13 @@ IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Te
   d.set("params", params);
   d.set("fp16", fp16);
   d.set("bf16", bf16);
-  return IndexingKernel{op, KernelHandle(name, render_template("indexing.cu.mustache", d))};
+  return IndexingKernel{op, KernelHandle(name, render_template("indexing.cu.mustache", d)), rows};
 }
 
-Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
-                    std::span<const Tensor> inputs, const TensorMeta& out_meta) {
-  Tensor out = empty(out_meta.shape, out_meta.dtype, Device::cuda());
+// One launch over `out_meta`'s elements (the output's, or for a kernel in place the source's)
+// writing `out`.
+void launch(const IndexingKernel& kernel, const OpAttrs& attrs, std::span<const Tensor> inputs,
+            const TensorMeta& out_meta, const Tensor& out) {
   int rank = rank_of(out_meta);
   auto padded = [&](const Shape& shape, const Strides* strides) {
     // Right-aligned to the output's rank (a 0-dim or 1-D index has fewer dims).
@@ -118,7 +122,8 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
     if (t.dim() == 1) v[0] = strides ? t.strides()[0] : t.shape()[0];
     return v;
   };
-  bool vector_index = kernel.op == OpId::index_select || kernel.op == OpId::index_add;
+  bool vector_index = kernel.op == OpId::index_select || kernel.op == OpId::index_add ||
+                      kernel.op == OpId::index_copy;
   std::vector<long long> packed;
   for (auto s : padded(out_meta.shape, nullptr)) packed.push_back(s);
   for (std::size_t i = 0; i < inputs.size(); ++i)
@@ -144,17 +149,19 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
   }
   packed.push_back(dim);
 
-  long long n = out.numel();
-  if (n == 0) return out;
+  long long n = numel(out_meta.shape);
+  if (n == 0) return;
   // Ops that read an index report one out of range through a device flag (device_checks.h);
   // the others never touch theirs.
   bool checks = kernel.op == OpId::gather || kernel.op == OpId::index_select ||
-                kernel.op == OpId::scatter_add || kernel.op == OpId::index_add;
+                kernel.op == OpId::scatter_add || kernel.op == OpId::index_add ||
+                kernel.op == OpId::index_copy;
   std::optional<DeviceCheck> check;
   if (checks) {
-    std::int64_t size = kernel.op == OpId::gather || kernel.op == OpId::index_select
-                            ? inputs[0].shape()[dim]
-                            : out_meta.shape[dim];
+    std::int64_t size =
+        kernel.op == OpId::gather || kernel.op == OpId::index_select || kernel.in_place_rows
+            ? inputs[0].shape()[dim]
+            : out_meta.shape[dim];
     check = reserve_device_check([op = kernel.op, dim, size](std::span<const std::int64_t> e) {
       throw IndexError(fmt::format("{}: index {} is out of range for dim {} of size {}{}", op, e[1],
                                    dim, size, device_check_note()));
@@ -169,13 +176,46 @@ Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
   params.push_back(packed.data());
   params.push_back(&n);
   params.push_back(&error_ptr);
-  std::int64_t read = 0;
-  for (const auto& t : inputs) read += tensor_bytes(t);
+  // In place, the kernel reads the index and source and writes the source's bytes; self it
+  // never reads.
+  std::int64_t read = 0, written = tensor_bytes(out);
+  for (std::size_t i = kernel.in_place_rows ? 1 : 0; i < inputs.size(); ++i)
+    read += tensor_bytes(inputs[i]);
+  if (kernel.in_place_rows) written = tensor_bytes(inputs[2]);
   unsigned block = 256;
   kernel.handle.launch({grid_stride_blocks(n, block), 1, 1}, {block, 1, 1}, params.data(), read,
-                       tensor_bytes(out));
+                       written);
   if (check) check->launched();
+}
+
+}  // namespace
+
+IndexingKernel render_indexing(OpId op, const OpAttrs& attrs, std::span<const Tensor> inputs,
+                               const TensorMeta& out) {
+  return render(op, attrs, inputs, out, false);
+}
+
+IndexingKernel render_index_copy_rows(std::span<const Tensor> inputs) {
+  KILN_CHECK(inputs.size() == 3, "codegen: index_copy takes self, index and source, not {} inputs",
+             inputs.size());
+  return render(OpId::index_copy, {}, inputs, {inputs[0].shape(), inputs[0].dtype()}, true);
+}
+
+Tensor run_indexing(const IndexingKernel& kernel, const OpAttrs& attrs,
+                    std::span<const Tensor> inputs, const TensorMeta& out_meta) {
+  KILN_CHECK(!kernel.in_place_rows, "codegen: {} writes in place (run_index_copy_rows)",
+             kernel.handle.name());
+  Tensor out = empty(out_meta.shape, out_meta.dtype, Device::cuda());
+  launch(kernel, attrs, inputs, out_meta, out);
   return out;
+}
+
+void run_index_copy_rows(const IndexingKernel& kernel, const OpAttrs& attrs,
+                         std::span<const Tensor> inputs) {
+  KILN_CHECK(kernel.in_place_rows && inputs.size() == 3,
+             "codegen: {} does not write index_copy's rows in place", kernel.handle.name());
+  const Tensor& self = inputs[0];
+  launch(kernel, attrs, inputs, {inputs[2].shape(), self.dtype()}, self);
 }
 
 }  // namespace kiln::jit::codegen

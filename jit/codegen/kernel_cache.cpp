@@ -16,6 +16,7 @@
 #include "cache/progress.h"
 #include "jit/codegen/codegen_version.h"
 #include "jit/codegen/launch_stats.h"
+#include "runtime/cuda/current_stream.h"
 #include "runtime/cuda/nvrtc/nvrtc.h"
 #include "runtime/log.h"
 
@@ -216,14 +217,15 @@ void KernelHandle::launch(cuda::Dim3 grid, cuda::Dim3 block, unsigned dynamic_sh
            !state_->opted_in_shared.compare_exchange_weak(seen, dynamic_shared)) {
     }
   }
+  const cuda::Stream stream = cuda::current_stream();
   auto& stats = launch_stats();
   stats.launches.fetch_add(1, std::memory_order_relaxed);
   stats.bytes_read.fetch_add(bytes_read, std::memory_order_relaxed);
   stats.bytes_written.fetch_add(bytes_written, std::memory_order_relaxed);
   if (!stats.timing.load(std::memory_order_relaxed))
-    return cuda::backend().launch(fn, grid, block, dynamic_shared, nullptr, params);
+    return cuda::backend().launch(fn, grid, block, dynamic_shared, stream, params);
   auto start = std::chrono::steady_clock::now();
-  cuda::backend().launch(fn, grid, block, dynamic_shared, nullptr, params);
+  cuda::backend().launch(fn, grid, block, dynamic_shared, stream, params);
   auto ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();

@@ -23,7 +23,12 @@ struct KernelVariants::Slots {
 KernelVariants::KernelVariants(std::string name, int count)
     : slots_(std::make_shared<Slots>(std::move(name), count)) {}
 
-const KernelHandle& KernelVariants::get(int slot, const std::function<KernelHandle()>& make) const {
+const KernelHandle* KernelVariants::made(int slot) const {
+  return rendered(slot) ? &slots_->handles[slot] : nullptr;
+}
+
+const KernelHandle& KernelVariants::make_slot(int slot,
+                                              const std::function<KernelHandle()>& make) const {
   KILN_CHECK(slots_ && slot >= 0 && slot < count(), "codegen: no variant {} of kernel '{}'", slot,
              slots_ ? slots_->name : std::string("(none)"));
   Slots& s = *slots_;

@@ -10,21 +10,26 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "jit/codegen/kernel_cache.h"
 
 namespace kiln::jit::codegen {
 
 // `count` slots of one kernel; a slot's handle is made (its source rendered) by the first get()
-// that asks for it. Copies share the slots. A warm get() is one acquire load (std::call_once's
-// fast path).
+// that asks for it. Copies share the slots. A warm get() is one acquire load: it builds no
+// std::function and enters no std::call_once (whose libstdc++ form sets thread-locals each call).
 class KernelVariants {
  public:
   KernelVariants() = default;
   KernelVariants(std::string name, int count);
 
   // The handle of `slot`, made by `make` the first time.
-  const KernelHandle& get(int slot, const std::function<KernelHandle()>& make) const;
+  template <typename Make>
+  const KernelHandle& get(int slot, Make&& make) const {
+    if (const KernelHandle* h = made(slot)) return *h;
+    return make_slot(slot, std::function<KernelHandle()>(std::forward<Make>(make)));
+  }
   // Whether `slot` was rendered (a plan's first call compiles those ahead).
   bool rendered(int slot) const;
   // True for the first caller only: what a launch reports once per variant (KILN_LOG=kernels).
@@ -34,6 +39,9 @@ class KernelVariants {
  private:
   struct Slots;
   std::shared_ptr<Slots> slots_;
+
+  const KernelHandle* made(int slot) const;  // null until the slot's handle is made
+  const KernelHandle& make_slot(int slot, const std::function<KernelHandle()>& make) const;
 };
 
 // The process's kernel named `name`, rendered by `render` on first use. The name must say

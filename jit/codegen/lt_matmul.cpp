@@ -10,6 +10,7 @@
 
 #include "runtime/cuda/blaslt/blaslt.h"
 #include "runtime/cuda/blaslt/lt_api.h"
+#include "runtime/cuda/current_stream.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/log.h"
 
@@ -338,7 +339,8 @@ std::string execute(const lt::MatmulSpec& s, const Tensor& a, const Tensor& b, c
                                       reinterpret_cast<cuda::DevicePtr>(a.raw_data()), d, d);
   cuda::CachingAllocator& allocator = cuda_allocator();
   call.workspace_bytes = service.workspace_bytes();
-  call.workspace = allocator.allocate(call.workspace_bytes);
+  call.stream = cuda::current_stream();
+  call.workspace = allocator.allocate(call.workspace_bytes, call.stream);
   std::string no_algorithm;
   try {
     service.matmul(call);

@@ -92,6 +92,7 @@ ReductionCombine reduction_combine(OpId op, DType accumulator) {
     case OpId::index_select:
     case OpId::scatter_add:
     case OpId::index_add:
+    case OpId::index_copy:
     case OpId::matmul:
     case OpId::cat:
     case OpId::pad:

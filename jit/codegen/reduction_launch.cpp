@@ -78,7 +78,7 @@ std::vector<Tensor> allocate_outputs(const graph::Graph& g, const ReductionKerne
             std::find(sc.reduced.begin(), sc.reduced.end(), d) == sc.reduced.end() ? domain[d] : 1);
     else
       for (int d : sc.kept) shape.push_back(domain[d]);
-    outs.push_back(empty_in(output_buffer(into, i), shape, meta.dtype, Device::cuda()));
+    outs.push_back(empty_in(output_buffer(into, i), std::move(shape), meta.dtype, Device::cuda()));
   }
   return outs;
 }

@@ -117,6 +117,11 @@ bool row_bases_fit(const ReductionKernel& kernel, const ReductionGeometry& call,
   return true;
 }
 
+struct LayoutScratch {
+  IterSpace rows_by_cols;
+  std::vector<TensorAccess> reads, writes;
+};
+
 // The layout of a row-schedule launch (ReductionLayout).
 ReductionLayout choose_layout(const ReductionKernel& kernel, const ReductionGeometry& call,
                               const ScheduleLimits& limits, std::vector<std::string>* why) {
@@ -131,10 +136,19 @@ ReductionLayout choose_layout(const ReductionKernel& kernel, const ReductionGeom
     return ReductionLayout::generic;
   }
   const std::size_t rank = call.domain.size();
-  IterSpace rows_by_cols;  // plan_vectors' view: the kept dims, then the row as one dim
+  // plan_vectors' view: the kept dims, then the row as one dim. The vectors are the thread's,
+  // kept between launches, so a warm launch allocates none.
+  thread_local LayoutScratch scratch;
+  IterSpace& rows_by_cols = scratch.rows_by_cols;
+  std::vector<TensorAccess>&reads = scratch.reads, &writes = scratch.writes;
+  rows_by_cols.sizes.clear();
+  reads.clear();
+  writes.clear();
   for (int d : call.kept) rows_by_cols.sizes.push_back(call.domain[d]);
   rows_by_cols.sizes.push_back(call.cols);
-  std::vector<TensorAccess> reads, writes;
+  std::size_t full_reads = 0;
+  for (const auto& r : kernel.reads) full_reads += r.frame_dims.size() == rank;
+  rows_by_cols.strides.resize(full_reads);
   for (std::size_t i = 0; i < kernel.reads.size(); ++i) {
     if (kernel.reads[i].frame_dims.size() != rank) continue;  // read once per row
     const long long* s = call.read_strides.data() + i * rank;
@@ -142,7 +156,8 @@ ReductionLayout choose_layout(const ReductionKernel& kernel, const ReductionGeom
       note(why, "layout generic: read {} does not store its rows contiguously", i);
       return ReductionLayout::generic;
     }
-    auto& strides = rows_by_cols.strides.emplace_back();
+    auto& strides = rows_by_cols.strides[reads.size()];
+    strides.clear();
     for (int d : call.kept) strides.push_back(s[d]);
     strides.push_back(1);
     reads.push_back(call.reads[i]);

@@ -52,6 +52,8 @@ class CpuBackend final : public Backend {
         return {scatter_add(in[0], in[1], in[2], attrs.dim)};
       case OpId::index_add:
         return {index_add(in[0], in[1], in[2], attrs.dim)};
+      case OpId::index_copy:
+        return {index_copy(in[0], in[1], in[2], attrs.dim)};
       case OpId::cat:
         return {cat(in, attrs.dim, out[0])};
       case OpId::pad:

@@ -161,6 +161,7 @@ void unary_op(OpId op, const OpAttrs& attrs, ConstArrayMap<T> x, ArrayMap<T> y) 
     case OpId::index_select:
     case OpId::scatter_add:
     case OpId::index_add:
+    case OpId::index_copy:
     case OpId::matmul:
     case OpId::cat:
     case OpId::pad:
@@ -302,6 +303,7 @@ void binary_arith(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<T> y
     case OpId::index_select:
     case OpId::scatter_add:
     case OpId::index_add:
+    case OpId::index_copy:
     case OpId::matmul:
     case OpId::cat:
     case OpId::pad:
@@ -385,6 +387,7 @@ void binary_compare(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<bo
     case OpId::index_select:
     case OpId::scatter_add:
     case OpId::index_add:
+    case OpId::index_copy:
     case OpId::matmul:
     case OpId::cat:
     case OpId::pad:

@@ -132,6 +132,37 @@ Tensor index_add(const Tensor& self, const Tensor& index, const Tensor& src, std
   });
 }
 
+namespace {
+
+// The slice of `t` at `at` along `dim`, as select views it.
+Tensor slice_at(const Tensor& t, std::int64_t dim, std::int64_t at) {
+  Shape shape = t.shape();
+  Strides strides = t.strides();
+  const std::int64_t offset = t.offset() + at * strides[dim];
+  shape.erase(shape.begin() + dim);
+  strides.erase(strides.begin() + dim);
+  return make_view(t, std::move(shape), std::move(strides), offset);
+}
+
+}  // namespace
+
+Tensor index_copy(const Tensor& self, const Tensor& index, const Tensor& src, std::int64_t dim) {
+  Tensor out = materialize_copy(self, self.dtype());
+  if (self.dim() == 0) {  // a 0-dim self is one slice, written by any entry
+    if (index.numel() > 0) copy_into(out, src);
+    return out;
+  }
+  dim = normalize_dim(dim, self.dim(), "index_copy");
+  Tensor ic = materialize(index, index.shape(), DType::i64);
+  const auto* ip = static_cast<const std::int64_t*>(ic.raw_data());
+  const std::int64_t size = self.shape()[dim], count = index.numel();
+  for (std::int64_t j = 0; j < count; ++j) {
+    checked_index(ip[j], size, "index_copy", dim);
+    copy_into(slice_at(out, dim, ip[j]), slice_at(src, dim, j));  // in order: the last stays
+  }
+  return out;
+}
+
 Tensor cat(std::span<const Tensor> inputs, std::int64_t dim, const TensorMeta& out) {
   dim = normalize_dim(dim, static_cast<std::int64_t>(out.shape.size()), "cat");
   Tensor y = empty(out.shape, out.dtype);

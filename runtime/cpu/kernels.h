@@ -50,6 +50,8 @@ Tensor index_select(const Tensor& x, const Tensor& index, std::int64_t dim,
                     const TensorMeta& out);
 Tensor scatter_add(const Tensor& self, const Tensor& index, const Tensor& src, std::int64_t dim);
 Tensor index_add(const Tensor& self, const Tensor& index, const Tensor& src, std::int64_t dim);
+// self with the slices along dim at index replaced by src's; the last entry naming a slice wins.
+Tensor index_copy(const Tensor& self, const Tensor& index, const Tensor& src, std::int64_t dim);
 Tensor cat(std::span<const Tensor> inputs, std::int64_t dim, const TensorMeta& out);
 Tensor pad(const Tensor& x, const OpAttrs& attrs, const TensorMeta& out);
 // attention: (out, lse); attention_backward: (dq, dk, dv). Inputs as runtime/ops.def lists them.

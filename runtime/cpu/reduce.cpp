@@ -139,6 +139,7 @@ Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& 
         case OpId::index_select:
         case OpId::scatter_add:
         case OpId::index_add:
+        case OpId::index_copy:
         case OpId::matmul:
         case OpId::cat:
         case OpId::pad:

@@ -168,6 +168,7 @@ inline double single_op_floor(OpId op, DType dtype) {
     case OpId::detach:
     case OpId::gather:
     case OpId::index_select:
+    case OpId::index_copy:
     case OpId::cat:
     case OpId::pad:
     case OpId::to_device:

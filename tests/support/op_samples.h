@@ -124,6 +124,7 @@ inline std::vector<DType> sample_dtypes(OpId op) {
     case OpId::index_select:
     case OpId::scatter_add:
     case OpId::index_add:
+    case OpId::index_copy:
     case OpId::to_device: return {f64};
     case OpId::div: return {f64, f32, i32};
     // A random op's dtype is its output's (its seed and offset are i64).
@@ -350,6 +351,11 @@ inline std::vector<OpSample> op_samples(OpId op, DType t) {
       return {sample("index_add dim 1",
                      {values({2, 4}, t, -3, 3, 42), from_vector(std::vector<std::int64_t>{3, 3, 0}), values({2, 3}, t, -3, 3, 43)},
                      [](auto& in) { return one(index_add(in[0], 1, in[1], in[2])); })};
+    case OpId::index_copy:  // distinct entries: with duplicates the source's gradient is PyTorch's
+      return {sample("index_copy dim 1",
+                     {values({2, 4}, t, -3, 3, 52), from_vector(std::vector<std::int64_t>{3, 0, 2}),
+                      values({2, 3}, t, -3, 3, 53)},
+                     [](auto& in) { return one(index_copy(in[0], 1, in[1], in[2])); })};
     // ---- data movement ----
     case OpId::matmul:
       return {sample("matmul [2, 3] @ [3, 4]", {values({2, 3}, t, -2, 2, 44), values({3, 4}, t, -2, 2, 45)},

@@ -400,6 +400,10 @@ class VirtualBackend final : public Backend {
   }
 
   std::uint64_t instructions() const { return instructions_; }
+  std::uint64_t legacy_stream_calls() {
+    std::lock_guard lock(mu_);
+    return legacy_stream_calls_;
+  }
   vgpu::FaultMode set_fault_mode(vgpu::FaultMode mode) {
     std::lock_guard lock(mu_);
     fault_.clear();
@@ -424,6 +428,7 @@ class VirtualBackend final : public Backend {
   std::set<VStream*> streams_;
   std::set<VEvent*> events_;
   std::uint64_t instructions_ = 0;
+  std::uint64_t legacy_stream_calls_ = 0;  // stream calls given the legacy (null) stream
   PinnedRanges pinned_;
   // Late faults (vgpu::FaultMode::late): the driver's error for the fault the device stopped at
   // (empty: none), and whether a call has reported it (from then on every call does).
@@ -451,8 +456,11 @@ class VirtualBackend final : public Backend {
     for (VEvent* e : events_) e->pending = false;
   }
 
-  void check_stream(Stream s, const char* what) const {
-    if (s == nullptr) return;
+  void check_stream(Stream s, const char* what) {
+    if (s == nullptr) {
+      ++legacy_stream_calls_;
+      return;
+    }
     KILN_CHECK(streams_.count(reinterpret_cast<VStream*>(s)),
                "virtual GPU: {} on an invalid stream (destroyed or never created)", what);
   }
@@ -537,6 +545,13 @@ std::uint64_t executed_thread_instructions(Backend& backend) {
   KILN_CHECK(v != nullptr, "executed_thread_instructions: backend '{}' is not the virtual GPU",
              backend.kind());
   return v->instructions();
+}
+
+std::uint64_t legacy_stream_calls(Backend& backend) {
+  auto* v = dynamic_cast<VirtualBackend*>(&backend);
+  KILN_CHECK(v != nullptr, "legacy_stream_calls: backend '{}' is not the virtual GPU",
+             backend.kind());
+  return v->legacy_stream_calls();
 }
 
 void check_device_range(Backend& backend, DevicePtr ptr, std::uint64_t bytes, const char* what) {

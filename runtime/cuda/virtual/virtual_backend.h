@@ -12,6 +12,12 @@ namespace kiln::cuda::vgpu {
 // `backend` is not the virtual GPU.
 std::uint64_t executed_thread_instructions(Backend& backend);
 
+// Calls of `backend` that took the legacy (null) stream so far: launches, copies, memsets and
+// stream or event calls. kiln queues its own work on its stream (current_stream.h), so a test
+// can assert that a compiled call adds none. Throws kiln::Error if `backend` is not the virtual
+// GPU.
+std::uint64_t legacy_stream_calls(Backend& backend);
+
 // Throws kiln::Error "<what>: <why>" unless [ptr, ptr + bytes) lies in one live allocation of
 // the virtual GPU `backend`: library calls check their operands as kernel accesses are checked.
 void check_device_range(Backend& backend, DevicePtr ptr, std::uint64_t bytes, const char* what);
