@@ -428,8 +428,8 @@ Tensor index_add(const Tensor& self, std::int64_t dim, const Tensor& index, cons
   return record(OpId::index_add, {self, index, source}, dim_attr(dim));
 }
 
-Tensor index_copy(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& source) {
-  KILN_OP_SCOPE;
+std::int64_t check_index_copy(const Tensor& self, std::int64_t dim, const Tensor& index,
+                              const Tensor& source) {
   KILN_CHECK_AS(ShapeError, self.dim() > 0, "index_copy: self must have a dim, got shape {}",
                 shape_str(self.impl().shape));
   std::int64_t d = normalize_dim(dim, self.dim(), "index_copy");
@@ -446,6 +446,12 @@ Tensor index_copy(const Tensor& self, std::int64_t dim, const Tensor& index, con
                 "self of shape {} (want {})",
                 shape_str(source.impl().shape), index.impl().shape[0], d,
                 shape_str(self.impl().shape), shape_str(want));
+  return d;
+}
+
+Tensor index_copy(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& source) {
+  KILN_OP_SCOPE;
+  const std::int64_t d = check_index_copy(self, dim, index, source);
   return record(OpId::index_copy, {self, index, source}, dim_attr(d));
 }
 

@@ -141,6 +141,10 @@ Tensor index_add(const Tensor& self, std::int64_t dim, const Tensor& index, cons
 // torch.index_copy: self with its slices at `index` along `dim` replaced by those of `source`
 // (index 1-D integer, source shaped as self with len(index) along dim, of self's dtype).
 Tensor index_copy(const Tensor& self, std::int64_t dim, const Tensor& index, const Tensor& source);
+// index_copy's checks (the errors it raises), returning `dim` normalized: what
+// Tensor::index_copy_ checks before writing the slices in place.
+std::int64_t check_index_copy(const Tensor& self, std::int64_t dim, const Tensor& index,
+                              const Tensor& source);
 // torch.index_put: self with self[indices] = values (PyTorch's advanced indexing). `indices`
 // holds up to self.dim() i64/i32 tensors, which broadcast together, one per leading dim (an
 // undefined Tensor: that dim in full, `:`), or a single bool mask of self's leading shape.

@@ -6,6 +6,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "autograd/record.h"
+#include "runtime/backend.h"
 #include "runtime/dispatch.h"
 #include "runtime/grad_mode.h"
 #include "runtime/trace_hooks.h"
@@ -252,6 +253,15 @@ const Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) const {
 const Tensor& Tensor::index_copy_(std::int64_t dim, const Tensor& index,
                                   const Tensor& source) const {
   check_inplace(*this, "index_copy_");
+  // With no history to record, the backend writes the slices alone where it can (a decode
+  // step's cache row), instead of the whole result.
+  if (!active_interceptor() && !(grad_enabled() && (requires_grad() || source.requires_grad()))) {
+    const std::int64_t d = check_index_copy(*this, dim, index, source);
+    if (backend_for(device().type).index_copy_into(*this, d, index, source)) {
+      bump_version(*this);
+      return *this;
+    }
+  }
   return assign(*this, index_copy(operand(*this, source), dim, index, source), "index_copy_");
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -156,6 +157,17 @@ class GeneratedCudaBackend : public CudaBackend {
                           std::span<const TensorMeta> outputs) override {
     if (op_class(op) == OpClass::attention) return run_attention(op, inputs, attrs);
     return run_eager_kernel(*plan_for(op, inputs, attrs, outputs), inputs, attrs, outputs);
+  }
+
+  bool index_copy_into(const Tensor& self, std::int64_t dim, const Tensor& index,
+                       const Tensor& source) override {
+    const std::array<Tensor, 3> inputs{self, index, source};
+    OpAttrs attrs;
+    attrs.dim = dim;
+    auto plan = find_index_copy_rows(inputs, attrs);
+    if (!plan) return false;
+    run_eager_kernel(*plan, inputs, attrs, {});
+    return true;
   }
 
   // Autograd's fused linear layers: one cuBLASLt call each, or nullopt (with the rule on

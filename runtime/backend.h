@@ -41,6 +41,13 @@ class Backend {
   virtual std::optional<LinearBackwardResult> linear_backward(const LinearBackwardCall&) {
     return std::nullopt;
   }
+  // Overwrites self's slices along `dim` (normalized) named by `index` with source's, in place
+  // and nothing else of self (index_copy_ with no history to record); false when this backend
+  // has no such kernel for these tensors, and the caller writes index_copy's whole result.
+  virtual bool index_copy_into(const Tensor& /*self*/, std::int64_t /*dim*/,
+                               const Tensor& /*index*/, const Tensor& /*source*/) {
+    return false;
+  }
 };
 
 // Installs `backend` (which must outlive every tensor) for a device type, replacing one of

@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/ops.h"
+#include "jit/codegen/launch_stats.h"
 #include "runtime/device_checks.h"
 #include "support/device_compare.h"
 #include "support/op_samples.h"
@@ -229,6 +230,44 @@ BOOST_AUTO_TEST_CASE(gradients_start_from_zeros_not_from_what_a_reused_block_hel
   auto want = grads(Device::cpu()), got = grads(Device::cuda());
   for (std::size_t i = 0; i < want.size(); ++i)
     BOOST_TEST(test::relative_error(got[i], want[i]) <= 1e-5, "output " << i);
+}
+
+// index_copy_ with no gradient to record writes the source's slices into self and nothing else
+// (a decode step's cache row), through self's strides, the last entry of a slice winning as on
+// the CPU; an index out of range is an IndexError at the next sync.
+BOOST_AUTO_TEST_CASE(index_copy_in_place_moves_only_the_source_slices) {
+  Tensor self = randn({3, 6, 4});
+  Tensor source = randn({3, 2, 4});
+  Tensor index = test::i64s({5, 1});
+  Tensor device = self.to(Device::cuda());
+  auto& stats = jit::codegen::launch_stats();
+  const std::int64_t written = stats.bytes_written.load();
+  device.index_copy_(1, index.to(Device::cuda()), source.to(Device::cuda()));
+  BOOST_TEST(stats.bytes_written.load() - written == source.numel() * 4);
+  Tensor want = self.to(DType::f64);
+  for (std::int64_t a = 0; a < 3; ++a)
+    for (std::int64_t j = 0; j < 2; ++j)
+      for (std::int64_t c = 0; c < 4; ++c)
+        want.data<double>()[(a * 6 + (j == 0 ? 5 : 1)) * 4 + c] =
+            source.data<float>()[(a * 2 + j) * 4 + c];
+  BOOST_TEST(relative_error(device, want) == 0);
+
+  // A transposed view of self, duplicates in the index: the last entry's slice.
+  Tensor wide = zeros({4, 5}).to(Device::cuda());
+  Tensor rows = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, {4, 2});
+  wide.transpose(0, 1).index_copy_(0, test::i64s({3, 3}).to(Device::cuda()),
+                                   rows.transpose(0, 1).to(Device::cuda()));
+  Tensor cpu_wide = zeros({4, 5});
+  cpu_wide.transpose(0, 1).index_copy_(0, test::i64s({3, 3}), rows.transpose(0, 1));
+  BOOST_TEST(relative_error(wide, cpu_wide) == 0);
+  BOOST_TEST(cpu_wide.data<float>()[3] == 2.0f);  // column 3 holds the second entry: 2, 4, 6, 8
+
+  device.index_copy_(1, test::i64s({6}).to(Device::cuda()),
+                     source.slice(1, 0, 1).to(Device::cuda()));
+  BOOST_CHECK_EXCEPTION(device.to(Device::cpu()), IndexError, [](const Error& e) {
+    return std::string(e.what()).find("index_copy: index 6 is out of range for dim 1 of size 6") !=
+           std::string::npos;
+  });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

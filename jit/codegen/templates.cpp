@@ -30,10 +30,13 @@ std::string render_template(std::string_view name, const kainjow::mustache::data
 std::string elementwise_helpers(bool python_mod, bool floor_div, bool int_checks, bool random) {
   kainjow::mustache::data d;
   d.set("int_checks", int_checks);
-  d.set("random", random);
   d.set("python_mod", python_mod);
   d.set("floor_div", floor_div);
-  return render_template("elementwise_helpers.cu.mustache", d);
+  // A template of their own: an empty section at the end of the helpers' would leave blank
+  // lines in every kernel that does not draw, changing its source.
+  std::string text = render_template("elementwise_helpers.cu.mustache", d);
+  if (random) text += render_template("random_helpers.cu.mustache", {});
+  return text;
 }
 
 }  // namespace kiln::jit::codegen
