@@ -234,13 +234,24 @@ BOOST_AUTO_TEST_CASE(a_training_step_shows_its_partition_and_kiln_report_rebuild
   }
   BOOST_TEST(logged > 0);
   BOOST_TEST(count(partition, "<tr class=\"saved\">") == logged);
-  // Forward and backward plans, each with its kernels.
+  // Forward and backward plans, each with its kernels, and the arena: each step's buffers and
+  // the plan's summary, as explain() prints them.
+  int arenas = 0;
   for (auto [id, plan] : {std::pair{"e0f", &aot->forward_plan()}, {"e0b", &aot->backward_plan()}}) {
-    BOOST_TEST(count(section(page, std::string(id) + "-plan"), "<tr class=\"step ") ==
-               static_cast<int>(plan->steps().size()));
+    std::string steps = section(page, std::string(id) + "-plan");
+    BOOST_TEST(count(steps, "<tr class=\"step ") == static_cast<int>(plan->steps().size()));
+    const jit::ArenaLayout layout = plan->traced_layout();
+    if (!plan->buffers().empty()) {
+      ++arenas;
+      BOOST_TEST(contains(steps, jit::report::escape(plan->buffers().summary(layout))), steps);
+    }
+    for (std::size_t i = 0; i < plan->steps().size(); ++i)
+      if (std::string note = plan->buffers().step_note(i, layout); !note.empty())
+        BOOST_TEST(contains(steps, jit::report::escape(note)), note);
     BOOST_TEST(count(section(page, std::string(id) + "-kernels"), "<details class=\"kernel\"") ==
                static_cast<int>(kernel_sources(*plan).size()));
   }
+  BOOST_TEST(arenas > 0);
   BOOST_TEST(contains(page, "attention"));
 
   // The index lists the function; `kiln report` rebuilds it from the pages alone.

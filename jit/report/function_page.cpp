@@ -186,13 +186,14 @@ std::string plan_section(const ProgramFacts& p, const Profiles& profiles, const 
       "<section class=\"plan\" id=\"{}-plan\"><h3>{} plan: {} steps, {} launches per call, {} "
       "generated kernels{}</h3>\n<p>Launches: {}.</p>\n<p class=\"muted\">Intermediates at the "
       "traced sizes: {} at "
-      "peak. Bars: {}.</p>\n<label><input type=\"checkbox\" class=\"show-views\"> show the {} "
+      "peak{}. Bars: {}.</p>\n<label><input type=\"checkbox\" class=\"show-views\"> show the {} "
       "host views (stride changes on the host, no launch)</label>\n<table "
       "class=\"hide-views\"><tr><th>#</th><th>step</th><th>group</th><th>what</th><th "
       "class=\"num\">ideal bytes</th>{}<th>cost</th></tr>\n",
       id, escape(p.title), p.steps.size(), p.launches(), p.kernels.size(),
       p.fallbacks() ? fmt::format(", <span class=\"warn\">{} fallbacks</span>", p.fallbacks()) : "",
       breakdown.empty() ? "none" : escape(breakdown), format_bytes(p.peak_bytes),
+      p.arena.empty() ? "" : "; " + escape(p.arena),
       profiled ? "modeled H100 time per launch (KILN_PROFILE=1)"
                : "the bytes each step must move at least (run with KILN_PROFILE=1 for the "
                  "modeled time)",
@@ -207,6 +208,8 @@ std::string plan_section(const ProgramFacts& p, const Profiles& profiles, const 
     double cost = pf ? pf->modeled_us : static_cast<double>(s.ideal_bytes);
     std::string what = escape(s.note);
     if (s.kernel >= 0) what = fmt::format("<a href=\"#{}-k{}\">{}</a>", id, s.kernel, what);
+    if (!s.buffers.empty())
+      what += fmt::format("<br><span class=\"muted\">{}</span>", escape(s.buffers));
     if (!s.reason.empty())
       what += fmt::format("<br><span class=\"warn\">fallback: {}</span>", escape(s.reason));
     std::string prof;

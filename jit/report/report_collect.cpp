@@ -151,6 +151,8 @@ ProgramFacts collect_program(const graph::Graph& g, const graph::Partition& fusi
   p.title = title;
   p.graph = collect_graph(g, fusion, title + " graph", id);
   p.peak_bytes = plan.peak_bytes();
+  const ArenaLayout layout = plan.traced_layout();
+  if (!plan.buffers().empty()) p.arena = plan.buffers().summary(layout);
   std::set<int> absorbed;
   for (const auto& s : plan.steps())
     if (const auto* l = s.as<LibraryStep>()) absorbed.insert(l->absorbs.begin(), l->absorbs.end());
@@ -161,6 +163,7 @@ ProgramFacts collect_program(const graph::Graph& g, const graph::Partition& fusi
     st.kind = step_kind(s, group);
     st.group = s.group;
     st.note = s.note;
+    st.buffers = plan.buffers().step_note(i, layout);
     st.absorbed = absorbed.contains(static_cast<int>(i));
     if (const auto* fb = s.as<FallbackStep>()) st.reason = fb->reason;
     if (s.as<AttentionStep>() && !s.nodes.empty())

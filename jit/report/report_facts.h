@@ -25,6 +25,7 @@ struct StepFacts {
   std::string kind;  // kernel, cuBLASLt, attention, host view, eager, fallback
   int group = -1;
   std::string note;    // KernelPlan::str()'s line
+  std::string buffers;  // where it writes in the plan's arena (BufferAssignment::step_note)
   std::string reason;  // a fallback's reason
   int kernel = -1;     // index into ProgramFacts::kernels, or -1
   // An attention step's kernels are chosen per call: the prefix of their names, by which the
@@ -68,6 +69,7 @@ struct ProgramFacts {
   std::vector<StepFacts> steps;
   std::vector<KernelFacts> kernels;  // distinct by source
   std::int64_t peak_bytes = 0;
+  std::string arena;  // the arena at the traced sizes against its liveness bound, or empty
   int launches() const {
     int n = 0;
     for (const auto& s : steps) n += s.launches();
