@@ -31,7 +31,8 @@ if(KILN_BUILD_TESTS AND Boost_FOUND)
     test_attention_rewrite:attention_rewrite/a_call_the_kernels_refuse_keeps_its_ops
     test_attention_rewrite:attention_rewrite/a_step_that_falls_back_at_run_time_is_not_a_kernel_call
     test_dist_nccl:without_libnccl_the_nccl_backend_is_an_error_naming_it
-    test_dist_nccl:libnccl_has_every_function_the_backend_calls)
+    test_dist_nccl:libnccl_has_every_function_the_backend_calls
+    test_dist_nccl:a_one_rank_group_on_a_gpu_leaves_every_tensor_as_it_was)
   # Cases long enough to be entries of their own, so that ctest keeps both cores busy to the end:
   # the fuzzers' shards, each zoo model's training, the attention rewrite on each zoo model.
   list(APPEND kiln_conditional_cases

@@ -71,8 +71,9 @@ struct Run {
 };
 
 BOOST_AUTO_TEST_CASE(ddp_trains_as_one_process_on_the_whole_batch) {
-  for (Run run : {Run{2, "cpu", false}, Run{4, "cpu", false}, Run{2, "cuda", false},
-                  Run{2, "cuda", true}, Run{4, "cuda", true}}) {
+  for (Run run :
+       {Run{2, "cpu", false}, Run{4, "cpu", false}, Run{2, "cpu", true}, Run{4, "cpu", true},
+        Run{2, "cuda", false}, Run{4, "cuda", false}, Run{2, "cuda", true}, Run{4, "cuda", true}}) {
     BOOST_TEST_CONTEXT(run.ranks << " ranks on " << run.device
                                  << (run.compiled ? ", compiled" : ", eager")) {
       check_training(run.ranks, "ddp", run.device, run.compiled);

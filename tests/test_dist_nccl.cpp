@@ -5,8 +5,10 @@
 
 #include <dlfcn.h>
 
+#include "autograd/ops.h"
 #include "dist/dist.h"
 #include "dist/nccl_api.h"
+#include "runtime/cuda/backend.h"
 #include "support/skip_if.h"
 #include "tools/launch.h"
 
@@ -141,6 +143,36 @@ BOOST_AUTO_TEST_CASE(libnccl_has_every_function_the_backend_calls, *test::skip_i
   BOOST_TEST((api.all_reduce != nullptr && api.reduce_scatter != nullptr &&
               api.get_error_string != nullptr));
   BOOST_TEST(std::string(api.get_error_string(0)).size() > 0u);
+}
+
+// One rank on a real GPU (the GPU bundle's run; elsewhere skipped): every collective of a group
+// of one leaves its tensor as it was, against the values on the host.
+BOOST_AUTO_TEST_CASE(a_one_rank_group_on_a_gpu_leaves_every_tensor_as_it_was, *test::skip_if([] {
+                       void* lib = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+                       if (lib) ::dlclose(lib);
+                       if (!lib) return std::string("libnccl.so.2 is not installed here");
+                       return cuda::backend().kind() == "driver"
+                                  ? std::string()
+                                  : std::string("no GPU: the CUDA backend is the virtual one");
+                     })) {
+  dist::init_process_group("nccl", one_rank());
+  Tensor host = arange(0, 12, 1, DType::f32) * 0.5;
+  for (dist::ReduceOp op : {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::max}) {
+    Tensor t = host.to(Device::cuda());
+    dist::all_reduce(t, op);
+    BOOST_TEST(t.to(Device::cpu()).to_vector<float>() == host.to_vector<float>());
+  }
+  Tensor b = host.to(DType::bf16).to(Device::cuda());
+  dist::broadcast(b, 0);
+  BOOST_TEST(b.to(Device::cpu()).to_vector<float>() == host.to(DType::bf16).to_vector<float>());
+  Tensor gathered = zeros({12}, DType::f32, Device::cuda());
+  dist::all_gather(gathered, host.to(Device::cuda()));
+  BOOST_TEST(gathered.to(Device::cpu()).to_vector<float>() == host.to_vector<float>());
+  Tensor scattered = zeros({12}, DType::f32, Device::cuda());
+  dist::reduce_scatter(scattered, host.to(Device::cuda()));
+  BOOST_TEST(scattered.to(Device::cpu()).to_vector<float>() == host.to_vector<float>());
+  dist::barrier();
+  dist::destroy_process_group();
 }
 
 BOOST_AUTO_TEST_CASE(an_unknown_backend_is_an_error_naming_both) {
