@@ -156,6 +156,9 @@ struct BufferAssigner {
     if (producer < 0 || g.nodes[producer].op != OpId::index_copy ||
         g.nodes[producer].inputs.at(0) != input)
       return -1;
+    // A source or index that views the input would be read while the kernel writes it.
+    for (std::size_t k = 1; k < g.nodes[producer].inputs.size(); ++k)
+      if (root[g.nodes[producer].inputs[k]] == root[input]) return -1;
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const auto& nodes = steps[i].nodes;
       auto it = std::find(nodes.begin(), nodes.end(), producer);

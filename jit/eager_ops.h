@@ -21,7 +21,8 @@ std::shared_ptr<const EagerKernel> find_eager_kernel(OpId op, std::span<const Te
                                                      const OpAttrs& attrs,
                                                      std::span<const TensorMeta> outputs);
 // index_copy's kernel that writes source's slices over self (inputs[0]) in place, for tensors
-// like `inputs` (all on CUDA), or null; run_eager_kernel then returns self.
+// like `inputs` (all on CUDA, none of the others in self's memory), or null; run_eager_kernel
+// then returns self.
 std::shared_ptr<const EagerKernel> find_index_copy_rows(std::span<const Tensor> inputs,
                                                         const OpAttrs& attrs);
 std::vector<Tensor> run_eager_kernel(const EagerKernel& kernel, std::span<const Tensor> inputs,

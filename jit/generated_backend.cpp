@@ -322,6 +322,9 @@ std::shared_ptr<const EagerKernel> find_index_copy_rows(std::span<const Tensor> 
   for (const auto& t : inputs)
     if (!t.defined() || !t.device().is_cuda()) return nullptr;
   if (inputs[0].dtype() != inputs[2].dtype() || inputs[1].dim() != 1) return nullptr;
+  // A source or index in self's memory would be read while the kernel writes it.
+  for (std::size_t k = 1; k < inputs.size(); ++k)
+    if (inputs[k].impl().storage == inputs[0].impl().storage) return nullptr;
   return generated_backend().rows_plan_for(inputs, attrs);
 }
 

@@ -262,6 +262,13 @@ BOOST_AUTO_TEST_CASE(index_copy_in_place_moves_only_the_source_slices) {
   BOOST_TEST(relative_error(wide, cpu_wide) == 0);
   BOOST_TEST(cpu_wide.data<float>()[3] == 2.0f);  // column 3 holds the second entry: 2, 4, 6, 8
 
+  // A source in self's memory is read as it was before the write, as the CPU reads it.
+  Tensor shifted = arange(0, 12, 1, DType::f32).reshape({4, 3}).to(Device::cuda());
+  shifted.index_copy_(0, test::i64s({1, 2}).to(Device::cuda()), shifted.slice(0, 0, 2));
+  Tensor want_shifted =
+      from_vector(std::vector<float>{0, 1, 2, 0, 1, 2, 3, 4, 5, 9, 10, 11}, {4, 3});
+  BOOST_TEST(relative_error(shifted, want_shifted) == 0);
+
   device.index_copy_(1, test::i64s({6}).to(Device::cuda()),
                      source.slice(1, 0, 1).to(Device::cuda()));
   BOOST_CHECK_EXCEPTION(device.to(Device::cpu()), IndexError, [](const Error& e) {

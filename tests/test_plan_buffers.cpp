@@ -354,4 +354,19 @@ BOOST_AUTO_TEST_CASE(a_read_of_the_cache_before_its_write_keeps_the_old_rows) {
              step.explain());
 }
 
+// A source that views the cache would be read while the rows are written: out of place.
+BOOST_AUTO_TEST_CASE(a_source_viewing_the_cache_keeps_index_copy_out_of_place) {
+  Tensor cache = arange(0, 12, 1, DType::f32).reshape({4, 3}).to(Device::cuda());
+  auto step = jit::compile([&cache](const Tensor& pos) {
+    cache.index_copy_(0, pos, cache.slice(0, 0, 2));
+    return cache.sum({1});
+  });
+  Tensor got = step(from_vector(std::vector<std::int64_t>{1, 2}).to(Device::cuda()));
+  Tensor want = from_vector(std::vector<double>{0, 1, 2, 0, 1, 2, 3, 4, 5, 9, 10, 11}, {4, 3});
+  BOOST_TEST(relative_error(cache, want) == 0);
+  BOOST_TEST(relative_error(got, want.sum({1})) == 0);
+  BOOST_TEST(step.explain().find("by the source's slices alone") == std::string::npos,
+             step.explain());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
