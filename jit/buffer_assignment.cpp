@@ -163,7 +163,7 @@ struct BufferAssigner {
       const auto& nodes = steps[i].nodes;
       auto it = std::find(nodes.begin(), nodes.end(), producer);
       if (it == nodes.end()) continue;
-      if (steps[i].as<KernelStep>() || steps[i].as<ComboStep>()) return -1;
+      if (!steps[i].as<EagerStep>()) return -1;  // only an eager step runs the rows kernel
       // No node after it in its step reads the input (or a view of it).
       for (auto later = std::next(it); later != nodes.end(); ++later)
         for (int v : g.nodes[*later].inputs)
