@@ -59,8 +59,6 @@ class BufferAssignment {
   }
   // Values written in place over an input of their kernel.
   int in_place_count() const { return in_place_; }
-  // Final values of inputs index_copy writes by their slices alone (written_into names them).
-  int rows_in_place_count() const { return static_cast<int>(rows_written_.size()); }
   bool empty() const { return buffers_.empty(); }
 
   // Greedy by size: the largest buffer first, each at the lowest offset that overlaps no placed

@@ -155,11 +155,11 @@ void run_nodes(const PlanStep& step, RunState& s) {
       s.values[node.output()] = transfer(operands.at(0), attrs.device);
       continue;
     }
-    // index_copy's result that the plan writes into the input it reads as self
-    // (buffer_assignment.h): only the source's slices move.
-    const bool rows = node.op == OpId::index_copy &&
-                      s.plan.buffers().written_into(node.output()) == node.inputs.at(0);
     const EagerKernel* kernel = s.plan.node_kernels().get(n, [&] {
+      // index_copy's result that the plan writes into the input it reads as self
+      // (buffer_assignment.h): only the source's slices move.
+      const bool rows = node.op == OpId::index_copy &&
+                        s.plan.buffers().written_into(node.output()) == node.inputs.at(0);
       return rows ? find_index_copy_rows(operands, attrs)
                   : find_eager_kernel(node.op, operands, attrs, metas);
     });

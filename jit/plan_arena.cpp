@@ -111,8 +111,7 @@ struct PlanArena::Binding {
   // The block the last call had, to ask for again (never dereferenced: the pool may have freed
   // it, and a new block at its address serves as well).
   const Storage* block_id = nullptr;
-  std::shared_ptr<Storage> block;  // held while a call runs
-  std::shared_ptr<SlotViews> views;
+  std::shared_ptr<SlotViews> views;             // holds the block while a call runs
   std::vector<std::shared_ptr<Storage>> slots;  // per buffer: its bytes (aliasing `views`)
 
   // Whether a tensor over a buffer is still alive (each slot holds one count of `views`).
@@ -169,27 +168,28 @@ PlanArena::Lease PlanArena::lend(std::span<const std::int64_t> symbol_values) {
     b->layout = buffers_->layout(symbol_values);
   }
   note_lent(b->layout);
-  b->block = BlockPool::instance().take(b->layout.bytes, b->block_id);
-  b->block_id = b->block.get();
-  if (!b->views || b->views->base != b->block->data()) bind_views(*b, symbol_values);
-  b->views->block = b->block;
+  std::shared_ptr<Storage> block = BlockPool::instance().take(b->layout.bytes, b->block_id);
+  b->block_id = block.get();
+  if (!b->views || b->views->base != block->data()) bind_views(*b, *block, symbol_values);
+  b->views->block = std::move(block);
   {
     std::lock_guard lock(mutex_);
-    last_address_ = reinterpret_cast<std::uintptr_t>(b->block->data());
+    last_address_ = reinterpret_cast<std::uintptr_t>(b->views->base);
   }
   return Lease(this, std::move(b));
 }
 
-void PlanArena::bind_views(Binding& b, std::span<const std::int64_t> symbol_values) const {
+void PlanArena::bind_views(Binding& b, const Storage& block,
+                           std::span<const std::int64_t> symbol_values) const {
   b.views = std::make_shared<SlotViews>();
-  b.views->base = b.block->data();
-  auto* base = static_cast<unsigned char*>(b.block->data());
+  b.views->base = block.data();
+  auto* base = static_cast<unsigned char*>(block.data());
   const auto& buffers = buffers_->buffers();
   b.slots.clear();
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     b.views->storages.push_back(std::make_unique<Storage>(
         base + b.layout.offsets[i], static_cast<std::size_t>(buffers[i].bytes(symbol_values)),
-        b.block->device(), nullptr));
+        block.device(), nullptr));
     b.slots.emplace_back(b.views, b.views->storages.back().get());
   }
 }
@@ -203,10 +203,8 @@ void PlanArena::give_back(std::unique_ptr<Binding> b) {
       log_line("kiln: a plan's buffer outlived its call; its arena block is retired");
     b->slots.clear();
     b->views.reset();  // the tensors over it hold the views, and the block, now
-    b->block.reset();
   } else {
-    if (b->views) b->views->block.reset();
-    BlockPool::instance().put(std::move(b->block));
+    BlockPool::instance().put(std::move(b->views->block));
   }
   std::lock_guard lock(mutex_);
   idle_.push_back(std::move(b));

@@ -62,8 +62,9 @@ class PlanArena {
 
  private:
   void give_back(std::unique_ptr<Binding> binding);
-  // The buffers' storages over the binding's block (its views and slots).
-  void bind_views(Binding& b, std::span<const std::int64_t> symbol_values) const;
+  // The buffers' storages over `block` (the binding's views and slots).
+  void bind_views(Binding& b, const Storage& block,
+                  std::span<const std::int64_t> symbol_values) const;
 
   static constexpr std::size_t kIdleKept = 4;  // bindings kept for sizes seen before
   std::shared_ptr<const BufferAssignment> buffers_;

@@ -147,11 +147,7 @@ Tensor slice_at(const Tensor& t, std::int64_t dim, std::int64_t at) {
 }  // namespace
 
 Tensor index_copy(const Tensor& self, const Tensor& index, const Tensor& src, std::int64_t dim) {
-  Tensor out = materialize_copy(self, self.dtype());
-  if (self.dim() == 0) {  // a 0-dim self is one slice, written by any entry
-    if (index.numel() > 0) copy_into(out, src);
-    return out;
-  }
+  Tensor out = materialize_copy(self, self.dtype());  // self has a dim (check_index_copy)
   dim = normalize_dim(dim, self.dim(), "index_copy");
   Tensor ic = materialize(index, index.shape(), DType::i64);
   const auto* ip = static_cast<const std::int64_t*>(ic.raw_data());

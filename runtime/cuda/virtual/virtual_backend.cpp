@@ -540,25 +540,26 @@ std::unique_ptr<Backend> make_virtual_backend() {
 }
 
 namespace vgpu {
-std::uint64_t executed_thread_instructions(Backend& backend) {
+namespace {
+// `backend` as the virtual GPU, or an Error naming the extra `what` that asked.
+VirtualBackend& virtual_of(Backend& backend, const char* what) {
   auto* v = dynamic_cast<VirtualBackend*>(&backend);
-  KILN_CHECK(v != nullptr, "executed_thread_instructions: backend '{}' is not the virtual GPU",
-             backend.kind());
-  return v->instructions();
+  KILN_CHECK(v != nullptr, "{}: backend '{}' is not the virtual GPU", what, backend.kind());
+  return *v;
+}
+}  // namespace
+
+std::uint64_t executed_thread_instructions(Backend& backend) {
+  return virtual_of(backend, "executed_thread_instructions").instructions();
 }
 
 std::uint64_t legacy_stream_calls(Backend& backend) {
-  auto* v = dynamic_cast<VirtualBackend*>(&backend);
-  KILN_CHECK(v != nullptr, "legacy_stream_calls: backend '{}' is not the virtual GPU",
-             backend.kind());
-  return v->legacy_stream_calls();
+  return virtual_of(backend, "legacy_stream_calls").legacy_stream_calls();
 }
 
 void check_device_range(Backend& backend, DevicePtr ptr, std::uint64_t bytes, const char* what) {
-  auto* v = dynamic_cast<VirtualBackend*>(&backend);
-  KILN_CHECK(v != nullptr, "check_device_range: backend '{}' is not the virtual GPU",
-             backend.kind());
-  if (bytes) v->check_range(ptr, bytes, what);
+  VirtualBackend& v = virtual_of(backend, "check_device_range");
+  if (bytes) v.check_range(ptr, bytes, what);
 }
 
 void mark_device_initialized(Backend& backend, DevicePtr ptr, std::uint64_t bytes) {
@@ -567,19 +568,8 @@ void mark_device_initialized(Backend& backend, DevicePtr ptr, std::uint64_t byte
 }
 
 void set_compute_capability(Backend& backend, int major, int minor) {
-  auto* v = dynamic_cast<VirtualBackend*>(&backend);
-  KILN_CHECK(v != nullptr, "set_compute_capability: backend '{}' is not the virtual GPU",
-             backend.kind());
-  v->set_compute_capability(major, minor);
+  virtual_of(backend, "set_compute_capability").set_compute_capability(major, minor);
 }
-
-namespace {
-VirtualBackend& virtual_of(Backend& backend, const char* what) {
-  auto* v = dynamic_cast<VirtualBackend*>(&backend);
-  KILN_CHECK(v != nullptr, "{}: backend '{}' is not the virtual GPU", what, backend.kind());
-  return *v;
-}
-}  // namespace
 
 void set_sm_count(Backend& backend, int sm_count) {
   virtual_of(backend, "set_sm_count").set_sm_count(sm_count);
