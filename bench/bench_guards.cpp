@@ -100,30 +100,39 @@ void measure_warm_calls() {
       "backend's launch calls\n",
       std::string(cuda::backend().kind()).c_str(),
       is_virtual ? "kernels not run" : "launches enqueued", calls);
-  std::printf("%8s %10s %12s %14s %16s\n", "kernels", "guard us", "call us", "of it launch",
-              "us per +kernel");
+  std::printf("%8s %8s %10s %12s %14s %16s %14s\n", "graphs", "kernels", "guard us", "call us",
+              "of it launch", "us per +kernel", "launches/call");
   stats.timing = true;
   bool executed = is_virtual ? cuda::vgpu::set_kernel_execution(false) : true;
   double one = 0;
-  for (int kernels : {1, 20}) {
-    auto f = jit::compile([kernels](const Tensor& t) { return chain(t, kernels); });
-    f(x);
-    int launched = f.core().plan(0)->kernel_count();
-    if (launched != kernels)
-      std::fprintf(stderr, "bench_guards: %d kernels, not %d\n", launched, kernels);
-    warm_calls(f, x, 20);  // settle the allocator
-    WarmCall w = warm_calls(f, x, calls);
-    std::vector<double> guard;
-    for (int i = 0; i < calls; ++i) {
-      auto t0 = Clock::now();
-      if (f.lookup(x) != 0) std::abort();
-      guard.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  // With CUDA graphs (jit/cuda_graphs.h) a warm call is one graph launch whatever its kernels.
+  for (bool graphs : {false, true})
+    for (int kernels : {1, 20}) {
+      jit::CompileOptions options;
+      options.cuda_graphs = graphs;
+      auto f = jit::compile([kernels](const Tensor& t) { return chain(t, kernels); }, options);
+      f(x);
+      int launched = f.core().plan(0)->kernel_count();
+      if (launched != kernels)
+        std::fprintf(stderr, "bench_guards: %d kernels, not %d\n", launched, kernels);
+      warm_calls(f, x, 20);  // settle the allocator (and capture the graph)
+      const std::int64_t launches = stats.launches + stats.graph_launches;
+      WarmCall w = warm_calls(f, x, calls);
+      const double per_call =
+          static_cast<double>(stats.launches + stats.graph_launches - launches) / calls;
+      std::vector<double> guard;
+      for (int i = 0; i < calls; ++i) {
+        auto t0 = Clock::now();
+        if (f.lookup(x) != 0) std::abort();
+        guard.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
+      if (kernels == 1) one = w.total_us;
+      std::printf(
+          "%8s %8d %10.2f %12.2f %14.2f %16s %14.1f\n", graphs ? "on" : "off", launched,
+          median(guard), w.total_us, w.launch_us,
+          kernels == 1 ? "-" : fmt::format("{:.3f}", (w.total_us - one) / (kernels - 1)).c_str(),
+          per_call);
     }
-    if (kernels == 1) one = w.total_us;
-    std::printf(
-        "%8d %10.2f %12.2f %14.2f %16s\n", launched, median(guard), w.total_us, w.launch_us,
-        kernels == 1 ? "-" : fmt::format("{:.3f}", (w.total_us - one) / (kernels - 1)).c_str());
-  }
 
   // Threads calling one compiled function: with nothing on the host serializing them, calls per
   // second grow with the threads up to the machine's cores.

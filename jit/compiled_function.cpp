@@ -6,6 +6,7 @@
 // size, a slice bound, a branch taken on a size), or if user code read a symbolic size, those
 // dims are specialized instead. Symbols are shared by dims of equal size ("duck sizing").
 #include "jit/compiled_function.h"
+#include "jit/cuda_graphs.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -78,6 +79,23 @@ CompiledFunctionCore::Trace CompiledFunctionCore::run_trace(
   tracer.classify_lifted();
   return {std::move(tracer.graph()), tracer.read_symbols(), tracer.read_opaque()};
 }
+
+namespace {
+
+// Why no call of an entry may be replayed from a CUDA graph, or empty: a replay repeats the
+// arguments its kernels had at the capture.
+std::string graph_refusal(const graph::Graph& traced, const graph::Graph& g) {
+  if (!traced.random_draws.empty())
+    return "it draws random numbers, whose Philox offset each call passes its kernels from the "
+           "host";
+  for (int v : g.mutated_inputs)
+    if (const graph::Input* in = g.input_of(v); in && in->kind == graph::InputKind::argument)
+      return fmt::format("it writes argument '{}' in place (the graph would write its copy)",
+                         in->name);
+  return "";
+}
+
+}  // namespace
 
 namespace {
 
@@ -422,6 +440,9 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
     }
     e.fusion = graph::partition(e.graph, {}, &codegen::kernel_coverage());
     if (on_device && !e.aot && e.aot_fallback.empty()) e.plan.emplace(e.graph, e.fusion);
+    if (e.plan && (options_.cuda_graphs || cuda_graphs_from_env()))
+      e.graphs =
+          std::make_shared<PlanGraphs>(options_.cuda_graph_limit, graph_refusal(e.traced, e.graph));
     e.guards = guards_for(e.graph, args, sym.arg_symbols);
     return e;
   }
@@ -586,7 +607,8 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
   } else if (entry->plan && !(grad_enabled() && needs_grad(entry->graph, args))) {
     // A plan's kernels record no autograd history: an entry whose calls need gradients and that
     // could not be compiled for training (aot_fallback says why) runs node by node.
-    out = entry->plan->run(entry->graph, args, symbol_values);
+    out = entry->graphs ? entry->graphs->run(*entry->plan, entry->graph, args, symbol_values)
+                        : entry->plan->run(entry->graph, args, symbol_values);
     if (all_kernels(*entry->plan)) ++stats_.kernel_calls;
   } else {
     out = run_reference(entry->graph, args, symbol_values);

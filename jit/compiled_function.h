@@ -61,6 +61,8 @@ struct CompiledStats {
   std::int64_t kernel_calls = 0;
 };
 
+class PlanGraphs;  // cuda_graphs.h
+
 class CompiledFunctionCore {
  public:
   explicit CompiledFunctionCore(CompileOptions options);
@@ -76,6 +78,8 @@ class CompiledFunctionCore {
   const graph::Partition& fusion(int entry) const;
   // The entry's launches (graphs on CUDA tensors), or null.
   const KernelPlan* plan(int entry) const;
+  // The entry's CUDA graphs (CompileOptions::cuda_graphs), or null.
+  const PlanGraphs* graphs(int entry) const;
   // The entry's forward + backward program (calls that need gradients), or null.
   const AotProgram* aot(int entry) const;
   const GuardSet& guards(int entry) const;
@@ -99,6 +103,8 @@ class CompiledFunctionCore {
     graph::Graph traced;             // as recorded: what a verification re-trace is compared with
     graph::Partition fusion;         // the kernels `graph` becomes
     std::optional<KernelPlan> plan;  // for graphs on CUDA tensors
+    // The plan's CUDA graphs, where options or KILN_CUDA_GRAPHS ask for them.
+    std::shared_ptr<PlanGraphs> graphs;
     // For calls that need gradients: the compiled forward and backward, or why there is none.
     std::shared_ptr<const AotProgram> aot;
     std::string aot_fallback;

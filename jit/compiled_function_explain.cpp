@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "jit/compiled_function.h"
+#include "jit/cuda_graphs.h"
 
 namespace kiln::jit {
 
@@ -48,6 +49,7 @@ std::string CompiledFunctionCore::explain() const {
           "peak, {} if none were reused):\n{}",
           e.plan->kernel_count(), e.plan->peak_bytes(), e.plan->total_bytes(),
           indent(e.plan->str(), 2));
+    if (e.graphs) out += indent(e.graphs->str(), 2);
   }
   return out;
 }
@@ -81,6 +83,11 @@ const KernelPlan* CompiledFunctionCore::plan(int entry) const {
   std::shared_lock lock(mutex_);
   const auto& p = entries_.at(entry)->plan;
   return p ? &*p : nullptr;
+}
+
+const PlanGraphs* CompiledFunctionCore::graphs(int entry) const {
+  std::shared_lock lock(mutex_);
+  return entries_.at(entry)->graphs.get();
 }
 
 const AotProgram* CompiledFunctionCore::aot(int entry) const {

@@ -37,7 +37,7 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
     for (const auto& line : combined) log_line(line);
   buffers_ = std::make_shared<const BufferAssignment>(g, steps_);
   arena_ = std::make_shared<PlanArena>(buffers_);
-  mark_capture_blockers(g, steps_, *buffers_);
+  mark_capture_blockers(g, steps_);
   host_inputs_ = std::make_shared<HostInputs>(g);
   node_kernels_ = std::make_shared<NodeKernels>(g.nodes.size());
   for (const graph::Symbol& s : g.symbols) traced_symbols_.push_back(s.traced);

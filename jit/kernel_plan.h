@@ -13,11 +13,11 @@
 #include "graph/graph.h"
 #include "jit/buffer_assignment.h"
 #include "jit/call_args.h"
+#include "jit/plan_arena.h"
 #include "jit/plan_step.h"
 
 namespace kiln::jit {
 
-class PlanArena;    // plan_arena.h
 class NodeKernels;  // eager_ops.h
 
 class KernelPlan {
@@ -30,6 +30,12 @@ class KernelPlan {
   // calls that need gradients take the reference executor.
   std::vector<Tensor> run(const graph::Graph& graph, std::span<const CallArg> args,
                           std::span<const std::int64_t> symbol_values) const;
+
+  // run() in `buffers`, a lease of this plan's arena the caller holds across calls (a CUDA
+  // graph's replays write where its capture did).
+  std::vector<Tensor> run_in(const PlanArena::Lease& buffers, const graph::Graph& graph,
+                             std::span<const CallArg> args,
+                             std::span<const std::int64_t> symbol_values) const;
 
   int kernel_count() const;
   // Steps run by a generated kernel, a cuBLASLt call, or an eager CUDA op that is one (matmul,

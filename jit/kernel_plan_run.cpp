@@ -313,14 +313,15 @@ std::vector<std::vector<std::size_t>> outputs_by_step(const graph::Graph& g,
 std::vector<Tensor> run_steps(const KernelPlan& plan, const graph::Graph& g,
                               std::span<const CallArg> args,
                               std::span<const std::int64_t> symbol_values,
-                              const OutputReady& on_output, std::span<Tensor> given_up) {
+                              const OutputReady& on_output, std::span<Tensor> given_up,
+                              const PlanArena::Lease* held = nullptr) {
   const auto& steps = plan.steps();
   // Declared before the state: the values in its buffers die first, then it goes back. The
   // accuracy check recomputes a step from its inputs, which a kernel may have written over.
-  PlanArena::Lease buffers = checking_accuracy() || !plan_arena_enabled()
-                                 ? PlanArena::Lease{}
-                                 : plan.arena().lend(symbol_values);
-  RunState s(plan, g, symbol_values, steps.size(), buffers);
+  PlanArena::Lease lent = held || checking_accuracy() || !plan_arena_enabled()
+                              ? PlanArena::Lease{}
+                              : plan.arena().lend(symbol_values);
+  RunState s(plan, g, symbol_values, steps.size(), held ? *held : lent);
   auto finishes = on_output ? outputs_by_step(g, steps) : std::vector<std::vector<std::size_t>>{};
   for (std::size_t i = 0; i < g.inputs.size(); ++i) {
     const graph::Input& in = g.inputs[i];
@@ -350,6 +351,12 @@ std::vector<Tensor> run_steps(const KernelPlan& plan, const graph::Graph& g,
 std::vector<Tensor> KernelPlan::run(const graph::Graph& g, std::span<const CallArg> args,
                                     std::span<const std::int64_t> symbol_values) const {
   return run_steps(*this, g, args, symbol_values, {}, {});
+}
+
+std::vector<Tensor> KernelPlan::run_in(const PlanArena::Lease& buffers, const graph::Graph& g,
+                                       std::span<const CallArg> args,
+                                       std::span<const std::int64_t> symbol_values) const {
+  return run_steps(*this, g, args, symbol_values, {}, {}, &buffers);
 }
 
 std::vector<Tensor> run_reporting_outputs(const KernelPlan& plan, const graph::Graph& g,

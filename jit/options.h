@@ -30,6 +30,11 @@ struct CompileOptions {
   // Every N-th call re-traces the function and raises StaleCaptureError if what it captured
   // changed; 0 takes KILN_JIT_VERIFY from the environment (unset: never).
   int verify_every = 0;
+  // CUDA graphs (torch.compile's "reduce-overhead"): a warm entry's plan is captured once per
+  // set of sizes and replayed with one graph launch (jit/cuda_graphs.h). KILN_CUDA_GRAPHS=1
+  // turns it on for every function. `cuda_graph_limit`: the sets of sizes an entry records.
+  bool cuda_graphs = false;
+  int cuda_graph_limit = 8;
 };
 
 }  // namespace kiln::jit

@@ -142,6 +142,8 @@ PlanArena::PlanArena(std::shared_ptr<const BufferAssignment> buffers)
 
 PlanArena::~PlanArena() = default;
 
+PlanArena::Lease::Lease() = default;
+
 const std::shared_ptr<Storage>& PlanArena::Lease::storage(int buffer) const {
   static const std::shared_ptr<Storage> none;
   return binding_ ? binding_->slots[static_cast<std::size_t>(buffer)] : none;

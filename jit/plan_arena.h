@@ -39,7 +39,7 @@ class PlanArena {
   // One call's buffers: the storage of each buffer, by buffer index (buffer_assignment.h).
   class Lease {
    public:
-    Lease() = default;
+    Lease();
     Lease(PlanArena* arena, std::unique_ptr<Binding> binding);
     Lease(Lease&&) noexcept;
     Lease& operator=(Lease&&) noexcept;

@@ -1,7 +1,7 @@
-// Whether each step of a plan could be captured into a CUDA graph as it runs today: a replay
-// repeats the captured launches at fixed addresses, so a step that allocates outside the plan's
-// arena, talks to the host, reserves a device-check flag per launch or goes through dispatch
-// cannot be replayed as captured. The plan phase after buffer assignment.
+// Whether each step of a plan can be captured into a CUDA graph (jit/cuda_graphs.h): a replay
+// repeats the captured launches at fixed addresses with the arguments they had, so a step that
+// reads the host on every call (an upload) or goes through dispatch (which may) is left out.
+// The plan phase after buffer assignment.
 #pragma once
 
 #include <string>
@@ -14,8 +14,7 @@
 namespace kiln::jit::plan_build {
 
 // Sets each step's capture_blocker: the first reason it could not be captured, or empty.
-void mark_capture_blockers(const graph::Graph& g, std::vector<PlanStep>& steps,
-                           const BufferAssignment& buffers);
+void mark_capture_blockers(const graph::Graph& g, std::vector<PlanStep>& steps);
 
 // Whether a plan keeps its device copy of input `in` between calls (KernelPlan::device_copy): a
 // tensor the trace made on the host, which nothing else can write, that no call returns or

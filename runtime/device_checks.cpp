@@ -1,6 +1,7 @@
 // Pending device-side checks (see device_checks.h).
 #include "runtime/device_checks.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -22,7 +23,15 @@ struct PendingChecks {
   std::mutex mutex;
   Tensor flags;  // kSlots x 2 i64 on the device, zero where no kernel set one
   std::vector<DeviceCheckRaiser> raisers;  // one per slot in use, in launch order
+  // Graphs replayed since the last drain, each once.
+  std::vector<std::shared_ptr<GraphDeviceChecks>> replays;
 };
+
+// The graph being captured on this thread, whose buffer takes the flags reserved.
+std::shared_ptr<GraphDeviceChecks>& capturing() {
+  thread_local std::shared_ptr<GraphDeviceChecks> checks;
+  return checks;
+}
 
 // Never destroyed: a tensor freed after the device allocator at exit would outlive it.
 PendingChecks& pending() {
@@ -48,20 +57,36 @@ cuda::DevicePtr address(const Tensor& t) {
 
 // Reads and zeroes the slots in use; the caller holds the mutex. Returns the first error's
 // raiser and words, if one was set.
-std::pair<DeviceCheckRaiser, std::vector<std::int64_t>> drain(PendingChecks& p) {
-  std::size_t used = p.raisers.size();
-  if (used == 0) return {};
+using Raised = std::pair<DeviceCheckRaiser, std::vector<std::int64_t>>;
+
+// Reads and zeroes the first `used` slots of `flags`; the first set one's raiser and words.
+Raised read_slots(const Tensor& flags, std::span<const DeviceCheckRaiser> raisers) {
+  const std::size_t used = raisers.size();
   std::vector<std::int64_t> words(2 * used);
   cuda::Backend& be = cuda::backend();
   cuda::count_device_to_host_copy();
   const cuda::Stream stream = cuda::current_stream();
-  be.copy_to_host(words.data(), address(p.flags), used * kSlotBytes, stream);
-  be.memset8(address(p.flags), 0, used * kSlotBytes, stream);
-  std::vector<DeviceCheckRaiser> raisers;
-  raisers.swap(p.raisers);
+  be.copy_to_host(words.data(), address(flags), used * kSlotBytes, stream);
+  be.memset8(address(flags), 0, used * kSlotBytes, stream);
   for (std::size_t i = 0; i < used; ++i)
-    if (words[2 * i] != 0) return {std::move(raisers[i]), {words[2 * i], words[2 * i + 1]}};
+    if (words[2 * i] != 0) return {raisers[i], {words[2 * i], words[2 * i + 1]}};
   return {};
+}
+
+Raised drain(PendingChecks& p) {
+  Raised first;
+  if (!p.raisers.empty()) {
+    std::vector<DeviceCheckRaiser> raisers;
+    raisers.swap(p.raisers);
+    first = read_slots(p.flags, raisers);
+  }
+  std::vector<std::shared_ptr<GraphDeviceChecks>> replays;
+  replays.swap(p.replays);
+  for (const auto& graph : replays) {
+    Raised r = read_slots(*graph->flags, graph->raisers);
+    if (!first.first && r.first) first = std::move(r);
+  }
+  return first;
 }
 
 void drain_and_raise(std::unique_lock<std::mutex>& lock) {
@@ -72,9 +97,38 @@ void drain_and_raise(std::unique_lock<std::mutex>& lock) {
 
 }  // namespace
 
+GraphDeviceChecks::GraphDeviceChecks()
+    : flags(std::make_unique<Tensor>(
+          zeros({2 * static_cast<std::int64_t>(kSlots)}, DType::i64, Device::cuda()))) {}
+
+GraphDeviceChecks::~GraphDeviceChecks() = default;
+
+DeviceCheckCapture::DeviceCheckCapture(std::shared_ptr<GraphDeviceChecks> checks) {
+  capturing() = std::move(checks);
+}
+
+DeviceCheckCapture::~DeviceCheckCapture() {
+  capturing().reset();
+}
+
+void replayed(const std::shared_ptr<GraphDeviceChecks>& checks) {
+  if (checks->raisers.empty()) return;
+  PendingChecks& p = pending();
+  std::lock_guard lock(p.mutex);
+  if (std::find(p.replays.begin(), p.replays.end(), checks) == p.replays.end())
+    p.replays.push_back(checks);
+}
+
 DeviceCheck reserve_device_check(DeviceCheckRaiser raise) {
   PendingChecks& p = pending();
   std::unique_lock lock(p.mutex);
+  if (const auto& graph = capturing()) {
+    KILN_CHECK(graph->raisers.size() < kSlots,
+               "CUDA graph capture: more than {} checked kernels in one graph", kSlots);
+    cuda::DevicePtr slot = address(*graph->flags) + graph->raisers.size() * kSlotBytes;
+    graph->raisers.push_back(std::move(raise));
+    return DeviceCheck(std::move(lock), slot);
+  }
   if (!p.flags.defined())
     p.flags = zeros({2 * static_cast<std::int64_t>(kSlots)}, DType::i64, Device::cuda());
   if (p.raisers.size() == kSlots) {
@@ -88,7 +142,8 @@ DeviceCheck reserve_device_check(DeviceCheckRaiser raise) {
 
 void DeviceCheck::launched() {
   if (lock_.owns_lock()) lock_.unlock();
-  if (sync_checks()) run_device_checks();
+  // A captured kernel has not run: its graph's replays are read after them.
+  if (sync_checks() && !capturing()) run_device_checks();
 }
 
 void run_device_checks() {
@@ -98,7 +153,9 @@ void run_device_checks() {
 
 std::size_t pending_device_checks() {
   std::lock_guard lock(pending().mutex);
-  return pending().raisers.size();
+  std::size_t n = pending().raisers.size();
+  for (const auto& graph : pending().replays) n += graph->raisers.size();
+  return n;
 }
 
 void set_sync_device_checks(bool on) {

@@ -9,13 +9,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "runtime/cuda/backend.h"
 
 namespace kiln {
+
+class Tensor;
 
 // Throws the error a set flag stands for; gets the flag's words: [set, detail].
 using DeviceCheckRaiser = std::function<void(std::span<const std::int64_t> words)>;
@@ -36,6 +40,29 @@ class DeviceCheck {
   cuda::DevicePtr flag_;
 };
 DeviceCheck reserve_device_check(DeviceCheckRaiser raise);
+
+// The flags of the checked kernels a CUDA graph holds. While a graph is captured on this thread
+// (DeviceCheckCapture), its kernels' flags are slots of the graph's own zeroed buffer, so that
+// every replay sets the same slots; each replay makes them pending (replayed()) until a sync
+// reads and zeroes them, as it does the process's flags.
+struct GraphDeviceChecks {
+  GraphDeviceChecks();  // allocates the zeroed buffer: before the capture begins
+  ~GraphDeviceChecks();
+  std::unique_ptr<Tensor> flags;
+  std::vector<DeviceCheckRaiser> raisers;
+  GraphDeviceChecks(const GraphDeviceChecks&) = delete;
+  GraphDeviceChecks& operator=(const GraphDeviceChecks&) = delete;
+};
+// Redirects this thread's reserve_device_check to `checks` while it lives.
+class DeviceCheckCapture {
+ public:
+  explicit DeviceCheckCapture(std::shared_ptr<GraphDeviceChecks> checks);
+  ~DeviceCheckCapture();
+  DeviceCheckCapture(const DeviceCheckCapture&) = delete;
+  DeviceCheckCapture& operator=(const DeviceCheckCapture&) = delete;
+};
+// A replay of a graph with `checks` was queued: its flags are read at the next sync.
+void replayed(const std::shared_ptr<GraphDeviceChecks>& checks);
 
 // Reads every pending flag (one copy: a sync) and raises the error of the first one set, in
 // launch order. Copies from a CUDA device to the host call it first; every pending check is

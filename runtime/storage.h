@@ -29,6 +29,15 @@ class Storage {
   std::size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // From now on the bytes live at `data` (the same size), freed by `deleter`; the old memory is
+  // freed by its deleter. A CUDA graph hands an output it is about to overwrite to the tensors
+  // still holding it this way, after copying the bytes.
+  void rehome(void* data, Deleter deleter) {
+    if (deleter_) deleter_(data_);
+    data_ = data;
+    deleter_ = std::move(deleter);
+  }
+
   // Bumped by every in-place write; autograd compares it with the version a saved tensor saw.
   std::uint64_t version() const { return version_; }
   void bump_version() { ++version_; }

@@ -26,6 +26,8 @@ class FakeBackend final : public kiln::cuda::Backend {
   const kiln::cuda::DeviceProperties& properties(int) override { return props_; }
   DevicePtr alloc(std::size_t bytes) override {
     std::lock_guard lock(mutex_);
+    if (capturing && mode_ != kiln::cuda::CaptureMode::relaxed)
+      throw kiln::Error("fake alloc during a capture outside relaxed mode");
     if (in_use_ + bytes > capacity_)
       throw kiln::Error(fmt::format("fake alloc({}): out of memory ({} of {} in use)", bytes,
                                     in_use_, capacity_));
@@ -69,14 +71,28 @@ class FakeBackend final : public kiln::cuda::Backend {
   bool event_done(kiln::cuda::Event) override { return true; }
   float elapsed_ms(kiln::cuda::Event, kiln::cuda::Event) override { return 0; }
   void synchronize() override { ++device_syncs; }
+  // A capture forbids allocations outside relaxed mode, as CUDA's global mode does.
+  void begin_capture(Stream, kiln::cuda::CaptureMode) override { capturing = true; }
+  kiln::cuda::GraphExec end_capture(Stream) override {
+    capturing = false;
+    return nullptr;
+  }
+  bool is_capturing(Stream) override { return capturing; }
+  kiln::cuda::CaptureMode exchange_capture_mode(kiln::cuda::CaptureMode mode) override {
+    return std::exchange(mode_, mode);
+  }
+  void launch_graph(kiln::cuda::GraphExec, Stream) override {}
+  void destroy_graph(kiln::cuda::GraphExec) override {}
 
   std::size_t in_use() {
     std::lock_guard lock(mutex_);
     return in_use_;
   }
   int allocs = 0, frees = 0, stream_syncs = 0, device_syncs = 0;
+  bool capturing = false;
 
  private:
+  kiln::cuda::CaptureMode mode_ = kiln::cuda::CaptureMode::global;
   std::mutex mutex_;
   kiln::cuda::DeviceProperties props_;
   std::size_t capacity_;
@@ -265,6 +281,58 @@ BOOST_AUTO_TEST_CASE(on_the_virtual_gpu) {
   a.deallocate(p);
   a.empty_cache();
   BOOST_TEST(a.stats().reserved == 0u);
+}
+
+// A capture's allocations come from its graph's pool: taken from the backend in relaxed mode
+// (the fake refuses others during a capture), reused only by that pool while the graph lives,
+// and never handed to an allocation outside it, whose blocks a replay would overwrite.
+BOOST_AUTO_TEST_CASE(graph_pool_keeps_its_blocks_for_the_graph) {
+  FakeBackend fake;
+  CachingAllocator a(fake);
+  DevicePtr outside = a.allocate(1000, stream(1));
+  a.deallocate(outside);  // cached for stream 1: a capture there must not take it
+  const int pool = a.create_graph_pool();
+  fake.begin_capture(stream(1), kiln::cuda::CaptureMode::global);
+  a.begin_graph_pool(stream(1), pool);
+  DevicePtr first = a.allocate(1000, stream(1));
+  BOOST_TEST(first != outside);
+  a.deallocate(first);                              // an intermediate of the captured work
+  BOOST_TEST(a.allocate(900, stream(1)) == first);  // reused within the capture
+  DevicePtr second = a.allocate(3000, stream(1));
+  a.end_graph_pool(stream(1));
+  fake.end_capture(stream(1));
+  BOOST_TEST(a.stats().graph_pool_bytes == 1024u + 3072u);
+  a.deallocate(first);
+  a.deallocate(second);
+  // Outside the capture nothing of the pool is handed out, though both blocks are free.
+  DevicePtr later = a.allocate(1000, stream(1));
+  BOOST_TEST(later == outside);
+  DevicePtr other = a.allocate(3000, stream(1));
+  BOOST_TEST(other != second);
+  a.deallocate(later);
+  a.deallocate(other);
+  // Once the graph is gone its blocks serve everyone again.
+  a.release_graph_pool(pool);
+  BOOST_TEST(a.stats().graph_pool_bytes == 0u);
+  std::set<DevicePtr> seen;
+  std::vector<DevicePtr> taken;
+  for (int i = 0; i < 2; ++i) taken.push_back(a.allocate(3000, stream(1)));
+  for (DevicePtr p : taken) seen.insert(p);
+  BOOST_TEST(seen.count(second) == 1u);
+  for (DevicePtr p : taken) a.deallocate(p);
+}
+
+BOOST_AUTO_TEST_CASE(graph_pool_block_freed_after_release_returns_to_the_cache) {
+  FakeBackend fake;
+  CachingAllocator a(fake);
+  const int pool = a.create_graph_pool();
+  a.begin_graph_pool(stream(2), pool);
+  DevicePtr output = a.allocate(2000, stream(2));  // a graph output a user still holds
+  a.end_graph_pool(stream(2));
+  a.release_graph_pool(pool);
+  a.deallocate(output);
+  BOOST_TEST(a.allocate(2000, stream(2)) == output);
+  BOOST_CHECK_THROW(a.begin_graph_pool(stream(2), pool), kiln::Error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

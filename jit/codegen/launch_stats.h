@@ -36,6 +36,13 @@ struct LaunchStats {
   // refused, and every eager op while a trace intercepts. Eager and host-view steps hold their
   // kernels (jit/eager_ops.h) and make none.
   std::atomic<std::int64_t> plan_dispatches{0};
+  // CUDA graphs (jit/cuda_graphs.h): replays, each one launch (the kernels a replay runs are
+  // not counted in `launches`); captures; arguments copied into a graph's static buffers; and
+  // outputs of a replay copied out because something held them when the next replay came.
+  std::atomic<std::int64_t> graph_launches{0};
+  std::atomic<std::int64_t> graph_captures{0};
+  std::atomic<std::int64_t> graph_input_copies{0};
+  std::atomic<std::int64_t> graph_outputs_handed_over{0};
 };
 
 LaunchStats& launch_stats();

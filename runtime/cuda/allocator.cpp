@@ -67,9 +67,47 @@ DevicePtr CachingAllocator::backend_alloc(std::size_t rounded) {
   return p;
 }
 
+// A block of `pool` (best fit, as take_cached), or a new one for it from the backend; the capture
+// in progress forbids neither, since relaxed mode allows the allocation.
+DevicePtr CachingAllocator::take_from_pool(std::size_t rounded, Stream stream, int pool) {
+  auto& free = pools_.at(pool).free;
+  auto it = free.lower_bound(rounded);
+  if (it != free.end() && it->first <= 2 * rounded) {
+    DevicePtr p = it->second;
+    live_[p] = Block{it->first, stream, pool};
+    free.erase(it);
+    ++stats_.num_cache_hits;
+    return p;
+  }
+  DevicePtr p = 0;
+  try {
+    CaptureModeGuard relaxed(backend_, CaptureMode::relaxed);
+    p = backend_alloc(rounded);
+  } catch (const Error& e) {
+    // Emptying the cache would synchronize, which a capture forbids.
+    throw OutOfMemoryError(
+        fmt::format("CachingAllocator: out of memory allocating {} bytes for a CUDA graph's pool "
+                    "on the {} backend: {} [{}]",
+                    rounded, backend_.kind(), e.what(), stats_.to_string()),
+        rounded);
+  }
+  stats_.graph_pool_bytes += rounded;
+  live_[p] = Block{rounded, stream, pool};
+  return p;
+}
+
 DevicePtr CachingAllocator::allocate(std::size_t bytes, Stream stream) {
   std::size_t rounded = round_size(bytes);
   std::lock_guard lock(mutex_);
+  if (!capturing_.empty()) {
+    if (auto c = capturing_.find(stream); c != capturing_.end()) {
+      DevicePtr p = take_from_pool(rounded, stream, c->second);
+      ++stats_.num_allocs;
+      stats_.allocated += live_[p].size;
+      stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+      return p;
+    }
+  }
   DevicePtr p = take_cached(rounded, stream);
   if (p) {
     ++stats_.num_cache_hits;
@@ -106,9 +144,18 @@ void CachingAllocator::deallocate(DevicePtr ptr) {
              "CachingAllocator::deallocate({:#x}): not a live block of this allocator (double "
              "free, or allocated elsewhere)",
              ptr);
-  stats_.allocated -= it->second.size;
-  stream_free_.emplace(std::pair{it->second.stream, it->second.size}, ptr);
+  const Block block = it->second;
   live_.erase(it);
+  stats_.allocated -= block.size;
+  if (block.pool != 0) {
+    GraphPool& pool = pools_.at(block.pool);
+    if (!pool.released) {
+      pool.free.emplace(block.size, ptr);
+      return;
+    }
+    stats_.graph_pool_bytes -= block.size;
+  }
+  stream_free_.emplace(std::pair{block.stream, block.size}, ptr);
 }
 
 std::size_t CachingAllocator::block_size(DevicePtr ptr) const {
@@ -148,6 +195,41 @@ void CachingAllocator::free_cached_locked() {
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
   free_cached_locked();
+}
+
+int CachingAllocator::create_graph_pool() {
+  std::lock_guard lock(mutex_);
+  pools_[next_pool_];
+  return next_pool_++;
+}
+
+void CachingAllocator::begin_graph_pool(Stream stream, int pool) {
+  std::lock_guard lock(mutex_);
+  KILN_CHECK(pools_.count(pool) && !pools_.at(pool).released,
+             "CachingAllocator::begin_graph_pool: pool {} does not exist or was released", pool);
+  KILN_CHECK(capturing_.emplace(stream, pool).second,
+             "CachingAllocator::begin_graph_pool: the stream allocates from pool {} already",
+             capturing_.at(stream));
+  pools_.at(pool).stream = stream;
+}
+
+void CachingAllocator::end_graph_pool(Stream stream) {
+  std::lock_guard lock(mutex_);
+  capturing_.erase(stream);
+}
+
+void CachingAllocator::release_graph_pool(int pool) {
+  std::lock_guard lock(mutex_);
+  auto it = pools_.find(pool);
+  if (it == pools_.end() || it->second.released) return;
+  it->second.released = true;
+  // Free blocks go to the shared cache: a replay queued before may still read them, so they
+  // wait for a stream's release or a synchronization like any block freed on a stream would.
+  for (auto [size, p] : it->second.free) {
+    stats_.graph_pool_bytes -= size;
+    stream_free_.emplace(std::pair{it->second.stream, size}, p);
+  }
+  it->second.free.clear();
 }
 
 AllocatorStats CachingAllocator::stats() const {

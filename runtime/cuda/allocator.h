@@ -11,6 +11,12 @@
 // every stream may use); `empty_cache()` synchronizes the device first. No events are recorded:
 // cross-stream use of a block is the caller's business (as with record_stream in PyTorch).
 //
+// CUDA graphs: while a stream captures into a graph pool (begin_graph_pool), its allocations
+// come from blocks only that pool reuses, taken from the backend in relaxed capture mode (as
+// PyTorch's private pools are). A graph's replays write the blocks its capture was given, so no
+// one else may have them while the graph lives; release_graph_pool returns them to the cache as
+// they are freed.
+//
 // Out of memory: when the backend's alloc throws (or the optional `memory_limit` would be
 // exceeded) the allocator empties its cache and retries once, then throws OutOfMemoryError
 // with the request size and the stats.
@@ -36,6 +42,7 @@ struct AllocatorStats {
   std::size_t num_backend_allocs = 0;
   std::size_t num_backend_frees = 0;
   std::size_t num_oom_retries = 0;  // times the cache was emptied to retry a failed alloc
+  std::size_t graph_pool_bytes = 0;  // bytes of blocks graph pools hold, in use or not
   std::string to_string() const;
 };
 
@@ -74,8 +81,17 @@ class CachingAllocator {
 
   // Synchronizes `stream`, then lets its cached blocks serve any stream.
   void release_stream(Stream stream);
-  // Synchronizes the device and returns every cached block to the backend.
+  // Synchronizes the device and returns every cached block to the backend (blocks of graph pools
+  // stay theirs).
   void empty_cache();
+
+  // A new graph pool's id (never 0).
+  int create_graph_pool();
+  // Allocations on `stream` come from `pool` until end_graph_pool(stream).
+  void begin_graph_pool(Stream stream, int pool);
+  void end_graph_pool(Stream stream);
+  // The pool's graph is gone: its free blocks, and its live ones once freed, serve everyone.
+  void release_graph_pool(int pool);
 
   AllocatorStats stats() const;
   void reset_peak();
@@ -87,7 +103,14 @@ class CachingAllocator {
   struct Block {
     std::size_t size = 0;
     Stream stream = nullptr;
+    int pool = 0;  // the graph pool it belongs to, 0: none
   };
+  struct GraphPool {
+    std::multimap<std::size_t, DevicePtr> free;
+    Stream stream = nullptr;  // the stream its blocks were allocated on
+    bool released = false;
+  };
+  DevicePtr take_from_pool(std::size_t rounded, Stream stream, int pool);
   DevicePtr take_cached(std::size_t rounded, Stream stream);  // 0 when none fits
   DevicePtr backend_alloc(std::size_t rounded);               // throws on failure
   void free_cached_locked();
@@ -99,6 +122,9 @@ class CachingAllocator {
   // Cached blocks usable only on their stream, keyed (stream, size); and usable on any stream.
   std::multimap<std::pair<Stream, std::size_t>, DevicePtr> stream_free_;
   std::multimap<std::size_t, DevicePtr> shared_free_;
+  std::unordered_map<Stream, int> capturing_;  // streams allocating from a graph pool
+  std::map<int, GraphPool> pools_;
+  int next_pool_ = 1;
   AllocatorStats stats_;
 };
 

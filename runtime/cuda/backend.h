@@ -38,10 +38,18 @@ struct ModuleImpl;
 struct FunctionImpl;
 struct StreamImpl;
 struct EventImpl;
+struct GraphExecImpl;
 using Module = ModuleImpl*;
 using Function = FunctionImpl*;
 using Stream = StreamImpl*;  // nullptr is the default (legacy) stream
 using Event = EventImpl*;
+using GraphExec = GraphExecImpl*;  // an instantiated CUDA graph (CUgraphExec)
+
+// CUstreamCaptureMode: which calls a capture in progress forbids. Under `global` a capture on
+// any thread, under `thread_local` one on this thread, makes calls that are unsafe while work is
+// being recorded (allocation, synchronization, host copies) fail and invalidate it; `relaxed`
+// allows them. Each thread has its own mode for the calls it makes (exchange_capture_mode).
+enum class CaptureMode { global, thread_local_, relaxed };
 
 class Backend {
  public:
@@ -94,6 +102,33 @@ class Backend {
   // Whether the work queued before `event`'s last record has finished (cuEventQuery); never
   // waits. An event never recorded counts as finished.
   virtual bool event_done(Event event) = 0;
+
+  // Stream capture (CUDA graphs). Work queued on `stream` while it captures is recorded, not
+  // run; end_capture returns it instantiated (cuStreamEndCapture + cuGraphInstantiate), or
+  // throws the error that invalidated the capture. The legacy stream cannot capture.
+  virtual void begin_capture(Stream stream, CaptureMode mode) = 0;
+  virtual GraphExec end_capture(Stream stream) = 0;
+  virtual bool is_capturing(Stream stream) = 0;
+  // cuThreadExchangeStreamCaptureMode: this thread's mode for unsafe calls; returns the old one.
+  virtual CaptureMode exchange_capture_mode(CaptureMode mode) = 0;
+  // Queues the recorded work on `stream` as one launch (cuGraphLaunch).
+  virtual void launch_graph(GraphExec graph, Stream stream) = 0;
+  virtual void destroy_graph(GraphExec graph) = 0;
+};
+
+// This thread's capture mode while it lives: the caching allocator takes memory for a graph's
+// pool in relaxed mode, as PyTorch's does around cudaMalloc.
+class CaptureModeGuard {
+ public:
+  CaptureModeGuard(Backend& backend, CaptureMode mode)
+      : backend_(backend), previous_(backend.exchange_capture_mode(mode)) {}
+  ~CaptureModeGuard() { backend_.exchange_capture_mode(previous_); }
+  CaptureModeGuard(const CaptureModeGuard&) = delete;
+  CaptureModeGuard& operator=(const CaptureModeGuard&) = delete;
+
+ private:
+  Backend& backend_;
+  CaptureMode previous_;
 };
 
 // The process-wide backend chosen by KILN_CUDA=driver|virtual|auto (default auto).

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "runtime/cuda/blaslt/blaslt.h"
 #include "runtime/cuda/virtual/virtual_backend.h"
@@ -96,10 +97,26 @@ class VirtualBlasLt final : public BlasLt {
     remember(s);
     heuristic(s, call);
     validate(s, call);
-    if (s.compute == CUBLAS_COMPUTE_64F || s.compute == CUBLAS_COMPUTE_64F_PEDANTIC)
-      run<double>(s, call);
-    else
-      run<float>(s, call);
+    // Queued on the call's stream: run now, or a node of the graph a capture records, which
+    // keeps the problem and the scalars as they were (cuBLASLt reads host scalars at the call).
+    struct Queued {
+      MatmulSpec spec;
+      MatmulCall call;
+      unsigned char alpha[8] = {}, beta[8] = {};
+    };
+    auto q = std::make_shared<Queued>(Queued{s, call});
+    const bool wide = s.compute == CUBLAS_COMPUTE_64F || s.compute == CUBLAS_COMPUTE_64F_PEDANTIC;
+    const std::size_t scalar_bytes = wide ? sizeof(double) : sizeof(float);
+    std::memcpy(q->alpha, call.alpha, scalar_bytes);
+    std::memcpy(q->beta, call.beta, scalar_bytes);
+    q->call.alpha = q->alpha;
+    q->call.beta = q->beta;
+    vgpu::run_host_work(backend_, call.stream, [this, q, wide] {
+      if (wide)
+        run<double>(q->spec, q->call);
+      else
+        run<float>(q->spec, q->call);
+    });
     ++calls_;
   }
 

@@ -49,8 +49,17 @@ namespace kiln::cuda::driver {
   X(event_destroy, "cuEventDestroy_v2", cuEventDestroy_v2)                             \
   X(event_record, "cuEventRecord", cuEventRecord)                                      \
   X(event_synchronize, "cuEventSynchronize", cuEventSynchronize)                       \
-  X(event_query, "cuEventQuery", cuEventQuery)                                        \
-  X(event_elapsed_time, "cuEventElapsedTime", cuEventElapsedTime)
+  X(event_query, "cuEventQuery", cuEventQuery)                                         \
+  X(event_elapsed_time, "cuEventElapsedTime", cuEventElapsedTime)                      \
+  X(stream_begin_capture, "cuStreamBeginCapture_v2", cuStreamBeginCapture_v2)          \
+  X(stream_end_capture, "cuStreamEndCapture", cuStreamEndCapture)                      \
+  X(stream_is_capturing, "cuStreamIsCapturing", cuStreamIsCapturing)                   \
+  X(thread_exchange_capture_mode, "cuThreadExchangeStreamCaptureMode",                 \
+    cuThreadExchangeStreamCaptureMode)                                                 \
+  X(graph_instantiate, "cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags)     \
+  X(graph_launch, "cuGraphLaunch", cuGraphLaunch)                                      \
+  X(graph_exec_destroy, "cuGraphExecDestroy", cuGraphExecDestroy)                      \
+  X(graph_destroy, "cuGraphDestroy", cuGraphDestroy)
 
 struct DriverApi {
 #define KILN_DRIVER_MEMBER(member, symbol, decl) decltype(&::decl) member = nullptr;

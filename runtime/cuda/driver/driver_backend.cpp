@@ -304,7 +304,57 @@ class DriverBackend final : public Backend {
     check(api_.ctx_synchronize(), "cuCtxSynchronize");
   }
 
+  void begin_capture(Stream s, CaptureMode mode) override {
+    make_current();
+    KILN_CHECK(s != nullptr, "cuStreamBeginCapture: the legacy stream cannot capture");
+    check(api_.stream_begin_capture(cu(s), cu_mode(mode)), "cuStreamBeginCapture_v2");
+  }
+  GraphExec end_capture(Stream s) override {
+    make_current();
+    CUgraph graph = nullptr;
+    check(api_.stream_end_capture(cu(s), &graph), "cuStreamEndCapture");
+    CUgraphExec exec = nullptr;
+    CUresult r = api_.graph_instantiate(&exec, graph, 0);
+    api_.graph_destroy(graph);  // the executable graph keeps what it needs
+    check(r, "cuGraphInstantiateWithFlags");
+    return reinterpret_cast<GraphExec>(exec);
+  }
+  bool is_capturing(Stream s) override {
+    make_current();
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    check(api_.stream_is_capturing(cu(s), &status), "cuStreamIsCapturing");
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  CaptureMode exchange_capture_mode(CaptureMode mode) override {
+    make_current();
+    CUstreamCaptureMode m = cu_mode(mode);
+    check(api_.thread_exchange_capture_mode(&m), "cuThreadExchangeStreamCaptureMode");
+    return m == CU_STREAM_CAPTURE_MODE_GLOBAL         ? CaptureMode::global
+           : m == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL ? CaptureMode::thread_local_
+                                                      : CaptureMode::relaxed;
+  }
+  void launch_graph(GraphExec g, Stream s) override {
+    make_current();
+    check(api_.graph_launch(reinterpret_cast<CUgraphExec>(g), cu(s)), "cuGraphLaunch");
+  }
+  void destroy_graph(GraphExec g) override {
+    make_current();
+    check(api_.graph_exec_destroy(reinterpret_cast<CUgraphExec>(g)), "cuGraphExecDestroy");
+  }
+
  private:
+  static CUstreamCaptureMode cu_mode(CaptureMode mode) {
+    switch (mode) {
+      case CaptureMode::global:
+        return CU_STREAM_CAPTURE_MODE_GLOBAL;
+      case CaptureMode::thread_local_:
+        return CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+      case CaptureMode::relaxed:
+        return CU_STREAM_CAPTURE_MODE_RELAXED;
+    }
+    return CU_STREAM_CAPTURE_MODE_GLOBAL;
+  }
+
   void check(CUresult r, std::string_view call, std::string_view what = {}) const {
     if (r == CUDA_SUCCESS) [[likely]]
       return;

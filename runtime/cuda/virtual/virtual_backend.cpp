@@ -22,9 +22,11 @@
 #include "runtime/cuda/virtual/decoder.h"
 #include "runtime/cuda/virtual/fault.h"
 #include "runtime/cuda/virtual/launch.h"
+#include "runtime/cuda/virtual/launch_limits.h"
 #include "runtime/cuda/virtual/memory.h"
 #include "runtime/cuda/virtual/program.h"
 #include "runtime/cuda/virtual/shared_check.h"
+#include "runtime/cuda/virtual/stream_capture.h"
 
 namespace kiln::cuda {
 namespace {
@@ -50,6 +52,9 @@ struct VModule {
   std::vector<std::unique_ptr<VFunction>> functions;
 };
 struct VStream {};
+struct VGraph {
+  std::vector<vgpu::GraphNode> nodes;
+};
 struct VEvent {
   bool recorded = false;
   bool pending = false;  // recorded while events were held (vgpu::hold_events)
@@ -103,6 +108,7 @@ class VirtualBackend final : public Backend {
     for (VModule* m : modules_) delete m;
     for (VStream* s : streams_) delete s;
     for (VEvent* e : events_) delete e;
+    for (VGraph* g : graphs_) delete g;
   }
 
   std::string_view kind() const override { return "virtual"; }
@@ -115,6 +121,7 @@ class VirtualBackend final : public Backend {
   DevicePtr alloc(std::size_t bytes) override {
     std::lock_guard lock(mu_);
     check_sticky("cuMemAlloc_v2");
+    capture_.check_safe("cuMemAlloc_v2", "an allocation outside the graph's memory pool");
     // initcheck needs to know now: the bytes of a fresh allocation start uninitialized.
     bool track = false;
     try {
@@ -125,15 +132,20 @@ class VirtualBackend final : public Backend {
   }
   void free(DevicePtr ptr) override {
     std::lock_guard lock(mu_);
+    capture_.check_safe("cuMemFree_v2", "a free, which waits for the device");
     mem_.free(ptr);
   }
   void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes, Stream s) override {
     std::lock_guard lock(mu_);
     check_stream(s, "copy_to_device");
+    if (capture_.captures(s))
+      capture_.refuse("cuMemcpyHtoDAsync_v2",
+                      "a copy from the host (a graph replays device work only)");
     // From pageable memory the copy waits for the device, as cuMemcpyHtoD does.
     if (pinned_.contains(src, bytes)) {
       check_sticky("cuMemcpyHtoDAsync_v2");
     } else {
+      capture_.check_safe("cuMemcpyHtoD_v2", "a copy from pageable host memory, which waits");
       report_fault("cuMemcpyHtoD_v2");
     }
     if (!bytes) return;
@@ -160,6 +172,10 @@ class VirtualBackend final : public Backend {
   void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, Stream s) override {
     std::lock_guard lock(mu_);
     check_stream(s, "copy_to_host");
+    if (capture_.captures(s))
+      capture_.refuse("cuMemcpyDtoHAsync_v2",
+                      "a copy to the host (a graph replays device work only)");
+    capture_.check_safe("cuMemcpyDtoH_v2", "a copy to the host, which waits for the device");
     report_fault("cuMemcpyDtoH_v2");
     if (!bytes) return;
     KILN_CHECK(dst != nullptr, "virtual GPU: copy_to_host of {} bytes to a null host pointer",
@@ -174,6 +190,8 @@ class VirtualBackend final : public Backend {
     if (!bytes) return;
     mem_.check_range(src, bytes, "copy_device source");
     mem_.check_range(dst, bytes, "copy_device destination");
+    if (capture_.captures(s))
+      return record_memory_node(vgpu::GraphNode::Kind::copy, dst, src, 0, bytes);
     std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
     mem_.mark_initialized(dst, bytes);
   }
@@ -183,6 +201,8 @@ class VirtualBackend final : public Backend {
     check_sticky("cuMemsetD8Async");
     if (!bytes) return;
     mem_.check_range(dst, bytes, "memset8 destination");
+    if (capture_.captures(s))
+      return record_memory_node(vgpu::GraphNode::Kind::memset, dst, 0, value, bytes);
     std::memset(reinterpret_cast<void*>(dst), value, bytes);
     mem_.mark_initialized(dst, bytes);
   }
@@ -289,8 +309,17 @@ class VirtualBackend final : public Backend {
                   "unloaded)");
     check_stream(s, "launch");
     check_sticky("cuLaunchKernel");
+    vgpu::validate_launch(props_, *vf->fn, vf->opted_in, vf->max_dynamic_shared, grid, block,
+                          dynamic_shared);
+    if (capture_.captures(s)) return record_launch(handle, grid, block, dynamic_shared, params);
+    execute(*vf, grid, block, dynamic_shared, params);
+  }
+
+  // Runs a validated launch; the caller holds the lock.
+  void execute(const VFunction& vf_ref, Dim3 grid, Dim3 block, unsigned dynamic_shared,
+               void** params) {
+    const VFunction* vf = &vf_ref;
     const vgpu::Function& k = *vf->fn;
-    validate_launch(*vf, grid, block, dynamic_shared);
     vgpu::LaunchRequest rq;
     rq.program = &vf->module->program;
     rq.kernel = &k;
@@ -339,6 +368,7 @@ class VirtualBackend final : public Backend {
   void synchronize_stream(Stream s) override {
     std::lock_guard lock(mu_);
     check_stream(s, "synchronize_stream");
+    capture_.check_safe("cuStreamSynchronize", "a synchronization");
     report_fault("cuStreamSynchronize");
     complete_events();
   }
@@ -372,12 +402,14 @@ class VirtualBackend final : public Backend {
   void synchronize_event(Event e) override {
     std::lock_guard lock(mu_);
     VEvent* ve = event_of(e, "synchronize_event");
+    capture_.check_safe("cuEventSynchronize", "a synchronization");
     report_fault("cuEventSynchronize");
     ve->pending = false;
   }
   bool event_done(Event e) override {
     std::lock_guard lock(mu_);
     VEvent* ve = event_of(e, "event_done");
+    capture_.check_safe("cuEventQuery", "a query of the device's progress");
     report_fault("cuEventQuery");
     return !ve->pending;
   }
@@ -395,10 +427,102 @@ class VirtualBackend final : public Backend {
   }
   void synchronize() override {
     std::lock_guard lock(mu_);
+    capture_.check_safe("cuCtxSynchronize", "a synchronization");
     report_fault("cuCtxSynchronize");
     complete_events();
   }
 
+  void begin_capture(Stream s, CaptureMode mode) override {
+    std::lock_guard lock(mu_);
+    check_stream(s, "begin_capture");
+    check_sticky("cuStreamBeginCapture_v2");
+    capture_.begin(s, mode);
+  }
+  GraphExec end_capture(Stream s) override {
+    std::lock_guard lock(mu_);
+    check_stream(s, "end_capture");
+    auto graph = std::make_unique<VGraph>();
+    graph->nodes = capture_.end(s);
+    VGraph* g = graph.release();
+    graphs_.insert(g);
+    return reinterpret_cast<GraphExec>(g);
+  }
+  bool is_capturing(Stream s) override {
+    std::lock_guard lock(mu_);
+    return capture_.captures(s);
+  }
+  CaptureMode exchange_capture_mode(CaptureMode mode) override {
+    return vgpu::StreamCapture::exchange_thread_mode(mode);
+  }
+  // The nodes in order, each as its call would run it; a library node runs without the lock,
+  // since it checks its operands through the backend.
+  void launch_graph(GraphExec handle, Stream s) override {
+    const VGraph* g = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      g = graph_of(handle, "launch_graph");
+      check_stream(s, "launch_graph");
+      KILN_CHECK(!capture_.captures(s),
+                 "virtual GPU: cuGraphLaunch into a capturing stream (the virtual GPU does not "
+                 "nest graphs)");
+      check_sticky("cuGraphLaunch");
+      ++graph_launches_;
+    }
+    std::vector<void*> params;
+    for (const vgpu::GraphNode& node : g->nodes) {
+      if (node.kind == vgpu::GraphNode::Kind::host) {
+        node.host();
+        continue;
+      }
+      std::lock_guard lock(mu_);
+      check_sticky("cuGraphLaunch");
+      if (node.kind == vgpu::GraphNode::Kind::kernel) {
+        auto* vf = reinterpret_cast<VFunction*>(node.function);
+        KILN_CHECK_AS(LaunchError, functions_.count(vf),
+                      "virtual GPU: a graph launches a kernel whose module was unloaded");
+        params.clear();
+        for (std::uint64_t offset : node.param_offsets)
+          params.push_back(const_cast<std::uint8_t*>(node.params.data()) + offset);
+        execute(*vf, node.grid, node.block, node.dynamic_shared, params.data());
+        continue;
+      }
+      mem_.check_range(node.dst, node.bytes, "graph copy or memset destination");
+      if (node.kind == vgpu::GraphNode::Kind::copy) {
+        mem_.check_range(node.src, node.bytes, "graph copy source");
+        std::memmove(reinterpret_cast<void*>(node.dst), reinterpret_cast<const void*>(node.src),
+                     node.bytes);
+      } else {
+        std::memset(reinterpret_cast<void*>(node.dst), node.value, node.bytes);
+      }
+      mem_.mark_initialized(node.dst, node.bytes);
+    }
+  }
+  void destroy_graph(GraphExec handle) override {
+    std::lock_guard lock(mu_);
+    VGraph* g = graph_of(handle, "destroy_graph");
+    graphs_.erase(g);
+    delete g;
+  }
+  // A library call computed on the host: run now, or recorded where `s` is capturing.
+  void host_work(Stream s, std::function<void()> work) {
+    {
+      std::lock_guard lock(mu_);
+      check_stream(s, "a library call");
+      check_sticky("a library call");
+      if (capture_.captures(s)) {
+        vgpu::GraphNode node;
+        node.kind = vgpu::GraphNode::Kind::host;
+        node.host = std::move(work);
+        return capture_.record(std::move(node));
+      }
+    }
+    work();
+  }
+
+  std::uint64_t graph_launches() {
+    std::lock_guard lock(mu_);
+    return graph_launches_;
+  }
   std::uint64_t instructions() const { return instructions_; }
   std::uint64_t legacy_stream_calls() {
     std::lock_guard lock(mu_);
@@ -427,6 +551,9 @@ class VirtualBackend final : public Backend {
   std::set<VFunction*> functions_;
   std::set<VStream*> streams_;
   std::set<VEvent*> events_;
+  std::set<VGraph*> graphs_;
+  vgpu::StreamCapture capture_;
+  std::uint64_t graph_launches_ = 0;
   std::uint64_t instructions_ = 0;
   std::uint64_t legacy_stream_calls_ = 0;  // stream calls given the legacy (null) stream
   PinnedRanges pinned_;
@@ -459,6 +586,7 @@ class VirtualBackend final : public Backend {
   void check_stream(Stream s, const char* what) {
     if (s == nullptr) {
       ++legacy_stream_calls_;
+      capture_.check_legacy(what);
       return;
     }
     KILN_CHECK(streams_.count(reinterpret_cast<VStream*>(s)),
@@ -469,67 +597,45 @@ class VirtualBackend final : public Backend {
     KILN_CHECK(modules_.count(m), "virtual GPU: {} of an invalid module handle", what);
     return m;
   }
+  VGraph* graph_of(GraphExec h, const char* what) const {
+    auto* g = reinterpret_cast<VGraph*>(h);
+    KILN_CHECK(graphs_.count(g), "virtual GPU: {} of an invalid graph (destroyed or never made)",
+               what);
+    return g;
+  }
+  void record_memory_node(vgpu::GraphNode::Kind kind, DevicePtr dst, DevicePtr src,
+                          std::uint8_t value, std::size_t bytes) {
+    vgpu::GraphNode node;
+    node.kind = kind;
+    node.dst = dst;
+    node.src = src;
+    node.value = value;
+    node.bytes = bytes;
+    capture_.record(std::move(node));
+  }
+  // The launch as a graph node: its parameters copied, as cuLaunchKernel copies them.
+  void record_launch(cuda::Function handle, Dim3 grid, Dim3 block, unsigned dynamic_shared,
+                     void** params) {
+    const vgpu::Function& k = *reinterpret_cast<VFunction*>(handle)->fn;
+    vgpu::GraphNode node;
+    node.function = handle;
+    node.grid = grid;
+    node.block = block;
+    node.dynamic_shared = dynamic_shared;
+    node.params.resize(k.param_bytes);
+    for (std::size_t i = 0; i < k.params.size(); ++i) {
+      KILN_CHECK_AS(LaunchError, params != nullptr && params[i] != nullptr,
+                    "launch of kernel '{}': params[{}] is null", k.name, i);
+      std::memcpy(node.params.data() + k.params[i].offset, params[i], k.params[i].size);
+      node.param_offsets.push_back(k.params[i].offset);
+    }
+    capture_.record(std::move(node));
+  }
   VEvent* event_of(Event h, const char* what) const {
     auto* e = reinterpret_cast<VEvent*>(h);
     KILN_CHECK(events_.count(e), "virtual GPU: {} on an invalid event (destroyed or never created)",
                what);
     return e;
-  }
-
-  void validate_launch(const VFunction& vf, Dim3 grid, Dim3 block, unsigned dyn) const {
-    const vgpu::Function& k = *vf.fn;
-    // Formatted only for an error: every launch passes here.
-    auto who = [&] {
-      return fmt::format("launch of kernel '{}' with grid ({},{},{}) block ({},{},{})", k.name,
-                         grid.x, grid.y, grid.z, block.x, block.y, block.z);
-    };
-    KILN_CHECK_AS(LaunchError, block.x && block.y && block.z && grid.x && grid.y && grid.z,
-                  "{}: every grid and block dimension must be at least 1", who());
-    KILN_CHECK_AS(LaunchError,
-                  block.x <= props_.max_block_dim.x && block.y <= props_.max_block_dim.y &&
-                      block.z <= props_.max_block_dim.z,
-                  "{}: block dimensions exceed the device limit ({},{},{})", who(),
-                  props_.max_block_dim.x, props_.max_block_dim.y, props_.max_block_dim.z);
-    std::uint64_t threads = std::uint64_t(block.x) * block.y * block.z;
-    KILN_CHECK_AS(LaunchError, threads <= static_cast<std::uint64_t>(props_.max_threads_per_block),
-                  "{}: {} threads per block, more than the device's {}", who(), threads,
-                  props_.max_threads_per_block);
-    KILN_CHECK_AS(LaunchError,
-                  grid.x <= props_.max_grid_dim.x && grid.y <= props_.max_grid_dim.y &&
-                      grid.z <= props_.max_grid_dim.z,
-                  "{}: grid dimensions exceed the device limit ({},{},{})", who(),
-                  props_.max_grid_dim.x, props_.max_grid_dim.y, props_.max_grid_dim.z);
-    if (k.maxntid[0]) {
-      std::uint64_t max = std::uint64_t(k.maxntid[0]) * k.maxntid[1] * k.maxntid[2];
-      KILN_CHECK_AS(LaunchError, threads <= max,
-                    "{}: {} threads per block, more than the kernel's .maxntid {},{},{} "
-                    "(__launch_bounds__) allows",
-                    who(), threads, k.maxntid[0], k.maxntid[1], k.maxntid[2]);
-    }
-    if (k.reqntid[0])
-      KILN_CHECK_AS(LaunchError,
-                    block.x == k.reqntid[0] && block.y == k.reqntid[1] && block.z == k.reqntid[2],
-                    "{}: the kernel requires block ({},{},{}) (.reqntid)", who(), k.reqntid[0],
-                    k.reqntid[1], k.reqntid[2]);
-    KILN_CHECK_AS(LaunchError, k.static_shared_bytes <= props_.shared_mem_per_block,
-                  "{}: {} bytes of static shared memory, more than the {} a kernel may declare",
-                  who(), k.static_shared_bytes, props_.shared_mem_per_block);
-    std::uint64_t total = k.static_shared_bytes + dyn;
-    KILN_CHECK_AS(LaunchError, total <= props_.shared_mem_per_block_optin,
-                  "{}: {} bytes of shared memory ({} static + {} dynamic), more than the {} a "
-                  "block may have",
-                  who(), total, k.static_shared_bytes, dyn, props_.shared_mem_per_block_optin);
-    // As cuLaunchKernel: past 48 KiB in all only after the function's opt-in, up to what it
-    // opted in to.
-    std::uint64_t allowed = vf.opted_in ? vf.max_dynamic_shared
-                            : k.static_shared_bytes < props_.shared_mem_per_block
-                                ? props_.shared_mem_per_block - k.static_shared_bytes
-                                : 0;
-    KILN_CHECK_AS(LaunchError, dyn <= allowed,
-                  "{}: {} bytes of dynamic shared memory, more than the {} it may take {} "
-                  "(cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES))",
-                  who(), dyn, allowed,
-                  vf.opted_in ? "as opted in" : "without opting in to more than 48 KiB in all");
   }
 };
 
@@ -551,6 +657,14 @@ VirtualBackend& virtual_of(Backend& backend, const char* what) {
 
 std::uint64_t executed_thread_instructions(Backend& backend) {
   return virtual_of(backend, "executed_thread_instructions").instructions();
+}
+
+std::uint64_t graph_launches(Backend& backend) {
+  return virtual_of(backend, "graph_launches").graph_launches();
+}
+
+void run_host_work(Backend& backend, Stream stream, std::function<void()> work) {
+  virtual_of(backend, "run_host_work").host_work(stream, std::move(work));
 }
 
 std::uint64_t legacy_stream_calls(Backend& backend) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "runtime/cuda/backend.h"
 
@@ -17,6 +18,13 @@ std::uint64_t executed_thread_instructions(Backend& backend);
 // can assert that a compiled call adds none. Throws kiln::Error if `backend` is not the virtual
 // GPU.
 std::uint64_t legacy_stream_calls(Backend& backend);
+
+// Graphs `backend` launched so far (launch_graph). Throws kiln::Error if it is not the virtual GPU.
+std::uint64_t graph_launches(Backend& backend);
+
+// A library call the virtual GPU computes on the host (cuBLASLt's contract), queued on `stream`:
+// it runs now, or where `stream` captures it becomes a node of the graph, run at each replay.
+void run_host_work(Backend& backend, Stream stream, std::function<void()> work);
 
 // Throws kiln::Error "<what>: <why>" unless [ptr, ptr + bytes) lies in one live allocation of
 // the virtual GPU `backend`: library calls check their operands as kernel accesses are checked.
