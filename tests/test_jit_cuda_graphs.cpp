@@ -11,6 +11,7 @@
 
 #include "autograd/nn.h"
 #include "autograd/ops.h"
+#include "demos/zoo/catalog.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
 #include "jit/cuda_graphs.h"
@@ -241,6 +242,36 @@ BOOST_AUTO_TEST_CASE(a_step_that_uploads_per_call_keeps_the_plan_out_of_graphs) 
   BOOST_TEST(Counts::now().since(before).graph_launches == 0);
   BOOST_TEST(f.explain().find("ran without a graph: step 0 uploads") != std::string::npos,
              f.explain());
+}
+
+// Every zoo model's eval loss, compiled with graphs, equals eager CUDA's on each batch, and a
+// warm call is one graph launch: parameters read in place, the batch copied in.
+BOOST_AUTO_TEST_CASE(zoo_models_in_eval_replay_one_graph_per_call) {
+  NoGradGuard inference;
+  for (const zoo::CatalogEntry& entry : zoo::catalog(1)) {
+    zoo::TrainOptions options;
+    options.compiled = true;
+    options.cuda_graphs = true;
+    options.name = entry.name + "_eval";
+    auto graphed = entry.start(1, DType::f32, Device::cuda(), options);
+    options.compiled = false;
+    auto eager = entry.start(1, DType::f32, Device::cuda(), options);
+    graphed->module().eval();
+    eager->module().eval();
+    Generator data(3);
+    for (int call = 0; call < 4; ++call) {
+      const zoo::Batch batch = entry.make_batch(data).to(Device::cuda(), DType::f32);
+      Tensor want = eager->forward(batch);
+      Counts before = Counts::now();
+      Tensor got = graphed->forward(batch);
+      Counts used = Counts::now().since(before);
+      BOOST_TEST(relative_error(got, host(want)) <= 1e-5, entry.name << " call " << call);
+      if (call >= 2) {
+        BOOST_TEST(used.graph_launches == 1, entry.name << ": " << graphed->compiled()->explain());
+        BOOST_TEST(used.launches == 0, entry.name);
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

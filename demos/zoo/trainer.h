@@ -27,6 +27,8 @@ struct TrainOptions {
   // inside the loss function, so the gradients sum to those of the mean.
   std::int64_t micro_batches = 1;
   std::string name = "zoo_loss";  // the compiled function's name (KILN_LOG, kernel names)
+  // Compiled calls that need no gradients (eval) replay CUDA graphs (jit::CompileOptions).
+  bool cuda_graphs = false;
 };
 
 // Holds the model by reference (build it first, convert or move it, then the trainer: AdamW holds
@@ -49,6 +51,7 @@ class Trainer {
       compile_options.name = options.name;
       compile_options.arg_names = {"inputs", "targets"};
       compile_options.modules = {&model_};
+      compile_options.cuda_graphs = options.cuda_graphs;
       auto fn = jit::compile(loss, compile_options);
       compiled_ = &fn.core();
       loss_ = std::move(fn);
