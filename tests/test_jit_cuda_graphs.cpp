@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "autograd/nn.h"
@@ -242,6 +244,69 @@ BOOST_AUTO_TEST_CASE(a_step_that_uploads_per_call_keeps_the_plan_out_of_graphs) 
   BOOST_TEST(Counts::now().since(before).graph_launches == 0);
   BOOST_TEST(f.explain().find("ran without a graph: step 0 uploads") != std::string::npos,
              f.explain());
+}
+
+// An output that views an argument views the graph's static copy of it: a replay hands it over
+// like any other output before the next call's argument is copied in.
+BOOST_AUTO_TEST_CASE(an_output_viewing_an_argument_is_handed_over_too) {
+  auto f = jit::compile(
+      [](const Tensor& x) {
+        return std::make_pair(x.reshape({4, 4}), (x * 2.0).sum({0}));
+      },
+      with_graphs("views"));
+  std::vector<Tensor> inputs, firsts;
+  for (int call = 0; call < 4; ++call) {
+    inputs.push_back(randn({16}));
+    auto [view, sum] = f(inputs.back().to(Device::cuda()));
+    firsts.push_back(view);
+    BOOST_TEST(relative_error(sum, (inputs.back() * 2.0).sum({0})) <= 1e-6);
+  }
+  for (int call = 0; call < 4; ++call)
+    BOOST_TEST(relative_error(firsts[call], inputs[call].reshape({4, 4})) == 0.0);
+}
+
+// A replay would write an argument's static copy, not the argument: a function writing an
+// argument in place runs without a graph, and the argument is written.
+BOOST_AUTO_TEST_CASE(writing_an_argument_in_place_runs_without_a_graph) {
+  auto f = jit::compile(
+      [](const Tensor& x) {
+        x.mul_(2.0);
+        return x.sum({0});
+      },
+      with_graphs("writes"));
+  Tensor host_x = randn({8});
+  Tensor x = host_x.to(Device::cuda());
+  Counts before = Counts::now();
+  for (int call = 0; call < 3; ++call) {
+    f(x);
+    host_x = host_x * 2.0;
+  }
+  BOOST_TEST(Counts::now().since(before).graph_launches == 0);
+  BOOST_TEST(relative_error(x, host_x) == 0.0);
+  BOOST_TEST(f.explain().find("writes argument 'arg0' in place") != std::string::npos, f.explain());
+}
+
+// Two threads calling one graphed function: each call replays with its own argument and gets
+// its own result (a replay owns the static buffers while it runs).
+BOOST_AUTO_TEST_CASE(threads_calling_one_graphed_function_get_their_own_results) {
+  auto f = jit::compile([](const Tensor& x) { return tanh(x) + 1.0; }, with_graphs("threads"));
+  Tensor warm = randn({32}).to(Device::cuda());
+  f(warm);
+  f(warm);
+  std::vector<double> errors(2, 1.0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      double worst = 0;
+      for (int i = 0; i < 10; ++i) {
+        Tensor x = full({32}, 0.1 * (t * 10 + i));
+        worst = std::max(worst, relative_error(f(x.to(Device::cuda())), tanh(x) + 1.0));
+      }
+      errors[t] = worst;
+    });
+  for (auto& th : threads) th.join();
+  BOOST_TEST(errors[0] <= 1e-6);
+  BOOST_TEST(errors[1] <= 1e-6);
 }
 
 // Every zoo model's eval loss, compiled with graphs, equals eager CUDA's on each batch, and a
