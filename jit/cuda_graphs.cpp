@@ -78,15 +78,22 @@ struct PlanGraphs::Recorded {
   std::shared_ptr<GraphDeviceChecks> checks;
 
   ~Recorded() {
-    outputs.clear();
-    memory.clear();
-    static_args.clear();
-    lease = PlanArena::Lease{};
     try {
       if (exec) cuda::backend().destroy_graph(exec);
     } catch (const Error&) {  // at exit the backend may be gone; its graphs go with it
     }
+    release_memory();
+  }
+
+  // Gives back what the graph held: its pool's blocks serve everyone once freed.
+  void release_memory() {
+    outputs.clear();
+    memory.clear();
+    static_args.clear();
+    lease = PlanArena::Lease{};
+    checks.reset();
     if (pool) cuda_allocator().release_graph_pool(pool);
+    pool = 0;
   }
 
   // Copies this call's arguments into the static buffers the graph reads.
@@ -222,8 +229,8 @@ void PlanGraphs::capture(Recorded& r, const KernelPlan& plan, const graph::Graph
   const std::int64_t launches = stats.launches.load();
   try {
     be.begin_capture(stream, cuda::CaptureMode::global);
-    allocator.begin_graph_pool(stream, r.pool);
     try {
+      allocator.begin_graph_pool(stream, r.pool);
       DeviceCheckCapture checks(r.checks);
       r.outputs = plan.run_in(r.lease, g, call, symbols);
     } catch (...) {
@@ -238,8 +245,8 @@ void PlanGraphs::capture(Recorded& r, const KernelPlan& plan, const graph::Graph
     r.exec = be.end_capture(stream);
   } catch (const Error& e) {
     stats.launches -= stats.launches.load() - launches;
-    r.outputs.clear();
     r.failed = e.what();
+    r.release_memory();  // these sizes run without a graph from now on
     return;
   }
   stats.launches -= stats.launches.load() - launches;

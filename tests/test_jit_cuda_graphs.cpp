@@ -17,6 +17,8 @@
 #include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
 #include "jit/cuda_graphs.h"
+#include "runtime/cuda/current_stream.h"
+#include "runtime/cuda/launch_blocking.h"
 #include "runtime/grad_mode.h"
 #include "runtime/random.h"
 #include "support/device_compare.h"
@@ -307,6 +309,24 @@ BOOST_AUTO_TEST_CASE(threads_calling_one_graphed_function_get_their_own_results)
   for (auto& th : threads) th.join();
   BOOST_TEST(errors[0] <= 1e-6);
   BOOST_TEST(errors[1] <= 1e-6);
+}
+
+// KILN_LAUNCH_BLOCKING waits after every launch, which a capture forbids: the capture fails,
+// the call runs its plan, later calls too, and explain() names the call that failed it.
+BOOST_AUTO_TEST_CASE(a_failed_capture_runs_the_plan_and_says_why) {
+  const bool was = cuda::set_launch_blocking(true);
+  auto f = jit::compile([](const Tensor& x) { return cos(x) * 2.0; }, with_graphs("blocking"));
+  Counts before = Counts::now();
+  for (int call = 0; call < 4; ++call) {
+    Tensor x = randn({16});
+    BOOST_TEST(relative_error(f(x.to(Device::cuda())), cos(x) * 2.0) <= 1e-6);
+  }
+  cuda::set_launch_blocking(was);
+  BOOST_TEST(Counts::now().since(before).graph_launches == 0);
+  const std::string e = f.explain();
+  BOOST_TEST(e.find("the capture failed") != std::string::npos, e);
+  BOOST_TEST(e.find("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED") != std::string::npos, e);
+  BOOST_TEST(!cuda::backend().is_capturing(cuda::current_stream()));
 }
 
 // Every zoo model's eval loss, compiled with graphs, equals eager CUDA's on each batch, and a

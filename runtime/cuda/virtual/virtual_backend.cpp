@@ -311,7 +311,12 @@ class VirtualBackend final : public Backend {
     check_sticky("cuLaunchKernel");
     vgpu::validate_launch(props_, *vf->fn, vf->opted_in, vf->max_dynamic_shared, grid, block,
                           dynamic_shared);
-    if (capture_.captures(s)) return record_launch(handle, grid, block, dynamic_shared, params);
+    if (capture_.captures(s)) {
+      // As the driver backend waits after each launch (cuCtxSynchronize), which capture forbids.
+      if (launch_blocking())
+        capture_.check_safe("cuCtxSynchronize", "KILN_LAUNCH_BLOCKING's wait after a launch");
+      return record_launch(handle, grid, block, dynamic_shared, params);
+    }
     execute(*vf, grid, block, dynamic_shared, params);
   }
 
