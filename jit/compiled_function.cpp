@@ -329,7 +329,10 @@ CompiledFunctionCore::DimSet CompiledFunctionCore::compile_for_training(
   if (joint) {
     try {
       graph::PassDumpScope dump(dump_prefix());
-      e.aot = std::make_shared<const AotProgram>(*joint, options_.name);
+      auto program = std::make_shared<AotProgram>(*joint, options_.name);
+      if (options_.cuda_graphs || cuda_graphs_from_env())
+        program->use_cuda_graphs(options_.cuda_graph_limit, graph_refusal(e.traced, e.graph));
+      e.aot = std::move(program);
     } catch (const Error& err) {
       e.aot_fallback = err.what();
     }

@@ -66,6 +66,13 @@ struct PlanGraphs::Recorded {
   std::vector<Tensor> static_args;  // by argument index; undefined where no tensor is read
   // Inputs the function reads in place (graph input index, its data's address at capture).
   std::vector<std::pair<std::size_t, const void*>> fixed;
+  // Arguments in the source's graph memory (read_in_place_from): argument index, address.
+  struct Borrowed {
+    std::size_t arg;
+    const void* data;
+    std::shared_ptr<Storage> memory;  // kept: the graph reads it at every replay
+  };
+  std::vector<Borrowed> borrowed;
   // Graph memory that outputs live in: the storage the capture made, and the one the last
   // replay handed out (alive while anything holds an output of that replay).
   struct Memory {
@@ -90,6 +97,7 @@ struct PlanGraphs::Recorded {
     outputs.clear();
     memory.clear();
     static_args.clear();
+    borrowed.clear();
     lease = PlanArena::Lease{};
     checks.reset();
     if (pool) cuda_allocator().release_graph_pool(pool);
@@ -197,6 +205,7 @@ std::string PlanGraphs::refusal_of(const KernelPlan& plan, const graph::Graph& g
   for (const auto& in : g.inputs) {
     if (in.kind != graph::InputKind::argument) continue;
     const Tensor& t = *args[static_cast<std::size_t>(in.arg_index)].tensor;
+    if (source_ && source_->memory_at(t.impl().storage->data())) continue;  // read in place
     if (!t.device().is_cuda())
       return fmt::format("argument '{}' is on the host (a kernel takes its value as an argument)",
                          in.name);
@@ -219,6 +228,10 @@ void PlanGraphs::capture(Recorded& r, const KernelPlan& plan, const graph::Graph
     if (in.kind != graph::InputKind::argument) continue;
     const auto i = static_cast<std::size_t>(in.arg_index);
     const Tensor& t = *args[i].tensor;
+    if (auto memory = source_ ? source_->memory_at(t.impl().storage->data()) : nullptr) {
+      r.borrowed.push_back({i, t.raw_data(), std::move(memory)});
+      continue;
+    }
     if (!r.static_args[i].defined()) r.static_args[i] = empty(t.shape(), t.dtype(), t.device());
     call[i].tensor = &r.static_args[i];
   }
@@ -273,14 +286,29 @@ std::vector<Tensor> PlanGraphs::replay(Recorded& r, std::span<const CallArg> arg
   return r.hand_out();
 }
 
+std::shared_ptr<Storage> PlanGraphs::memory_at(const void* data) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [sizes, r] : by_sizes_)
+    for (const auto& m : r->memory)
+      if (m.owned->data() == data) return m.owned;
+  return nullptr;
+}
+
 std::vector<Tensor> PlanGraphs::run(const KernelPlan& plan, const graph::Graph& g,
                                     std::span<const CallArg> args,
-                                    std::span<const std::int64_t> symbols) {
+                                    std::span<const std::int64_t> symbols,
+                                    const OutputReady& on_output, std::span<Tensor> given_up) {
   std::unique_lock lock(mutex_);
   auto plain = [&](std::string why) {
     if (!why.empty()) note(std::move(why));
     lock.unlock();
-    return plan.run(g, args, symbols);
+    return run_reporting_outputs(plan, g, args, symbols, on_output, given_up);
+  };
+  auto replayed = [&](std::vector<Tensor> out) {
+    for (Tensor& t : given_up) t = Tensor();
+    if (on_output)
+      for (std::size_t k = 0; k < out.size(); ++k) on_output(k, out[k]);
+    return out;
   };
   if (!refusal_.empty()) return plain(refusal_);
   if (std::string why = refusal_of(plan, g, args); !why.empty()) return plain(std::move(why));
@@ -306,15 +334,21 @@ std::vector<Tensor> PlanGraphs::run(const KernelPlan& plan, const graph::Graph& 
   }
   Recorded& r = *it->second;
   if (!r.failed.empty()) return plain("");
+  for (const auto& b : r.borrowed)
+    if (args[b.arg].tensor->raw_data() != b.data)
+      return plain(
+          fmt::format("argument {} was not where the forward's graph wrote it (held "
+                      "across a replay, or made by a call without a graph)",
+                      b.arg));
   if (++r.calls == 1) return plain("");  // warm-up: the plan finds its kernels
   if (!r.exec) {
     capture(r, plan, g, args, symbols);
     if (!r.failed.empty())
       return plain(
           fmt::format("sizes [{}]: the capture failed: {}", fmt::join(key, ", "), r.failed));
-    return replay(r, args, false);  // the capture copied this call's arguments
+    return replayed(replay(r, args, false));  // the capture copied this call's arguments
   }
-  return replay(r, args, true);
+  return replayed(replay(r, args, true));
 }
 
 int PlanGraphs::recorded() const {

@@ -24,6 +24,7 @@
 #include "graph/graph.h"
 #include "jit/call_args.h"
 #include "jit/kernel_plan.h"
+#include "jit/plan_outputs.h"
 
 namespace kiln::jit {
 
@@ -39,15 +40,25 @@ class PlanGraphs {
   PlanGraphs(const PlanGraphs&) = delete;
   PlanGraphs& operator=(const PlanGraphs&) = delete;
 
-  // The plan's outputs for this call: by a replay, a capture, or the plan itself.
+  // The plan's outputs for this call: by a replay, a capture, or the plan itself. `on_output`
+  // and `given_up` as run_reporting_outputs takes them (plan_outputs.h); a replay reports every
+  // output once it is queued.
   std::vector<Tensor> run(const KernelPlan& plan, const graph::Graph& g,
-                          std::span<const CallArg> args, std::span<const std::int64_t> symbols);
+                          std::span<const CallArg> args, std::span<const std::int64_t> symbols,
+                          const OutputReady& on_output = {}, std::span<Tensor> given_up = {});
+
+  // A backward's graphs read the values its forward's graph saved where that graph wrote them
+  // (as cudagraph trees do), instead of copying them in: an argument in `source`'s memory is
+  // read in place, and a replay checks it is still at the address the capture saw.
+  void read_in_place_from(const PlanGraphs* source) { source_ = source; }
 
   // Graphs recorded, replays made, outputs handed over, and why calls ran without a graph.
   std::string str() const;
   int recorded() const;
 
  private:
+  // The storage of this object's graph memory that starts at `data`, or null.
+  std::shared_ptr<Storage> memory_at(const void* data) const;
   struct Recorded;
   // Why this call cannot be captured or replayed, or empty.
   std::string refusal_of(const KernelPlan& plan, const graph::Graph& g,
@@ -57,6 +68,7 @@ class PlanGraphs {
   std::vector<Tensor> replay(Recorded& r, std::span<const CallArg> args, bool copy_args);
   void note(std::string why);
 
+  const PlanGraphs* source_ = nullptr;
   const int limit_;
   const std::string refusal_;
   mutable std::mutex mutex_;  // one call at a time: a replay owns the static buffers

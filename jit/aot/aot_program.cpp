@@ -5,6 +5,7 @@
 #include "autograd/node.h"
 #include "graph/node_values.h"
 #include "jit/codegen/kernel_coverage.h"
+#include "jit/cuda_graphs.h"
 #include "jit/plan_outputs.h"
 #include "runtime/grad_mode.h"
 
@@ -86,10 +87,15 @@ class CompiledFunctionBackward : public autograd::Node {
       if (j < reached.size() && reached[j]) autograd::report_gradient_early(j, g);
     };
     // Unobserved (no data-parallel wrapper), the plan runs without finding its outputs' steps.
-    std::vector<Tensor> grads = run_reporting_outputs(
-        program_->backward_plan_, program_->partition_.backward, args, symbol_values_,
-        autograd::gradients_observed() ? OutputReady(ready) : OutputReady(),
-        releasing ? std::span<Tensor>(inputs) : std::span<Tensor>());
+    const OutputReady on_output =
+        autograd::gradients_observed() ? OutputReady(ready) : OutputReady();
+    const std::span<Tensor> given_up = releasing ? std::span<Tensor>(inputs) : std::span<Tensor>();
+    const AotProgram& p = *program_;
+    std::vector<Tensor> grads =
+        p.backward_graphs_ ? p.backward_graphs_->run(p.backward_plan_, p.partition_.backward, args,
+                                                     symbol_values_, on_output, given_up)
+                           : run_reporting_outputs(p.backward_plan_, p.partition_.backward, args,
+                                                   symbol_values_, on_output, given_up);
     for (std::size_t j = 0; j < grads.size(); ++j)
       if (!reached[j]) grads[j] = Tensor();
     return grads;
@@ -114,7 +120,9 @@ AotProgram::AotProgram(const JointGraph& joint, std::string function_name)
 
 std::vector<Tensor> AotProgram::run(std::span<const CallArg> args,
                                     std::span<const std::int64_t> symbol_values) const {
-  std::vector<Tensor> results = forward_plan_.run(partition_.forward, args, symbol_values);
+  std::vector<Tensor> results =
+      forward_graphs_ ? forward_graphs_->run(forward_plan_, partition_.forward, args, symbol_values)
+                      : forward_plan_.run(partition_.forward, args, symbol_values);
   std::size_t num_outputs = output_requires_grad_.size();
   std::vector<Tensor> outputs(results.begin(), results.begin() + num_outputs);
   std::span<const Tensor> saved(results.data() + num_outputs, results.size() - num_outputs);
@@ -134,13 +142,22 @@ std::vector<Tensor> AotProgram::run(std::span<const CallArg> args,
   return outputs;
 }
 
+void AotProgram::use_cuda_graphs(int limit, const std::string& refusal) {
+  forward_graphs_ = std::make_shared<PlanGraphs>(limit, refusal);
+  backward_graphs_ = std::make_shared<PlanGraphs>(limit, refusal);
+  backward_graphs_->read_in_place_from(forward_graphs_.get());
+}
+
 std::string AotProgram::str() const {
   return fmt::format(
-      "{}forward fusion plan:\n{}forward launches ({} generated kernels):\n{}"
-      "backward fusion plan:\n{}backward launches ({} generated kernels):\n{}",
-      partition_.str(), forward_fusion_.str(partition_.forward), forward_plan_.kernel_count(),
-      forward_plan_.str(), backward_fusion_.str(partition_.backward), backward_plan_.kernel_count(),
-      backward_plan_.str());
+             "{}forward fusion plan:\n{}forward launches ({} generated kernels):\n{}"
+             "backward fusion plan:\n{}backward launches ({} generated kernels):\n{}",
+             partition_.str(), forward_fusion_.str(partition_.forward),
+             forward_plan_.kernel_count(), forward_plan_.str(),
+             backward_fusion_.str(partition_.backward), backward_plan_.kernel_count(),
+             backward_plan_.str()) +
+         (forward_graphs_ ? "forward " + forward_graphs_->str() : "") +
+         (backward_graphs_ ? "backward " + backward_graphs_->str() : "");
 }
 
 }  // namespace kiln::jit

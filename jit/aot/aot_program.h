@@ -15,6 +15,8 @@
 
 namespace kiln::jit {
 
+class PlanGraphs;  // cuda_graphs.h
+
 class AotProgram : public std::enable_shared_from_this<AotProgram> {
  public:
   // Partitions `joint` and compiles both graphs.
@@ -30,8 +32,14 @@ class AotProgram : public std::enable_shared_from_this<AotProgram> {
   const KernelPlan& backward_plan() const { return backward_plan_; }
   const graph::Partition& forward_fusion() const { return forward_fusion_; }
   const graph::Partition& backward_fusion() const { return backward_fusion_; }
-  // Both graphs, their fusion and launches (explain()).
+  // Both graphs, their fusion and launches (explain()), and their CUDA graphs.
   std::string str() const;
+
+  // Replays both plans as CUDA graphs (jit/cuda_graphs.h), the backward reading what the
+  // forward's graph saved in place; `refusal`: why the forward may not (random draws), or empty.
+  void use_cuda_graphs(int limit, const std::string& refusal);
+  const PlanGraphs* forward_graphs() const { return forward_graphs_.get(); }
+  const PlanGraphs* backward_graphs() const { return backward_graphs_.get(); }
 
  private:
   friend class CompiledFunctionBackward;
@@ -41,6 +49,7 @@ class AotProgram : public std::enable_shared_from_this<AotProgram> {
   AotPartition partition_;
   graph::Partition forward_fusion_, backward_fusion_;
   KernelPlan forward_plan_, backward_plan_;
+  std::shared_ptr<PlanGraphs> forward_graphs_, backward_graphs_;  // null: no CUDA graphs
 };
 
 }  // namespace kiln::jit
