@@ -13,6 +13,7 @@
 #include "jit/kernel_plan.h"
 #include "jit/plan_arena.h"
 #include "jit/plan_outputs.h"
+#include "runtime/cuda/current_stream.h"
 #include "runtime/dispatch.h"
 #include "runtime/trace_hooks.h"
 
@@ -335,7 +336,15 @@ std::vector<Tensor> run_steps(const KernelPlan& plan, const graph::Graph& g,
     for (std::size_t k : finishes.back()) on_output(k, s.values.at(g.outputs[k]));
   for (std::size_t i = 0; i < steps.size(); ++i) {
     s.step = i;
-    if (!s.skip[i]) run_step(steps[i], s);
+    if (!s.skip[i]) {
+      try {
+        run_step(steps[i], s);
+      } catch (const Error& e) {
+        // A call a CUDA graph's capture forbids: say which step made it.
+        if (!cuda::backend().is_capturing(cuda::current_stream())) throw;
+        throw Error(fmt::format("step {} ({}): {}", i, steps[i].note, e.what()));
+      }
+    }
     if (on_output)
       for (std::size_t k : finishes[i]) on_output(k, s.values.at(g.outputs[k]));
     for (int v : steps[i].releases) s.values[v] = Tensor();

@@ -327,6 +327,7 @@ BOOST_AUTO_TEST_CASE(a_failed_capture_runs_the_plan_and_says_why) {
   const std::string e = f.explain();
   BOOST_TEST(e.find("the capture failed") != std::string::npos, e);
   BOOST_TEST(e.find("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED") != std::string::npos, e);
+  BOOST_TEST(e.find("step 0 (") != std::string::npos, e);  // the step whose launch failed it
   BOOST_TEST(!cuda::backend().is_capturing(cuda::current_stream()));
 }
 
