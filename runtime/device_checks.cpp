@@ -55,8 +55,6 @@ cuda::DevicePtr address(const Tensor& t) {
   return reinterpret_cast<cuda::DevicePtr>(t.raw_data());
 }
 
-// Reads and zeroes the slots in use; the caller holds the mutex. Returns the first error's
-// raiser and words, if one was set.
 using Raised = std::pair<DeviceCheckRaiser, std::vector<std::int64_t>>;
 
 // Reads and zeroes the first `used` slots of `flags`; the first set one's raiser and words.
@@ -73,6 +71,8 @@ Raised read_slots(const Tensor& flags, std::span<const DeviceCheckRaiser> raiser
   return {};
 }
 
+// Reads and zeroes the slots in use, the process's and those of the graphs replayed; the caller
+// holds the mutex. Returns the first error's raiser and words, if one was set.
 Raised drain(PendingChecks& p) {
   Raised first;
   if (!p.raisers.empty()) {
@@ -114,9 +114,10 @@ DeviceCheckCapture::~DeviceCheckCapture() {
 void replayed(const std::shared_ptr<GraphDeviceChecks>& checks) {
   if (checks->raisers.empty()) return;
   PendingChecks& p = pending();
-  std::lock_guard lock(p.mutex);
+  std::unique_lock lock(p.mutex);
   if (std::find(p.replays.begin(), p.replays.end(), checks) == p.replays.end())
     p.replays.push_back(checks);
+  if (sync_checks()) drain_and_raise(lock);  // KILN_SYNC_CHECKS: at the replay
 }
 
 DeviceCheck reserve_device_check(DeviceCheckRaiser raise) {

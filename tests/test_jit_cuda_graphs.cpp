@@ -20,6 +20,7 @@
 #include "jit/cuda_graphs.h"
 #include "runtime/cuda/current_stream.h"
 #include "runtime/cuda/launch_blocking.h"
+#include "runtime/device_checks.h"
 #include "runtime/grad_mode.h"
 #include "runtime/random.h"
 #include "support/device_compare.h"
@@ -217,6 +218,12 @@ BOOST_AUTO_TEST_CASE(an_index_error_inside_a_replay_is_raised_at_the_next_sync) 
   BOOST_TEST(relative_error(
                  f(ids_of({0, 2, 4})),
                  embedding(table, from_vector(std::vector<std::int64_t>{0, 2, 4})) * 2.0) <= 1e-6);
+  // KILN_SYNC_CHECKS raises it at the call that replayed the kernel.
+  set_sync_device_checks(true);
+  const std::int64_t replays = jit::codegen::launch_stats().graph_launches.load();
+  BOOST_CHECK_THROW(f(ids_of({11, 0, 0})), Error);
+  set_sync_device_checks(false);
+  BOOST_TEST(jit::codegen::launch_stats().graph_launches.load() == replays + 1);
 }
 
 // A replay would repeat the Philox offset its capture passed: an entry that draws random
