@@ -223,6 +223,13 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
       }
       return scatter_add(zeros_of(x, g.dtype()), attrs.dim, index, grad);
     }
+    case OpId::sort:
+    case OpId::topk: {
+      // Each value's gradient goes back to the element it came from (distinct indices).
+      const Tensor& x = in[0];
+      if (x.dim() == 0) return g;
+      return scatter_add(zeros_of(x, g.dtype()), attrs.dim, args.outputs.at(1), g);
+    }
     case OpId::cumsum:
       return cumsum(g, attrs.dim, !attrs.reverse);
     case OpId::softmax:

@@ -208,6 +208,25 @@ ValuesIndices min(const Tensor& x, std::int64_t dim, bool keepdim) {
   return extreme_along(OpId::min_dim, x, dim, keepdim);
 }
 
+ValuesIndices sort(const Tensor& x, std::int64_t dim, bool descending) {
+  KILN_OP_SCOPE;
+  OpAttrs attrs = dim_attr(normalize_dim(dim, std::max<std::int64_t>(x.dim(), 1), "sort"));
+  attrs.descending = descending;
+  auto outputs = autograd::record_outputs(OpId::sort, {x}, attrs);
+  return {outputs[0], outputs[1]};
+}
+Tensor argsort(const Tensor& x, std::int64_t dim, bool descending) {
+  return sort(x, dim, descending).indices;
+}
+ValuesIndices topk(const Tensor& x, std::int64_t k, std::int64_t dim, bool largest) {
+  KILN_OP_SCOPE;
+  OpAttrs attrs = dim_attr(normalize_dim(dim, std::max<std::int64_t>(x.dim(), 1), "topk"));
+  attrs.k = k;
+  attrs.descending = largest;
+  auto outputs = autograd::record_outputs(OpId::topk, {x}, attrs);
+  return {outputs[0], outputs[1]};
+}
+
 Tensor cumsum(const Tensor& x, std::int64_t dim, bool reverse) {
   KILN_OP_SCOPE;
   OpAttrs attrs = dim_attr(normalize_dim(dim, x.dim(), "cumsum"));

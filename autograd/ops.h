@@ -106,6 +106,14 @@ struct ValuesIndices {
 };
 ValuesIndices max(const Tensor& x, std::int64_t dim, bool keepdim = false);
 ValuesIndices min(const Tensor& x, std::int64_t dim, bool keepdim = false);
+// ---- ordering along one dim: equal values keep their index order (PyTorch's stable sort), and
+// NaN counts as the largest value; the gradient of the values flows to the elements they came
+// from ----
+// Values in order and where each came from (i64): `auto [values, indices] = sort(x);`.
+ValuesIndices sort(const Tensor& x, std::int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor& x, std::int64_t dim = -1, bool descending = false);
+// The k largest (smallest unless `largest`) values along dim, in order, and their indices.
+ValuesIndices topk(const Tensor& x, std::int64_t k, std::int64_t dim = -1, bool largest = true);
 // Running sum along `dim` (from the end when `reverse`); integers accumulate in i64.
 Tensor cumsum(const Tensor& x, std::int64_t dim, bool reverse = false);
 // Variance with Bessel-style `correction` (1: unbiased, 0: population).

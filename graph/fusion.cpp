@@ -480,6 +480,8 @@ class Partitioner {
         return FusionKind::index;
       case OpClass::scan:
         return FusionKind::scan;
+      case OpClass::sort:
+        return FusionKind::sort;
       case OpClass::movement:
         return FusionKind::movement;
       case OpClass::transfer:

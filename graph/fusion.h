@@ -56,6 +56,7 @@ enum class FusionKind : std::uint8_t {
   matmul,         // a library call
   index,          // gather, index_select, scatter_add, index_add
   scan,           // cumsum
+  sort,           // sort, topk
   movement,       // cat, pad
   transfer,       // to_device
   attention,      // attention or its backward: one op, a kernel (or library-like call) of its own

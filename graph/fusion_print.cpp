@@ -25,6 +25,8 @@ std::string_view fusion_kind_name(FusionKind kind) {
       return "index";
     case FusionKind::scan:
       return "scan";
+    case FusionKind::sort:
+      return "sort";
     case FusionKind::movement:
       return "movement";
     case FusionKind::transfer:

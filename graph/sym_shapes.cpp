@@ -156,6 +156,13 @@ std::vector<SizeExprs> infer_size_exprs(OpId op, std::span<const SizeExprs> in,
     case OpClass::normalization:
     case OpClass::transfer:
       return {in[0]};
+    case OpClass::sort: {  // topk keeps k entries of its dim (k is a constant)
+      SizeExprs r = in[0];
+      if (op == OpId::topk && !r.empty())
+        r[normalize_dim(attrs.dim, static_cast<std::int64_t>(r.size()), op_name(op))] =
+            SymExpr::constant(attrs.k);
+      return {r, r};
+    }
     case OpClass::reduction: {
       auto rank = static_cast<std::int64_t>(meta[0].shape.size());
       std::vector<std::int64_t> given =

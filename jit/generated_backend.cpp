@@ -20,6 +20,7 @@
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/codegen/matmul.h"
+#include "jit/codegen/sort.h"
 #include "jit/codegen/strided_copy.h"
 #include "jit/eager_ops.h"
 #include "runtime/attention_inputs.h"
@@ -37,6 +38,7 @@ struct EagerKernel {
   std::optional<codegen::GroupKernel> kernel;  // pointwise, reduction or normalization
   std::optional<codegen::MatmulKernel> matmul;
   std::optional<codegen::IndexingKernel> indexing;
+  std::optional<codegen::SortKernel> sort;
 };
 
 std::vector<Tensor> run_eager_kernel(const EagerKernel& plan, std::span<const Tensor> inputs,
@@ -45,6 +47,7 @@ std::vector<Tensor> run_eager_kernel(const EagerKernel& plan, std::span<const Te
     codegen::run_index_copy_rows(*plan.indexing, attrs, inputs);
     return {inputs[0]};
   }
+  if (plan.sort) return codegen::run_sort(*plan.sort, attrs, inputs[0], outputs);
   if (plan.indexing) return {codegen::run_indexing(*plan.indexing, attrs, inputs, outputs[0])};
   if (plan.matmul) {
     // cuBLASLt when its documented rules allow; the generated GEMM otherwise.
@@ -255,6 +258,11 @@ class GeneratedCudaBackend : public CudaBackend {
                inputs.empty() ? "cuda" : inputs[0].device().str(), group.unrendered);
     if (codegen::has_indexing_kernel(op)) {
       plan->indexing = codegen::render_indexing(op, attrs, inputs, outputs[0]);
+      plans_.emplace(key, plan);
+      return plan;
+    }
+    if (group.kind == graph::FusionKind::sort) {
+      plan->sort = codegen::render_sort(op, attrs, inputs[0].dtype());
       plans_.emplace(key, plan);
       return plan;
     }

@@ -103,6 +103,7 @@ StepAction action_of(Decisions& d, int group, std::string& note) {
       return attention_action(d, group, note);
     case graph::FusionKind::index:
     case graph::FusionKind::scan:
+    case graph::FusionKind::sort:
     case graph::FusionKind::movement:
     case graph::FusionKind::transfer:
       return eager_action(d, group, note);

@@ -13,6 +13,7 @@ bool runs_eagerly(graph::FusionKind kind) {
     case graph::FusionKind::matmul:
     case graph::FusionKind::index:
     case graph::FusionKind::scan:
+    case graph::FusionKind::sort:
     case graph::FusionKind::movement:
     case graph::FusionKind::transfer:
     case graph::FusionKind::attention:

@@ -147,6 +147,8 @@ TensorMeta infer_elementwise(OpId op, std::span<const TensorMeta> in, const OpAt
     case OpId::cumsum:
     case OpId::softmax:
     case OpId::log_softmax:
+    case OpId::sort:
+    case OpId::topk:
     case OpId::reshape:
     case OpId::permute:
     case OpId::expand:
@@ -464,6 +466,22 @@ std::vector<TensorMeta> infer_attention(OpId op, std::span<const TensorMeta> in,
   return {q, k, v};
 }
 
+// sort and topk: values in x's dtype and their i64 indices; topk keeps k of the dim's entries (a
+// 0-dim x is one entry).
+std::vector<TensorMeta> infer_sort(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
+  auto rank = static_cast<std::int64_t>(x.shape.size());
+  std::int64_t dim = normalize_dim(attrs.dim, std::max<std::int64_t>(rank, 1), op_name(op));
+  Shape out = x.shape;
+  if (op == OpId::topk) {
+    std::int64_t size = rank == 0 ? 1 : x.shape[dim];
+    KILN_CHECK_AS(IndexError, attrs.k >= 0 && attrs.k <= size && (rank > 0 || attrs.k == 1),
+                  "topk: k = {} is out of range for dim {} of size {} (shape {})", attrs.k, dim,
+                  size, shape_str(x.shape));
+    if (rank > 0) out[dim] = attrs.k;
+  }
+  return {{out, x.dtype}, {out, DType::i64}};
+}
+
 }  // namespace
 
 std::vector<TensorMeta> infer_meta(OpId op, std::span<const TensorMeta> in,
@@ -481,6 +499,8 @@ std::vector<TensorMeta> infer_meta(OpId op, std::span<const TensorMeta> in,
       return {op == OpId::cat ? infer_cat(in, attrs) : infer_pad(in[0], attrs)};
     case OpClass::transfer: return {in[0]};
     case OpClass::attention: return infer_attention(op, in, attrs);
+    case OpClass::sort:
+      return infer_sort(op, in[0], attrs);
   }
   throw Error(fmt::format("{}: no shape inference rule", op));
 }

@@ -41,6 +41,8 @@ void for_each_attr(OpId op, Visit&& visit, const Attrs&... a) {
   }
   if (set & attr::keepdim) visit("keepdim", a.keepdim...);
   if (set & attr::reverse) visit("reverse", a.reverse...);
+  if (set & attr::count) visit("k", a.k...);
+  if (set & attr::descending) visit("descending", a.descending...);
   if (set & attr::diagonal) visit("diagonal", a.diagonal...);
   if (set & attr::value) visit("value", a.value...);
   if (set & attr::beta) visit("beta", a.beta...);

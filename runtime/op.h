@@ -31,9 +31,10 @@ enum class OpClass : std::uint8_t {
   view,           // no data movement: a new shape/strides over the same storage
   index,          // data-dependent addressing
   matmul,
-  movement,  // copies with index arithmetic (cat, pad)
-  transfer,  // between devices
+  movement,   // copies with index arithmetic (cat, pad)
+  transfer,   // between devices
   attention,  // softmax(q kᵀ·scale + mask) v and its backward: a kernel of its own
+  sort,       // orders the values along a dim (sort, topk): values and their i64 indices
 };
 
 // How an elementwise op types its output.
@@ -63,7 +64,7 @@ enum class Grad : std::uint8_t {
 };
 
 // The OpAttrs fields an op reads, as a bit set.
-using AttrSet = std::uint16_t;
+using AttrSet = std::uint32_t;
 namespace attr {
 inline constexpr AttrSet none = 0;
 inline constexpr AttrSet dims = 1 << 0;       // reductions: dims; permute: order; pad: pairs
@@ -82,6 +83,8 @@ inline constexpr AttrSet scale = 1 << 12;     // attention: the scores' factor
 inline constexpr AttrSet causal = 1 << 13;    // attention: top-left aligned causal mask
 inline constexpr AttrSet bounds = 1 << 14;    // random_int: low, high
 inline constexpr AttrSet dropout = 1 << 15;   // attention: the probabilities' dropout rate
+inline constexpr AttrSet count = 1 << 16;     // topk: how many values
+inline constexpr AttrSet descending = 1 << 17;  // sort, topk: largest first
 }  // namespace attr
 
 // Which inputs (bits 0-7) and outputs (bits 8-11) a derivative reads the values of.
@@ -157,6 +160,8 @@ struct OpAttrs {
   // draw's seed and offset (runtime/attention_heads.h: attention_inputs).
   double dropout = 0.0;
   std::int64_t low = 0, high = 0;  // random_int: the half-open range [low, high)
+  std::int64_t k = 0;              // topk: how many values it keeps
+  bool descending = false;         // sort, topk: largest first (NaN counts as the largest)
 };
 
 // Equality and hashing over the fields `op` reads (graph CSE, trace comparison); a double

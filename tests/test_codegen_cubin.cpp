@@ -22,6 +22,7 @@
 #include "jit/codegen/matmul.h"
 #include "jit/codegen/pointwise.h"
 #include "jit/codegen/reduction.h"
+#include "jit/codegen/sort.h"
 #include "jit/compile.h"
 #include "runtime/cuda/nvrtc/nvrtc.h"
 #include "runtime/cuda/shared_memory_limits.h"
@@ -84,6 +85,11 @@ void collect(const graph::Graph& g, std::map<std::string, std::string>& sources)
           auto k =
               codegen::render_indexing(node.op, node.attrs, operands, g.values[node.output()].meta);
           sources.emplace(k.handle.source(), k.handle.name());
+        } else if (group.kind == graph::FusionKind::sort) {
+          const graph::Node& node = g.nodes[group.nodes[0]];
+          auto k = codegen::render_sort(node.op, node.attrs, g.values[node.inputs[0]].meta.dtype);
+          for (const auto* handle : {&k.chunks, &k.merge})
+            sources.emplace(handle->source(), handle->name());
         } else {
           // Views run on the host, matmuls are built below, transfers are copies, attention
           // runs as primitive ops (their kernels are the other samples') where no fused kernel

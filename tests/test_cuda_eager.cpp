@@ -54,8 +54,9 @@ BOOST_AUTO_TEST_CASE(every_elementwise_op_on_cuda_matches_the_cpu) {
 
 BOOST_AUTO_TEST_CASE(indexing_scan_and_movement_ops_on_cuda_match_the_cpu) {
   int runs = 0;
-  for (OpId op : {OpId::gather, OpId::index_select, OpId::scatter_add, OpId::index_add,
-                  OpId::cumsum, OpId::cat, OpId::pad, OpId::tril, OpId::triu}) {
+  for (OpId op :
+       {OpId::gather, OpId::index_select, OpId::scatter_add, OpId::index_add, OpId::cumsum,
+        OpId::sort, OpId::topk, OpId::cat, OpId::pad, OpId::tril, OpId::triu}) {
     for (DType dtype : test::sample_dtypes(op))
       for (const auto& s : test::op_samples(op, dtype)) {
         BOOST_TEST_CONTEXT(s.label << " " << dtype_name(dtype)) {

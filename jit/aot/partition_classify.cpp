@@ -16,6 +16,7 @@ bool recomputable(OpId op) {
       return true;
     case OpClass::reduction:
     case OpClass::scan:
+    case OpClass::sort:
     case OpClass::normalization:
     case OpClass::index:
     case OpClass::matmul:

@@ -83,6 +83,8 @@ ReductionCombine reduction_combine(OpId op, DType accumulator) {
     case OpId::cumsum:
     case OpId::softmax:
     case OpId::log_softmax:
+    case OpId::sort:
+    case OpId::topk:
     case OpId::reshape:
     case OpId::permute:
     case OpId::expand:

@@ -37,6 +37,9 @@ class CpuBackend final : public Backend {
       case OpId::max_dim:
       case OpId::min_dim:
         return extreme_along(op, in[0], attrs.dim, out);
+      case OpId::sort:
+      case OpId::topk:
+        return sort_along(op, in[0], attrs, out);
       case OpId::cumsum:
         return {cumsum(in[0], attrs.dim, attrs.reverse, out[0])};
       case OpId::softmax:

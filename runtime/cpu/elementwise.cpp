@@ -152,6 +152,8 @@ void unary_op(OpId op, const OpAttrs& attrs, ConstArrayMap<T> x, ArrayMap<T> y) 
     case OpId::cumsum:
     case OpId::softmax:
     case OpId::log_softmax:
+    case OpId::sort:
+    case OpId::topk:
     case OpId::reshape:
     case OpId::permute:
     case OpId::expand:
@@ -294,6 +296,8 @@ void binary_arith(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<T> y
     case OpId::cumsum:
     case OpId::softmax:
     case OpId::log_softmax:
+    case OpId::sort:
+    case OpId::topk:
     case OpId::reshape:
     case OpId::permute:
     case OpId::expand:
@@ -378,6 +382,8 @@ void binary_compare(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<bo
     case OpId::cumsum:
     case OpId::softmax:
     case OpId::log_softmax:
+    case OpId::sort:
+    case OpId::topk:
     case OpId::reshape:
     case OpId::permute:
     case OpId::expand:

@@ -42,6 +42,9 @@ Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& 
 // the first).
 std::vector<Tensor> extreme_along(OpId op, const Tensor& x, std::int64_t dim,
                                   std::span<const TensorMeta> out);
+// sort / topk: values and i64 indices along attrs.dim (runtime/cpu/sort.cpp).
+std::vector<Tensor> sort_along(OpId op, const Tensor& x, const OpAttrs& attrs,
+                               std::span<const TensorMeta> out);
 Tensor cumsum(const Tensor& x, std::int64_t dim, bool reverse, const TensorMeta& out);
 Tensor softmax(OpId op, const Tensor& x, std::int64_t dim, const TensorMeta& out);
 Tensor matmul(const Tensor& a, const Tensor& b, const TensorMeta& out);

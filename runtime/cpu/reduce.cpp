@@ -130,6 +130,8 @@ Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& 
         case OpId::cumsum:
         case OpId::softmax:
         case OpId::log_softmax:
+        case OpId::sort:
+        case OpId::topk:
         case OpId::reshape:
         case OpId::permute:
         case OpId::expand:

@@ -107,6 +107,8 @@ inline double single_op_floor(OpId op, DType dtype) {
     case OpId::attention_backward:
     case OpId::random_normal:  // r times a cosine near its zero
       return 1;
+    case OpId::sort:  // exact: the input's own values
+    case OpId::topk:
     case OpId::exp:
     case OpId::log:
     case OpId::log1p:

@@ -113,6 +113,9 @@ inline std::vector<DType> sample_dtypes(OpId op) {
     case OpId::argmin: return {f64, i32};
     case OpId::max_dim:
     case OpId::min_dim: return {f64, f32, i64};
+    case OpId::sort:
+    case OpId::topk:
+      return {f64, f32, bf16, i32, bool_};
     case OpId::softmax:
     case OpId::log_softmax: return {f64, f32, bf16, f16};
     case OpId::tril:
@@ -305,6 +308,27 @@ inline std::vector<OpSample> op_samples(OpId op, DType t) {
         auto [v, i] = min(in[0], -1);
         return std::vector<Tensor>{v, i};
       })};
+    // ---- ordering ----
+    case OpId::sort:
+      return {sample("sort dim -1", {values({3, 5}, t, -99, 99, 31)},
+                     [](auto& in) {
+                       auto [v, i] = sort(in[0]);
+                       return std::vector<Tensor>{v, i};
+                     }),
+              sample("sort dim 0 descending", {values({4, 3}, t, -99, 99, 32)}, [](auto& in) {
+                auto [v, i] = sort(in[0], 0, true);
+                return std::vector<Tensor>{v, i};
+              })};
+    case OpId::topk:
+      return {sample("topk 2 of dim -1", {values({3, 5}, t, -99, 99, 33)},
+                     [](auto& in) {
+                       auto [v, i] = topk(in[0], 2);
+                       return std::vector<Tensor>{v, i};
+                     }),
+              sample("topk 3 smallest of dim 0", {values({4, 3}, t, -99, 99, 34)}, [](auto& in) {
+                auto [v, i] = topk(in[0], 3, 0, false);
+                return std::vector<Tensor>{v, i};
+              })};
     // ---- scans and normalizations ----
     case OpId::cumsum:
       return {sample("cumsum dim 1", {values({3, 4}, t, -3, 3, 26)}, [](auto& in) { return one(cumsum(in[0], 1)); }),
