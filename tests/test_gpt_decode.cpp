@@ -1,0 +1,119 @@
+// Decoding the demo GPT from its static KV cache (demos/gpt_decode.h): greedy tokens equal the
+// argmax of the model's full forward over the whole sequence at every step (no cache), compiled
+// steps equal eager ones token for token on both devices with at most two traces (the prompt's
+// length and one token), a seed reproduces a sampled run, and under CUDA graphs a warm step is
+// one graph launch.
+#include <boost/test/unit_test.hpp>
+
+#include "autograd/ops.h"
+#include "demos/gpt_decode.h"
+#include "jit/codegen/launch_stats.h"
+#include "jit/compile.h"
+
+using namespace kiln;
+
+namespace {
+
+gpt::GptConfig decode_config() {
+  gpt::GptConfig config;  // vocab 16, d_model 32, 2 heads
+  config.seq_len = 12;
+  config.layers = 2;
+  return config;
+}
+
+std::vector<std::int64_t> longs(const Tensor& t) {
+  return t.to(Device::cpu()).to_vector<std::int64_t>();
+}
+
+Tensor prompt_tokens() {
+  return from_vector<std::int64_t>({3, 9, 1, 14, 0, 7}, {2, 3});
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(gpt_decode)
+
+BOOST_AUTO_TEST_CASE(greedy_cached_decoding_equals_the_argmax_of_full_forwards) {
+  gpt::GptConfig config = decode_config();
+  gpt::Gpt model(config, 5, Device::cpu());
+  model.eval();
+  gpt::KvCache cache(config, 2, Device::cpu());
+  Tensor got = gpt::generate(
+      [&](const Tensor& t, const Tensor& p) { return gpt::forward_cached(model, cache, t, p); },
+      prompt_tokens(), 8, {.temperature = 0});
+  BOOST_TEST(got.shape() == (Shape{2, 11}));
+  // The reference: the whole sequence through the uncached forward, one token at a time.
+  NoGradGuard no_grad;
+  Tensor sequence = prompt_tokens();
+  for (int n = 0; n < 8; ++n) {
+    Tensor logits = model.forward(sequence);
+    Tensor next = argmax(select(logits, 1, logits.shape()[1] - 1), -1);
+    sequence = cat({sequence, unsqueeze(next, 1)}, 1);
+  }
+  BOOST_TEST(longs(got) == longs(sequence), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(compiled_decoding_equals_eager_token_for_token_without_a_trace_per_token) {
+  gpt::GptConfig config = decode_config();
+  for (Device device : {Device::cpu(), Device::cuda()}) {
+    BOOST_TEST_CONTEXT(device.str()) {
+      gpt::Gpt model(config, 5, device);
+      model.eval();
+      gpt::KvCache eager_cache(config, 2, device), compiled_cache(config, 2, device);
+      auto eager = [&](const Tensor& t, const Tensor& p) {
+        return gpt::forward_cached(model, eager_cache, t, p);
+      };
+      auto f = jit::compile([&](const Tensor& t, const Tensor& p) {
+        return gpt::forward_cached(model, compiled_cache, t, p);
+      });
+      auto compiled = [&f](const Tensor& t, const Tensor& p) { return f(t, p); };
+      Tensor prompt = prompt_tokens().to(device);
+      Tensor want = gpt::generate(eager, prompt, 8, {.temperature = 0});
+      Tensor got = gpt::generate(compiled, prompt, 8, {.temperature = 0});
+      BOOST_TEST(longs(got) == longs(want), boost::test_tools::per_element());
+      // Traced for the prompt's length and for one token (or once, with T dynamic), never per
+      // position.
+      BOOST_TEST(f.core().stats().compiles <= 2);
+      BOOST_TEST(f.core().stats().calls == 8);
+      BOOST_TEST_MESSAGE(device.str() << ": " << f.core().stats().compiles << " traces for "
+                                      << f.core().stats().calls << " calls");
+      // The compiled step wrote its cache in place, as the eager one did.
+      BOOST_TEST(allclose(compiled_cache.keys[1].to(Device::cpu()),
+                          eager_cache.keys[1].to(Device::cpu()), 1e-5, 1e-6));
+      // Sampled: the same seed draws the same tokens.
+      Generator a(31), b(31);
+      SamplingOptions sampled{.temperature = 0.9, .top_k = 8, .top_p = 0.95};
+      BOOST_TEST(longs(gpt::generate(compiled, prompt, 6, sampled, &a)) ==
+                     longs(gpt::generate(eager, prompt, 6, sampled, &b)),
+                 boost::test_tools::per_element());
+    }
+  }
+}
+
+// Under CUDA graphs a warm decode step is one graph launch; the tokens equal eager decoding's.
+BOOST_AUTO_TEST_CASE(a_warm_decode_step_replays_one_cuda_graph) {
+  gpt::GptConfig config = decode_config();
+  gpt::Gpt model(config, 5, Device::cuda());
+  model.eval();
+  gpt::KvCache eager_cache(config, 2, Device::cuda()), graphed_cache(config, 2, Device::cuda());
+  auto eager = [&](const Tensor& t, const Tensor& p) {
+    return gpt::forward_cached(model, eager_cache, t, p);
+  };
+  jit::CompileOptions options;
+  options.cuda_graphs = true;
+  auto f =
+      jit::compile([&](const Tensor& t,
+                       const Tensor& p) { return gpt::forward_cached(model, graphed_cache, t, p); },
+                   options);
+  auto graphed = [&f](const Tensor& t, const Tensor& p) { return f(t, p); };
+  Tensor prompt = prompt_tokens().to(Device::cuda());
+  Tensor want = gpt::generate(eager, prompt, 8, {.temperature = 0});
+  auto& stats = jit::codegen::launch_stats();
+  std::int64_t graphs_before = stats.graph_launches;
+  Tensor got = gpt::generate(graphed, prompt, 8, {.temperature = 0});
+  BOOST_TEST(longs(got) == longs(want), boost::test_tools::per_element());
+  // 8 calls: the prompt's and the first token's record their graphs, the other 6 replay.
+  BOOST_TEST(stats.graph_launches - graphs_before >= 6);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
