@@ -13,7 +13,6 @@
 
 #include "autograd/nn.h"
 #include "autograd/ops.h"
-#include "autograd/sampling.h"
 #include "demos/gpt_model.h"
 
 namespace kiln::gpt {
@@ -66,31 +65,6 @@ inline Tensor forward_cached(const Gpt& model, const KvCache& cache, const Tenso
     x = x + block.mlp(block.ln2(x));
   }
   return model.lm_head(model.final_ln(x));
-}
-
-// One call of the model over new tokens at their positions: forward_cached, or a compiled
-// function of it.
-using DecodeStep = std::function<Tensor(const Tensor& tokens, const Tensor& positions)>;
-
-// `prompt` [B, T0] (i64, on the model's device), then `new_tokens` more, each drawn by
-// sample_next from the last position's logits: prefill is one step over the prompt, decode one
-// step per token. Returns [B, T0 + new_tokens].
-inline Tensor generate(const DecodeStep& step, const Tensor& prompt, std::int64_t new_tokens,
-                       const SamplingOptions& options = {}, Generator* gen = nullptr) {
-  NoGradGuard no_grad;
-  const Device device = prompt.device();
-  const std::int64_t prompt_len = prompt.shape()[1];
-  Tensor logits = step(prompt, arange(prompt_len).to(device));
-  std::vector<Tensor> sequence{prompt};
-  for (std::int64_t n = 0; n < new_tokens; ++n) {
-    Tensor last = select(logits, 1, logits.shape()[1] - 1);  // [B, vocab]
-    Tensor next = unsqueeze(sample_next(last, options, gen), 1);
-    sequence.push_back(next);
-    if (n + 1 == new_tokens) break;
-    Tensor position = from_vector<std::int64_t>({prompt_len + n}, {1}).to(device);
-    logits = step(next, position);
-  }
-  return cat(sequence, 1);
 }
 
 }  // namespace kiln::gpt

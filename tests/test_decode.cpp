@@ -1,12 +1,14 @@
-// Decoding the demo GPT from its static KV cache (demos/gpt_decode.h): greedy tokens equal the
-// argmax of the model's full forward over the whole sequence at every step (no cache), compiled
-// steps equal eager ones token for token on both devices with at most two traces (the prompt's
-// length and one token), a seed reproduces a sampled run, and under CUDA graphs a warm step is
-// one graph launch.
+// Decoding the demo GPT and the zoo's Llama-style model from static KV caches
+// (demos/gpt_decode.h, demos/zoo/llama_decode.h): greedy tokens equal the argmax of the model's
+// uncached forward over the whole sequence at every step, compiled steps equal eager ones token
+// for token on both devices with at most two traces (the prompt's length and one token), a seed
+// reproduces a sampled run, and under CUDA graphs a warm step is one graph launch.
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/ops.h"
+#include "demos/decode_loop.h"
 #include "demos/gpt_decode.h"
+#include "demos/zoo/llama_decode.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
 
@@ -14,8 +16,15 @@ using namespace kiln;
 
 namespace {
 
-gpt::GptConfig decode_config() {
+gpt::GptConfig gpt_config() {
   gpt::GptConfig config;  // vocab 16, d_model 32, 2 heads
+  config.seq_len = 12;
+  config.layers = 2;
+  return config;
+}
+
+zoo::LlamaConfig llama_config() {
+  zoo::LlamaConfig config;  // vocab 16, 4 query heads over 2 key / value heads of 8
   config.seq_len = 12;
   config.layers = 2;
   return config;
@@ -31,14 +40,14 @@ Tensor prompt_tokens() {
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(gpt_decode)
+BOOST_AUTO_TEST_SUITE(decode)
 
 BOOST_AUTO_TEST_CASE(greedy_cached_decoding_equals_the_argmax_of_full_forwards) {
-  gpt::GptConfig config = decode_config();
+  gpt::GptConfig config = gpt_config();
   gpt::Gpt model(config, 5, Device::cpu());
   model.eval();
   gpt::KvCache cache(config, 2, Device::cpu());
-  Tensor got = gpt::generate(
+  Tensor got = demos::generate(
       [&](const Tensor& t, const Tensor& p) { return gpt::forward_cached(model, cache, t, p); },
       prompt_tokens(), 8, {.temperature = 0});
   BOOST_TEST(got.shape() == (Shape{2, 11}));
@@ -54,7 +63,7 @@ BOOST_AUTO_TEST_CASE(greedy_cached_decoding_equals_the_argmax_of_full_forwards) 
 }
 
 BOOST_AUTO_TEST_CASE(compiled_decoding_equals_eager_token_for_token_without_a_trace_per_token) {
-  gpt::GptConfig config = decode_config();
+  gpt::GptConfig config = gpt_config();
   for (Device device : {Device::cpu(), Device::cuda()}) {
     BOOST_TEST_CONTEXT(device.str()) {
       gpt::Gpt model(config, 5, device);
@@ -68,8 +77,8 @@ BOOST_AUTO_TEST_CASE(compiled_decoding_equals_eager_token_for_token_without_a_tr
       });
       auto compiled = [&f](const Tensor& t, const Tensor& p) { return f(t, p); };
       Tensor prompt = prompt_tokens().to(device);
-      Tensor want = gpt::generate(eager, prompt, 8, {.temperature = 0});
-      Tensor got = gpt::generate(compiled, prompt, 8, {.temperature = 0});
+      Tensor want = demos::generate(eager, prompt, 8, {.temperature = 0});
+      Tensor got = demos::generate(compiled, prompt, 8, {.temperature = 0});
       BOOST_TEST(longs(got) == longs(want), boost::test_tools::per_element());
       // Traced for the prompt's length and for one token (or once, with T dynamic), never per
       // position.
@@ -83,8 +92,8 @@ BOOST_AUTO_TEST_CASE(compiled_decoding_equals_eager_token_for_token_without_a_tr
       // Sampled: the same seed draws the same tokens.
       Generator a(31), b(31);
       SamplingOptions sampled{.temperature = 0.9, .top_k = 8, .top_p = 0.95};
-      BOOST_TEST(longs(gpt::generate(compiled, prompt, 6, sampled, &a)) ==
-                     longs(gpt::generate(eager, prompt, 6, sampled, &b)),
+      BOOST_TEST(longs(demos::generate(compiled, prompt, 6, sampled, &a)) ==
+                     longs(demos::generate(eager, prompt, 6, sampled, &b)),
                  boost::test_tools::per_element());
     }
   }
@@ -92,7 +101,7 @@ BOOST_AUTO_TEST_CASE(compiled_decoding_equals_eager_token_for_token_without_a_tr
 
 // Under CUDA graphs a warm decode step is one graph launch; the tokens equal eager decoding's.
 BOOST_AUTO_TEST_CASE(a_warm_decode_step_replays_one_cuda_graph) {
-  gpt::GptConfig config = decode_config();
+  gpt::GptConfig config = gpt_config();
   gpt::Gpt model(config, 5, Device::cuda());
   model.eval();
   gpt::KvCache eager_cache(config, 2, Device::cuda()), graphed_cache(config, 2, Device::cuda());
@@ -107,13 +116,61 @@ BOOST_AUTO_TEST_CASE(a_warm_decode_step_replays_one_cuda_graph) {
                    options);
   auto graphed = [&f](const Tensor& t, const Tensor& p) { return f(t, p); };
   Tensor prompt = prompt_tokens().to(Device::cuda());
-  Tensor want = gpt::generate(eager, prompt, 8, {.temperature = 0});
+  Tensor want = demos::generate(eager, prompt, 8, {.temperature = 0});
   auto& stats = jit::codegen::launch_stats();
   std::int64_t graphs_before = stats.graph_launches;
-  Tensor got = gpt::generate(graphed, prompt, 8, {.temperature = 0});
+  Tensor got = demos::generate(graphed, prompt, 8, {.temperature = 0});
   BOOST_TEST(longs(got) == longs(want), boost::test_tools::per_element());
   // 8 calls: the prompt's and the first token's record their graphs, the other 6 replay.
   BOOST_TEST(stats.graph_launches - graphs_before >= 6);
+}
+
+BOOST_AUTO_TEST_CASE(llama_greedy_cached_decoding_equals_the_argmax_of_full_forwards) {
+  zoo::LlamaConfig config = llama_config();
+  zoo::Llama model(config, 3);
+  zoo::LlamaKvCache cache(config, 2, Device::cpu());
+  Tensor got = demos::generate(
+      [&](const Tensor& t, const Tensor& p) { return zoo::forward_cached(model, cache, t, p); },
+      prompt_tokens(), 9, {.temperature = 0});
+  NoGradGuard no_grad;
+  Tensor sequence = prompt_tokens();
+  for (int n = 0; n < 9; ++n) {
+    Tensor logits = model.forward(sequence);
+    Tensor next = argmax(select(logits, 1, logits.shape()[1] - 1), -1);
+    sequence = cat({sequence, unsqueeze(next, 1)}, 1);
+  }
+  BOOST_TEST(longs(got) == longs(sequence), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(llama_compiled_and_graphed_decoding_equal_eager_token_for_token) {
+  zoo::LlamaConfig config = llama_config();
+  zoo::Llama model(config, 3);
+  model.to(Device::cuda());
+  zoo::LlamaKvCache eager_cache(config, 2, Device::cuda()),
+      graphed_cache(config, 2, Device::cuda());
+  auto eager = [&](const Tensor& t, const Tensor& p) {
+    return zoo::forward_cached(model, eager_cache, t, p);
+  };
+  jit::CompileOptions options;
+  options.cuda_graphs = true;
+  auto f =
+      jit::compile([&](const Tensor& t,
+                       const Tensor& p) { return zoo::forward_cached(model, graphed_cache, t, p); },
+                   options);
+  auto graphed = [&f](const Tensor& t, const Tensor& p) { return f(t, p); };
+  Tensor prompt = prompt_tokens().to(Device::cuda());
+  Tensor want = demos::generate(eager, prompt, 8, {.temperature = 0});
+  auto& stats = jit::codegen::launch_stats();
+  std::int64_t graphs_before = stats.graph_launches;
+  Tensor got = demos::generate(graphed, prompt, 8, {.temperature = 0});
+  BOOST_TEST(longs(got) == longs(want), boost::test_tools::per_element());
+  BOOST_TEST(f.core().stats().compiles <= 2);
+  BOOST_TEST(stats.graph_launches - graphs_before >= 6);
+  Generator a(5), b(5);
+  SamplingOptions sampled{.temperature = 1.2, .top_k = 6};
+  BOOST_TEST(longs(demos::generate(graphed, prompt, 6, sampled, &a)) ==
+                 longs(demos::generate(eager, prompt, 6, sampled, &b)),
+             boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
