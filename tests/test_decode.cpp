@@ -38,6 +38,36 @@ Tensor prompt_tokens() {
   return from_vector<std::int64_t>({3, 9, 1, 14, 0, 7}, {2, 3});
 }
 
+// Greedy decoding on CUDA with a compiled step under CUDA graphs equals eager decoding, with
+// at most two traces and the warm steps replayed (8 calls: the prompt's and the first token's
+// record their graphs, the other 6 replay); a sampled run from one seed equals eager too.
+template <typename Cache, typename Model, typename Config>
+void check_graphed_decoding(const Model& model, const Config& config) {
+  Cache eager_cache(config, 2, Device::cuda()), graphed_cache(config, 2, Device::cuda());
+  auto eager = [&](const Tensor& t, const Tensor& p) {
+    return forward_cached(model, eager_cache, t, p);  // gpt:: or zoo::, by argument type
+  };
+  jit::CompileOptions options;
+  options.cuda_graphs = true;
+  auto f = jit::compile(
+      [&](const Tensor& t, const Tensor& p) { return forward_cached(model, graphed_cache, t, p); },
+      options);
+  auto graphed = [&f](const Tensor& t, const Tensor& p) { return f(t, p); };
+  Tensor prompt = prompt_tokens().to(Device::cuda());
+  Tensor want = demos::generate(eager, prompt, 8, {.temperature = 0});
+  auto& stats = jit::codegen::launch_stats();
+  std::int64_t graphs_before = stats.graph_launches;
+  Tensor got = demos::generate(graphed, prompt, 8, {.temperature = 0});
+  BOOST_TEST(longs(got) == longs(want), boost::test_tools::per_element());
+  BOOST_TEST(f.core().stats().compiles <= 2);
+  BOOST_TEST(stats.graph_launches - graphs_before >= 6);
+  Generator a(5), b(5);
+  SamplingOptions sampled{.temperature = 1.2, .top_k = 6};
+  BOOST_TEST(longs(demos::generate(graphed, prompt, 6, sampled, &a)) ==
+                 longs(demos::generate(eager, prompt, 6, sampled, &b)),
+             boost::test_tools::per_element());
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(decode)
@@ -104,25 +134,7 @@ BOOST_AUTO_TEST_CASE(a_warm_decode_step_replays_one_cuda_graph) {
   gpt::GptConfig config = gpt_config();
   gpt::Gpt model(config, 5, Device::cuda());
   model.eval();
-  gpt::KvCache eager_cache(config, 2, Device::cuda()), graphed_cache(config, 2, Device::cuda());
-  auto eager = [&](const Tensor& t, const Tensor& p) {
-    return gpt::forward_cached(model, eager_cache, t, p);
-  };
-  jit::CompileOptions options;
-  options.cuda_graphs = true;
-  auto f =
-      jit::compile([&](const Tensor& t,
-                       const Tensor& p) { return gpt::forward_cached(model, graphed_cache, t, p); },
-                   options);
-  auto graphed = [&f](const Tensor& t, const Tensor& p) { return f(t, p); };
-  Tensor prompt = prompt_tokens().to(Device::cuda());
-  Tensor want = demos::generate(eager, prompt, 8, {.temperature = 0});
-  auto& stats = jit::codegen::launch_stats();
-  std::int64_t graphs_before = stats.graph_launches;
-  Tensor got = demos::generate(graphed, prompt, 8, {.temperature = 0});
-  BOOST_TEST(longs(got) == longs(want), boost::test_tools::per_element());
-  // 8 calls: the prompt's and the first token's record their graphs, the other 6 replay.
-  BOOST_TEST(stats.graph_launches - graphs_before >= 6);
+  check_graphed_decoding<gpt::KvCache>(model, config);
 }
 
 BOOST_AUTO_TEST_CASE(llama_greedy_cached_decoding_equals_the_argmax_of_full_forwards) {
@@ -146,31 +158,7 @@ BOOST_AUTO_TEST_CASE(llama_compiled_and_graphed_decoding_equal_eager_token_for_t
   zoo::LlamaConfig config = llama_config();
   zoo::Llama model(config, 3);
   model.to(Device::cuda());
-  zoo::LlamaKvCache eager_cache(config, 2, Device::cuda()),
-      graphed_cache(config, 2, Device::cuda());
-  auto eager = [&](const Tensor& t, const Tensor& p) {
-    return zoo::forward_cached(model, eager_cache, t, p);
-  };
-  jit::CompileOptions options;
-  options.cuda_graphs = true;
-  auto f =
-      jit::compile([&](const Tensor& t,
-                       const Tensor& p) { return zoo::forward_cached(model, graphed_cache, t, p); },
-                   options);
-  auto graphed = [&f](const Tensor& t, const Tensor& p) { return f(t, p); };
-  Tensor prompt = prompt_tokens().to(Device::cuda());
-  Tensor want = demos::generate(eager, prompt, 8, {.temperature = 0});
-  auto& stats = jit::codegen::launch_stats();
-  std::int64_t graphs_before = stats.graph_launches;
-  Tensor got = demos::generate(graphed, prompt, 8, {.temperature = 0});
-  BOOST_TEST(longs(got) == longs(want), boost::test_tools::per_element());
-  BOOST_TEST(f.core().stats().compiles <= 2);
-  BOOST_TEST(stats.graph_launches - graphs_before >= 6);
-  Generator a(5), b(5);
-  SamplingOptions sampled{.temperature = 1.2, .top_k = 6};
-  BOOST_TEST(longs(demos::generate(graphed, prompt, 6, sampled, &a)) ==
-                 longs(demos::generate(eager, prompt, 6, sampled, &b)),
-             boost::test_tools::per_element());
+  check_graphed_decoding<zoo::LlamaKvCache>(model, config);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
