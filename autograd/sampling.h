@@ -14,7 +14,8 @@ namespace kiln {
 // indices are drawn one after another without repeats (keys log(u)/p_i, the largest kept:
 // Efraimidis-Spirakis), so a zero weight is never drawn and num_samples may not pass the row's
 // positive weights. The weights are checked eagerly (reading three numbers back from a CUDA
-// tensor); under tracing they are not, as torch.compile's. No gradient.
+// tensor, four without replacement); under tracing they are not, as torch.compile's. No
+// gradient.
 Tensor multinomial(const Tensor& probs, std::int64_t num_samples, bool replacement = false,
                    Generator* gen = nullptr);
 

@@ -7,9 +7,9 @@
 //
 //   build/generate [--model gpt|llama|all] [--steps N] [--tokens N] [--temperature T]
 //                  [--top-k K] [--top-p P] [--seed S] [--device cpu|cuda]
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "autograd/sampling.h"
@@ -32,57 +32,31 @@ struct Options {
   Device device = Device::cuda();
 };
 
-[[noreturn]] void usage_error(const std::string& what) {
-  std::fprintf(stderr,
-               "generate: %s\nusage: generate [--model gpt|llama|all] [--steps N] [--tokens N] "
-               "[--temperature T] "
-               "[--top-k K] [--top-p P] [--seed S] [--device cpu|cuda]\n",
-               what.c_str());
-  std::exit(2);
-}
-
-double number(const char* flag, const char* text) {
-  char* end = nullptr;
-  double v = std::strtod(text, &end);
-  if (end == text || *end != '\0' || v < 0)
-    usage_error(std::string(flag) + " takes a number >= 0, got '" + text + "'");
-  return v;
-}
-
+// The flags, by CLI11 (as the kiln tool's); a bad one prints why and exits 2.
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") usage_error("trains the demo GPT and generates with it");
-    if (i + 1 >= argc) usage_error(flag + " needs a value");
-    const char* value = argv[++i];
-    if (flag == "--model") {
-      o.model = value;
-      if (o.model != "gpt" && o.model != "llama" && o.model != "all")
-        usage_error("--model takes gpt, llama or all, got '" + o.model + "'");
-    } else if (flag == "--steps") {
-      o.steps = static_cast<std::int64_t>(number("--steps", value));
-    } else if (flag == "--tokens") {
-      o.tokens = static_cast<std::int64_t>(number("--tokens", value));
-    } else if (flag == "--temperature") {
-      o.sampling.temperature = number("--temperature", value);
-    } else if (flag == "--top-k") {
-      o.sampling.top_k = static_cast<std::int64_t>(number("--top-k", value));
-    } else if (flag == "--top-p") {
-      o.sampling.top_p = number("--top-p", value);
-    } else if (flag == "--seed") {
-      o.seed = static_cast<std::uint64_t>(number("--seed", value));
-    } else if (flag == "--device") {
-      if (std::strcmp(value, "cuda") == 0)
-        o.device = Device::cuda();
-      else if (std::strcmp(value, "cpu") == 0)
-        o.device = Device::cpu();
-      else
-        usage_error(std::string("--device takes cpu or cuda, got '") + value + "'");
-    } else {
-      usage_error("unknown option '" + flag + "'");
-    }
+  std::string device = "cuda";
+  CLI::App app{"Trains the demo GPT and the zoo's Llama-style model, then generates with them",
+               "generate"};
+  app.add_option("--model", o.model, "gpt, llama or all")
+      ->check(CLI::IsMember({"gpt", "llama", "all"}));
+  app.add_option("--steps", o.steps, "training steps (0: each model's own, gpt 40, llama 120)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--tokens", o.tokens, "tokens to generate after each prompt")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--temperature", o.sampling.temperature, "0 is greedy")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", o.sampling.top_k, "0 keeps every token")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", o.sampling.top_p, "1 keeps every token")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--seed", o.seed, "the sampled run's generator seed");
+  app.add_option("--device", device, "cpu or cuda (the virtual GPU without one)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
+  o.device = device == "cpu" ? Device::cpu() : Device::cuda();
   return o;
 }
 

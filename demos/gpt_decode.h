@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <string>
 #include <vector>

@@ -58,8 +58,10 @@ class Checkpoint {
 
 }  // namespace detail
 
-// GPT-2 (`transformer.h.0.attn.c_attn.weight`, ...): an lm_head.weight, when the file has one,
-// must be the token embedding (GPT-2 ties them). Loads in place (Module::load_state_dict).
+// GPT-2 (`transformer.h.0.attn.c_attn.weight`, ...): the demo's head is a Linear of its own,
+// loaded from the file's lm_head.weight, or from the token embedding when the file has none
+// (GPT-2 ties them, and transformers saves the tied head once). Loads in place
+// (Module::load_state_dict).
 template <typename GptModel>
 void load_hf_gpt2(GptModel& model, const std::string& path) {
   detail::Checkpoint file(path, load_safetensors(path));

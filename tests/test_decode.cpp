@@ -38,6 +38,20 @@ Tensor prompt_tokens() {
   return from_vector<std::int64_t>({3, 9, 1, 14, 0, 7}, {2, 3});
 }
 
+// The reference: the prompt and `steps` greedy tokens, each the argmax of the uncached forward
+// over the whole sequence so far.
+template <typename Model>
+Tensor greedy_by_full_forwards(const Model& model, int steps) {
+  NoGradGuard no_grad;
+  Tensor sequence = prompt_tokens();
+  for (int n = 0; n < steps; ++n) {
+    Tensor logits = model.forward(sequence);
+    Tensor next = argmax(select(logits, 1, logits.shape()[1] - 1), -1);
+    sequence = cat({sequence, unsqueeze(next, 1)}, 1);
+  }
+  return sequence;
+}
+
 // Greedy decoding on CUDA with a compiled step under CUDA graphs equals eager decoding, with
 // at most two traces and the warm steps replayed (8 calls: the prompt's and the first token's
 // record their graphs, the other 6 replay); a sampled run from one seed equals eager too.
@@ -81,15 +95,8 @@ BOOST_AUTO_TEST_CASE(greedy_cached_decoding_equals_the_argmax_of_full_forwards) 
       [&](const Tensor& t, const Tensor& p) { return gpt::forward_cached(model, cache, t, p); },
       prompt_tokens(), 8, {.temperature = 0});
   BOOST_TEST(got.shape() == (Shape{2, 11}));
-  // The reference: the whole sequence through the uncached forward, one token at a time.
-  NoGradGuard no_grad;
-  Tensor sequence = prompt_tokens();
-  for (int n = 0; n < 8; ++n) {
-    Tensor logits = model.forward(sequence);
-    Tensor next = argmax(select(logits, 1, logits.shape()[1] - 1), -1);
-    sequence = cat({sequence, unsqueeze(next, 1)}, 1);
-  }
-  BOOST_TEST(longs(got) == longs(sequence), boost::test_tools::per_element());
+  BOOST_TEST(longs(got) == longs(greedy_by_full_forwards(model, 8)),
+             boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(compiled_decoding_equals_eager_token_for_token_without_a_trace_per_token) {
@@ -144,14 +151,8 @@ BOOST_AUTO_TEST_CASE(llama_greedy_cached_decoding_equals_the_argmax_of_full_forw
   Tensor got = demos::generate(
       [&](const Tensor& t, const Tensor& p) { return zoo::forward_cached(model, cache, t, p); },
       prompt_tokens(), 9, {.temperature = 0});
-  NoGradGuard no_grad;
-  Tensor sequence = prompt_tokens();
-  for (int n = 0; n < 9; ++n) {
-    Tensor logits = model.forward(sequence);
-    Tensor next = argmax(select(logits, 1, logits.shape()[1] - 1), -1);
-    sequence = cat({sequence, unsqueeze(next, 1)}, 1);
-  }
-  BOOST_TEST(longs(got) == longs(sequence), boost::test_tools::per_element());
+  BOOST_TEST(longs(got) == longs(greedy_by_full_forwards(model, 9)),
+             boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(llama_compiled_and_graphed_decoding_equal_eager_token_for_token) {

@@ -86,9 +86,8 @@ class LlamaAttention : public nn::Module {
 
   nn::Linear wq, wk, wv, wo;
 
- private:
   // [B, kv_heads, T, hd] -> [B, heads, T, hd], each key / value head serving heads / kv_heads
-  // consecutive query heads.
+  // consecutive query heads (also the decode step's, over the whole cache: llama_decode.h).
   Tensor repeat_kv(const Tensor& x) const {
     const std::int64_t rep = config_.heads / config_.kv_heads;
     if (rep == 1) return x;
@@ -97,6 +96,8 @@ class LlamaAttention : public nn::Module {
         .expand({b, config_.kv_heads, rep, t, config_.head_dim})
         .reshape({b, config_.heads, t, config_.head_dim});
   }
+
+ private:
   LlamaConfig config_;
 };
 

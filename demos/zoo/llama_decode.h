@@ -36,18 +36,11 @@ inline Tensor forward_cached(const Llama& model, const LlamaKvCache& cache, cons
                              const Tensor& positions) {
   const LlamaConfig& c = model.config();
   const std::int64_t b = tokens.shape()[0], t = tokens.shape()[1], hd = c.head_dim;
-  const std::int64_t rep = c.heads / c.kv_heads;
   Tensor cos = index_select(model.rope_cos, 0, positions);
   Tensor sin = index_select(model.rope_sin, 0, positions);
   Tensor mask = index_select(model.causal_mask, 0, positions);  // [T, seq_len]: 0 / -inf
   auto heads_of = [&](const Tensor& y, std::int64_t n) {        // -> [B, n, T, head_dim]
     return y.reshape({b, t, n, hd}).transpose(1, 2);
-  };
-  auto repeat_kv = [&](const Tensor& x) {  // [B, kv_heads, S, hd] -> [B, heads, S, hd]
-    if (rep == 1) return x;
-    return x.unsqueeze(2)
-        .expand({b, c.kv_heads, rep, c.seq_len, hd})
-        .reshape({b, c.heads, c.seq_len, hd});
   };
   Tensor h = model.tok_embeddings(tokens);
   for (std::size_t i = 0; i < model.layers.size(); ++i) {
@@ -60,9 +53,9 @@ inline Tensor forward_cached(const Llama& model, const LlamaKvCache& cache, cons
     k = k * cos + rotate_half(k) * sin;
     cache.keys[i].index_copy_(2, positions, k);
     cache.values[i].index_copy_(2, positions, heads_of(attn.wv(x), c.kv_heads));
-    Tensor scores = matmul(q, repeat_kv(cache.keys[i]).transpose(2, 3)) *
+    Tensor scores = matmul(q, attn.repeat_kv(cache.keys[i]).transpose(2, 3)) *
                     (1.0 / std::sqrt(static_cast<double>(hd)));
-    Tensor out = matmul(softmax(scores + mask, -1), repeat_kv(cache.values[i]));
+    Tensor out = matmul(softmax(scores + mask, -1), attn.repeat_kv(cache.values[i]));
     h = h + attn.wo(out.transpose(1, 2).reshape({b, t, c.heads * hd}));
     h = h + layer.feed_forward(layer.ffn_norm(h));
   }
