@@ -24,6 +24,11 @@ AttentionOutputs attention_decomposed(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& mask, double scale, bool causal,
                                       const ProbabilityDropout& dropout = {});
 
+// cached_attention (autograd/ops.h) as primitive ops: the visible rows as a bool mask [B, 1, T, S]
+// over attention_decomposed, where the kernels do not take a call (f64, wide heads).
+Tensor cached_attention_decomposed(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                   const Tensor& lengths, const Tensor& starts, double scale);
+
 // The gradients of out and lse (`dout` or `dlse` may be undefined) taken to q, k, v and a
 // floating mask (dmask undefined for a bool mask or none), recomputing the probabilities from
 // q and k: differentiable again when grad mode is on. Each has its input's shape and dtype.

@@ -310,6 +310,7 @@ Tensor derivative(const DerivativeArgs& args, std::size_t i) {
     case OpId::argmin:
     case OpId::detach:
     case OpId::attention_backward:
+    case OpId::cached_attention:
     case OpId::random_uniform:
     case OpId::random_normal:
     case OpId::random_int:

@@ -204,6 +204,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& mask = {}, bool causal = false,
                                     std::optional<double> scale = std::nullopt,
                                     double dropout_p = 0.0, Generator* gen = nullptr);
+// Attention of new queries over a KV cache's live rows, as flash-attn's flash_attn_with_kvcache
+// reads them (the cache written first, with index_copy_): q [B, H, T, d], k_cache [B, Hkv, S, d],
+// v_cache [B, Hkv, S, dv], Hkv dividing H. `lengths` (i64 [B]) counts each sequence's rows written
+// so far, the T new ones included: query t sits at position lengths[b] - T + t and attends rows
+// starts[b] up to its position (`starts`, i64 [B], the first live row past a left padding; zeros
+// when undefined). Only those rows are read and no mask is. A query before its sequence's start
+// (a padding query) gives 0. On CUDA split-KV kernels that fill the GPU from one sequence. No
+// derivative: an input that requires grad under grad mode is refused.
+Tensor cached_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                        const Tensor& lengths, const Tensor& starts = {},
+                        std::optional<double> scale = std::nullopt);
 
 // ---- normalizations and losses (f16/bf16 compute in f32 and round once) ----
 Tensor softmax(const Tensor& x, std::int64_t dim);

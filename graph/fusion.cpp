@@ -482,6 +482,8 @@ class Partitioner {
         return FusionKind::scan;
       case OpClass::sort:
         return FusionKind::sort;
+      case OpClass::cached_attention:
+        return FusionKind::cached_attention;
       case OpClass::movement:
         return FusionKind::movement;
       case OpClass::transfer:

@@ -49,18 +49,19 @@
 namespace kiln::graph {
 
 enum class FusionKind : std::uint8_t {
-  pointwise,      // elementwise chain over one domain
-  reduction,      // reductions over the same rows, with prologues and reduced epilogues
-  normalization,  // a reduction read back over its rows: the row stays on chip
-  view,           // views of a value produced elsewhere: a stride change on the host, no kernel
-  matmul,         // a library call
-  index,          // gather, index_select, scatter_add, index_add
-  scan,           // cumsum
-  sort,           // sort, topk
-  movement,       // cat, pad
-  transfer,       // to_device
-  attention,      // attention or its backward: one op, a kernel (or library-like call) of its own
-  unrendered,     // a node the code generator cannot render: it runs alone, as an eager op
+  pointwise,         // elementwise chain over one domain
+  reduction,         // reductions over the same rows, with prologues and reduced epilogues
+  normalization,     // a reduction read back over its rows: the row stays on chip
+  view,              // views of a value produced elsewhere: a stride change on the host, no kernel
+  matmul,            // a library call
+  index,             // gather, index_select, scatter_add, index_add
+  scan,              // cumsum
+  sort,              // sort, topk
+  cached_attention,  // attention over a KV cache's live rows (split-KV kernels of its own)
+  movement,          // cat, pad
+  transfer,          // to_device
+  attention,   // attention or its backward: one op, a kernel (or library-like call) of its own
+  unrendered,  // a node the code generator cannot render: it runs alone, as an eager op
 };
 std::string_view fusion_kind_name(FusionKind kind);
 

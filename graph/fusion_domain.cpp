@@ -61,6 +61,8 @@ std::string boundary_reason(OpId op) {
       return fmt::format("{} is a scan: a kernel of its own", op);
     case OpClass::sort:
       return fmt::format("{} sorts whole rows: kernels of its own", op);
+    case OpClass::cached_attention:
+      return fmt::format("{} reads a KV cache's live rows: kernels of its own", op);
     case OpClass::movement:
       return fmt::format("{} copies with index arithmetic: a kernel of its own", op);
     case OpClass::transfer:

@@ -27,6 +27,8 @@ std::string_view fusion_kind_name(FusionKind kind) {
       return "scan";
     case FusionKind::sort:
       return "sort";
+    case FusionKind::cached_attention:
+      return "cached_attention";
     case FusionKind::movement:
       return "movement";
     case FusionKind::transfer:

@@ -192,6 +192,11 @@ std::vector<SizeExprs> infer_size_exprs(OpId op, std::span<const SizeExprs> in,
     }
     case OpClass::movement:
       return {movement_sizes(op, in, meta, attrs)};
+    case OpClass::cached_attention: {  // q's [B, H, T] and v's head dim
+      SizeExprs o = in[0];
+      o.back() = in[2].back();
+      return {o};
+    }
   }
   throw Error(fmt::format("{}: no size-expression rule", op));
 }

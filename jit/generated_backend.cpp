@@ -14,6 +14,7 @@
 #include "autograd/ops.h"
 #include "graph/fusion.h"
 #include "jit/codegen/attention.h"
+#include "jit/codegen/cached_attention.h"
 #include "jit/codegen/group_kernel.h"
 #include "jit/codegen/indexing.h"
 #include "jit/codegen/kernel_coverage.h"
@@ -39,7 +40,21 @@ struct EagerKernel {
   std::optional<codegen::MatmulKernel> matmul;
   std::optional<codegen::IndexingKernel> indexing;
   std::optional<codegen::SortKernel> sort;
+  std::optional<codegen::CachedAttentionKernel> cached_attention;
+  std::string decomposed;  // why cached_attention runs as primitive ops here
 };
+
+namespace {
+// On KILN_LOG=fusion, once per reason: `op` ran as primitive ops, its scores materialized.
+void log_decomposed(OpId op, const std::string& why) {
+  if (!log_enabled(LogTopic::fusion)) return;
+  static std::mutex mutex;
+  static std::set<std::string> seen;
+  std::string line = fmt::format("kiln: {} -> primitive ops (scores materialized): {}", op, why);
+  std::lock_guard lock(mutex);
+  if (seen.insert(line).second) log_line(line);
+}
+}  // namespace
 
 std::vector<Tensor> run_eager_kernel(const EagerKernel& plan, std::span<const Tensor> inputs,
                                      const OpAttrs& attrs, std::span<const TensorMeta> outputs) {
@@ -48,6 +63,14 @@ std::vector<Tensor> run_eager_kernel(const EagerKernel& plan, std::span<const Te
     return {inputs[0]};
   }
   if (plan.sort) return codegen::run_sort(*plan.sort, attrs, inputs[0], outputs);
+  if (plan.cached_attention)
+    return {codegen::run_cached_attention(*plan.cached_attention, inputs, attrs)};
+  if (!plan.decomposed.empty()) {
+    log_decomposed(OpId::cached_attention, plan.decomposed);
+    NoGradGuard no_grad;
+    return {autograd::cached_attention_decomposed(inputs[0], inputs[1], inputs[2], inputs[3],
+                                                  inputs[4], attrs.scale)};
+  }
   if (plan.indexing) return {codegen::run_indexing(*plan.indexing, attrs, inputs, outputs[0])};
   if (plan.matmul) {
     // cuBLASLt when its documented rules allow; the generated GEMM otherwise.
@@ -113,6 +136,9 @@ std::string signature(OpId op, std::span<const Tensor> inputs, const OpAttrs& at
     for (auto s : t.shape()) ones += s == 1 ? '1' : '.';
     key += fmt::format("|{}:{}{}", dtype_name(t.dtype()), ones, t.device().is_cpu() ? "n" : "");
   }
+  // Its kernels are specialized for the head dims.
+  if (op == OpId::cached_attention && inputs.size() > 2)
+    key += fmt::format("|d{}/{}", inputs[0].shape().back(), inputs[2].shape().back());
   return key;
 }
 
@@ -121,13 +147,7 @@ std::string signature(OpId op, std::span<const Tensor> inputs, const OpAttrs& at
 // distinct line.
 std::vector<Tensor> run_attention_decomposed(OpId op, std::span<const Tensor> inputs,
                                              const OpAttrs& attrs, const std::string& why) {
-  if (log_enabled(LogTopic::fusion)) {
-    static std::mutex mutex;
-    static std::set<std::string> seen;
-    std::string line = fmt::format("kiln: {} -> primitive ops (scores materialized): {}", op, why);
-    std::lock_guard lock(mutex);
-    if (seen.insert(line).second) log_line(line);
-  }
+  log_decomposed(op, why);
   NoGradGuard no_grad;
   AttentionInputs layout = attention_inputs(op, inputs.size(), attrs);
   Tensor mask = layout.mask ? inputs[*layout.mask] : Tensor();
@@ -263,6 +283,15 @@ class GeneratedCudaBackend : public CudaBackend {
     }
     if (group.kind == graph::FusionKind::sort) {
       plan->sort = codegen::render_sort(op, attrs, inputs[0].dtype());
+      plans_.emplace(key, plan);
+      return plan;
+    }
+    if (group.kind == graph::FusionKind::cached_attention) {
+      std::int64_t head_d = inputs[0].shape().back(), head_dv = inputs[2].shape().back();
+      plan->decomposed = codegen::cached_attention_unsupported(inputs[0].dtype(), head_d, head_dv);
+      if (plan->decomposed.empty())
+        plan->cached_attention = codegen::render_cached_attention(
+            inputs[0].dtype(), static_cast<int>(head_d), static_cast<int>(head_dv));
       plans_.emplace(key, plan);
       return plan;
     }

@@ -104,6 +104,7 @@ StepAction action_of(Decisions& d, int group, std::string& note) {
     case graph::FusionKind::index:
     case graph::FusionKind::scan:
     case graph::FusionKind::sort:
+    case graph::FusionKind::cached_attention:
     case graph::FusionKind::movement:
     case graph::FusionKind::transfer:
       return eager_action(d, group, note);

@@ -14,6 +14,7 @@ bool runs_eagerly(graph::FusionKind kind) {
     case graph::FusionKind::index:
     case graph::FusionKind::scan:
     case graph::FusionKind::sort:
+    case graph::FusionKind::cached_attention:
     case graph::FusionKind::movement:
     case graph::FusionKind::transfer:
     case graph::FusionKind::attention:

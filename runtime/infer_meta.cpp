@@ -149,6 +149,7 @@ TensorMeta infer_elementwise(OpId op, std::span<const TensorMeta> in, const OpAt
     case OpId::log_softmax:
     case OpId::sort:
     case OpId::topk:
+    case OpId::cached_attention:
     case OpId::reshape:
     case OpId::permute:
     case OpId::expand:
@@ -466,6 +467,34 @@ std::vector<TensorMeta> infer_attention(OpId op, std::span<const TensorMeta> in,
   return {q, k, v};
 }
 
+// cached_attention (runtime/ops.def): q [B, H, T, d] over caches [B, Hkv, S, d] and [B, Hkv, S,
+// dv] with i64 lengths and starts [B]; out [B, H, T, dv] in q's dtype.
+TensorMeta infer_cached_attention(std::span<const TensorMeta> in) {
+  const TensorMeta &q = in[0], &k = in[1], &v = in[2], &lengths = in[3], &starts = in[4];
+  constexpr std::string_view op = "cached_attention";
+  KILN_CHECK_AS(ShapeError, q.shape.size() == 4 && k.shape.size() == 4 && v.shape.size() == 4,
+                "{}: q, k_cache and v_cache must be [B, heads, T or S, head dim], got {}", op,
+                shapes_str(in.subspan(0, 3)));
+  const std::int64_t batch = q.shape[0], heads = q.shape[1], kv_heads = k.shape[1];
+  KILN_CHECK_AS(ShapeError,
+                k.shape[0] == batch && v.shape[0] == batch && v.shape[1] == kv_heads &&
+                    v.shape[2] == k.shape[2] && k.shape[3] == q.shape[3] && kv_heads > 0 &&
+                    heads % kv_heads == 0,
+                "{}: q {} does not match the caches {} and {} (same B and S, the key head dim "
+                "of q, kv heads dividing q's heads)",
+                op, shape_str(q.shape), shape_str(k.shape), shape_str(v.shape));
+  KILN_CHECK_AS(DTypeError, is_floating(q.dtype) && k.dtype == q.dtype && v.dtype == q.dtype,
+                "{}: q, k_cache and v_cache must share one floating dtype, got {}, {} and {}", op,
+                q.dtype, k.dtype, v.dtype);
+  KILN_CHECK_AS(DTypeError, lengths.dtype == DType::i64 && starts.dtype == DType::i64,
+                "{}: lengths and starts must be i64, got {} and {}", op, lengths.dtype,
+                starts.dtype);
+  KILN_CHECK_AS(ShapeError, lengths.shape == Shape{batch} && starts.shape == Shape{batch},
+                "{}: lengths and starts must be [{}] (one per sequence), got {} and {}", op, batch,
+                shape_str(lengths.shape), shape_str(starts.shape));
+  return {{batch, heads, q.shape[2], v.shape[3]}, q.dtype};
+}
+
 // sort and topk: values in x's dtype and their i64 indices; topk keeps k of the dim's entries (a
 // 0-dim x is one entry).
 std::vector<TensorMeta> infer_sort(OpId op, const TensorMeta& x, const OpAttrs& attrs) {
@@ -501,6 +530,8 @@ std::vector<TensorMeta> infer_meta(OpId op, std::span<const TensorMeta> in,
     case OpClass::attention: return infer_attention(op, in, attrs);
     case OpClass::sort:
       return infer_sort(op, in[0], attrs);
+    case OpClass::cached_attention:
+      return {infer_cached_attention(in)};
   }
   throw Error(fmt::format("{}: no shape inference rule", op));
 }

@@ -31,10 +31,11 @@ enum class OpClass : std::uint8_t {
   view,           // no data movement: a new shape/strides over the same storage
   index,          // data-dependent addressing
   matmul,
-  movement,   // copies with index arithmetic (cat, pad)
-  transfer,   // between devices
-  attention,  // softmax(q kᵀ·scale + mask) v and its backward: a kernel of its own
-  sort,       // orders the values along a dim (sort, topk): values and their i64 indices
+  movement,          // copies with index arithmetic (cat, pad)
+  transfer,          // between devices
+  attention,         // softmax(q kᵀ·scale + mask) v and its backward: a kernel of its own
+  sort,              // orders the values along a dim (sort, topk): values and their i64 indices
+  cached_attention,  // attention of new queries over the live rows of a KV cache: inference only
 };
 
 // How an elementwise op types its output.

@@ -240,6 +240,14 @@ BOOST_AUTO_TEST_CASE(every_op_on_cuda_launches_kernels_and_copies_nothing_throug
               return s.run({a, b, c});
             });
             check_compiled(f, [&] { return f(on[0], on[1], on[2]); });
+          } else if (on.size() == 5) {
+            auto f = jit::compile([&](const Tensor& a, const Tensor& b, const Tensor& c,
+                                      const Tensor& d, const Tensor& e) {
+              return s.run({a, b, c, d, e});
+            });
+            check_compiled(f, [&] { return f(on[0], on[1], on[2], on[3], on[4]); });
+          } else {
+            BOOST_FAIL("samples take 1, 2, 3 or 5 inputs");
           }
         }
       }

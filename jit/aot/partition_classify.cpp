@@ -17,6 +17,7 @@ bool recomputable(OpId op) {
     case OpClass::reduction:
     case OpClass::scan:
     case OpClass::sort:
+    case OpClass::cached_attention:
     case OpClass::normalization:
     case OpClass::index:
     case OpClass::matmul:

@@ -11,12 +11,12 @@
 namespace kiln::jit::codegen {
 namespace {
 
-struct Shape {
+struct WarpGrid {
   int warps_m, warps_n, mi, nj;
   int min_stages;
 };
 // Smallest first (matmul_tiles.h); a 64 x 64 warp tile keeps 128 f32 accumulators per thread.
-constexpr std::array<Shape, kMatmulShapeCount> kShapes{{
+constexpr std::array<WarpGrid, kMatmulShapeCount> kShapes{{
     {2, 2, 2, 4, 2},  // 64 x 64, 128 threads
     {2, 2, 4, 8, 3},  // 128 x 128, 128 threads
     {2, 4, 4, 8, 3},  // 128 x 256, 256 threads
@@ -27,7 +27,7 @@ constexpr std::array<Shape, kMatmulShapeCount> kShapes{{
 MatmulTile matmul_tile_shape(int index, int stages) {
   KILN_CHECK(index >= 0 && index < kMatmulShapeCount, "matmul tile shape {} of {}", index,
              kMatmulShapeCount);
-  const Shape& s = kShapes[static_cast<std::size_t>(index)];
+  const WarpGrid& s = kShapes[static_cast<std::size_t>(index)];
   return MatmulTile{s.warps_m, s.warps_n, s.mi, s.nj, stages};
 }
 

@@ -85,6 +85,7 @@ ReductionCombine reduction_combine(OpId op, DType accumulator) {
     case OpId::log_softmax:
     case OpId::sort:
     case OpId::topk:
+    case OpId::cached_attention:
     case OpId::reshape:
     case OpId::permute:
     case OpId::expand:

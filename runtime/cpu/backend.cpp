@@ -65,6 +65,8 @@ class CpuBackend final : public Backend {
         return attention(in, attrs, out);
       case OpId::attention_backward:
         return attention_backward(in, attrs, out);
+      case OpId::cached_attention:
+        return {cached_attention(in, attrs, out[0])};
       // Elementwise ops and reductions by class below; dispatch runs views and transfers itself
       case OpId::exp:
       case OpId::log:

@@ -154,6 +154,7 @@ void unary_op(OpId op, const OpAttrs& attrs, ConstArrayMap<T> x, ArrayMap<T> y) 
     case OpId::log_softmax:
     case OpId::sort:
     case OpId::topk:
+    case OpId::cached_attention:
     case OpId::reshape:
     case OpId::permute:
     case OpId::expand:
@@ -298,6 +299,7 @@ void binary_arith(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<T> y
     case OpId::log_softmax:
     case OpId::sort:
     case OpId::topk:
+    case OpId::cached_attention:
     case OpId::reshape:
     case OpId::permute:
     case OpId::expand:
@@ -384,6 +386,7 @@ void binary_compare(OpId op, ConstArrayMap<T> a, ConstArrayMap<T> b, ArrayMap<bo
     case OpId::log_softmax:
     case OpId::sort:
     case OpId::topk:
+    case OpId::cached_attention:
     case OpId::reshape:
     case OpId::permute:
     case OpId::expand:

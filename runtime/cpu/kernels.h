@@ -57,6 +57,8 @@ Tensor index_add(const Tensor& self, const Tensor& index, const Tensor& src, std
 Tensor index_copy(const Tensor& self, const Tensor& index, const Tensor& src, std::int64_t dim);
 Tensor cat(std::span<const Tensor> inputs, std::int64_t dim, const TensorMeta& out);
 Tensor pad(const Tensor& x, const OpAttrs& attrs, const TensorMeta& out);
+// cached_attention's out (runtime/cpu/cached_attention.cpp).
+Tensor cached_attention(std::span<const Tensor> in, const OpAttrs& attrs, const TensorMeta& out);
 // attention: (out, lse); attention_backward: (dq, dk, dv). Inputs as runtime/ops.def lists them.
 std::vector<Tensor> attention(std::span<const Tensor> in, const OpAttrs& attrs,
                               std::span<const TensorMeta> out);

@@ -132,6 +132,7 @@ Tensor reduce(OpId op, const Tensor& x, const OpAttrs& attrs, const TensorMeta& 
         case OpId::log_softmax:
         case OpId::sort:
         case OpId::topk:
+        case OpId::cached_attention:
         case OpId::reshape:
         case OpId::permute:
         case OpId::expand:

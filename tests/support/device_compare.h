@@ -81,7 +81,7 @@ inline double ulps_apart(const Tensor& got, const Tensor& want, DType dtype, dou
 inline double single_op_ulps(OpId op, DType dtype) {
   if (dtype == DType::f16 || dtype == DType::bf16) return 1;
   // Attention chains two products, an exp and a row sum: each path rounds its own way.
-  if (op_class(op) == OpClass::attention) return 64;
+  if (op_class(op) == OpClass::attention || op == OpId::cached_attention) return 64;
   // A normal draw in f64: the CPU's cos(2 pi u) is the far one, its argument rounded by up to
   // half an ulp of 2 pi, which r (up to 5.8) turns into ~12 ulps of 1 near a zero of the cosine.
   if (op == OpId::random_normal && dtype == DType::f64) return 16;
@@ -105,6 +105,7 @@ inline double single_op_floor(OpId op, DType dtype) {
     case OpId::index_add:
     case OpId::attention:
     case OpId::attention_backward:
+    case OpId::cached_attention:
     case OpId::random_normal:  // r times a cosine near its zero
       return 1;
     case OpId::sort:  // exact: the input's own values

@@ -123,6 +123,8 @@ inline std::vector<DType> sample_dtypes(OpId op) {
     case OpId::matmul:
     case OpId::attention:
     case OpId::attention_backward: return {f64, f32};
+    case OpId::cached_attention:
+      return {f64, f32, bf16};
     case OpId::gather:
     case OpId::index_select:
     case OpId::scatter_add:
@@ -410,6 +412,13 @@ inline std::vector<OpSample> op_samples(OpId op, DType t) {
               sample("attention causal T 4 S 3, broadcast k/v batch, scale 0.7",
                      {values({2, 4, 3}, t, -1, 1, 58), values({1, 3, 3}, t, -1, 1, 59), values({1, 3, 2}, t, -1, 1, 60)},
                      [](auto& in) { return one(scaled_dot_product_attention(in[0], in[1], in[2], {}, true, 0.7)); })};
+    case OpId::cached_attention:
+      return {sample(
+          "cached_attention q [2, 4, 2, 8] over caches [2, 2, 7, 8 / 5], grouped heads",
+          {values({2, 4, 2, 8}, t, -1, 1, 64), values({2, 2, 7, 8}, t, -1, 1, 65),
+           values({2, 2, 7, 5}, t, -1, 1, 66), values({2}, DType::i64, 2, 8, 67),
+           values({2}, DType::i64, 0, 4, 68)},
+          [](auto& in) { return one(cached_attention(in[0], in[1], in[2], in[3], in[4], 0.6)); })};
     case OpId::attention_backward:
       return {sample("attention_backward [2, 3, 4] x [2, 5, 4], additive mask [5]",
                      {values({2, 3, 4}, t, -1, 1, 61), values({2, 5, 4}, t, -1, 1, 62), values({2, 5, 3}, t, -1, 1, 63)},
