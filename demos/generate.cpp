@@ -60,13 +60,14 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Each row of `sequences`, the prompt apart, and how many generated tokens follow the task's
-// rule: the permutation of the token two before (the model's output at t is perm(token t - 1)).
-std::int64_t print_rows(const char* label, const Tensor& sequences, std::int64_t prompt_len,
-                        std::int64_t vocab) {
-  Tensor s = sequences.to(Device::cpu());
-  auto v = s.to_vector<std::int64_t>();
-  const std::int64_t rows = s.shape()[0], cols = s.shape()[1];
+// Each row of `sequences`, the prompt apart (its left padding as dots), and how many generated
+// tokens follow the task's rule: the permutation of the token two before (the model's output at t
+// is perm(token t - 1)). Every prompt has two tokens or more, so that token is never padding.
+std::int64_t print_rows(const char* label, const Tensor& sequences, const Tensor& starts,
+                        std::int64_t prompt_len, std::int64_t vocab) {
+  auto v = sequences.to(Device::cpu()).to_vector<std::int64_t>();
+  auto pads = starts.to(Device::cpu()).to_vector<std::int64_t>();
+  const std::int64_t rows = sequences.shape()[0], cols = sequences.shape()[1];
   const std::int64_t a = gpt::permutation_multiplier(vocab);
   std::int64_t follows = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -74,7 +75,10 @@ std::int64_t print_rows(const char* label, const Tensor& sequences, std::int64_t
     for (std::int64_t c = 0; c < cols; ++c) {
       std::int64_t t = v[r * cols + c];
       if (c >= prompt_len) follows += t == (a * v[r * cols + c - 2] + 3) % vocab;
-      std::printf(c == prompt_len ? " | %2lld" : " %2lld", static_cast<long long>(t));
+      if (c < pads[r])
+        std::printf("  .");
+      else
+        std::printf(c == prompt_len ? " | %2lld" : " %2lld", static_cast<long long>(t));
     }
     std::printf("\n");
   }
@@ -85,21 +89,25 @@ std::int64_t print_rows(const char* label, const Tensor& sequences, std::int64_t
 // Returns whether compiled greedy decoding equals eager.
 template <typename Cache, typename Model, typename Config>
 bool decode(const char* name, const Model& model, const Config& config, const Options& o) {
-  Tensor prompt = from_vector<std::int64_t>({3, 9, 1, 14, 0, 7, 5, 5}, {4, 2}).to(o.device);
-  const std::int64_t prompt_len = prompt.shape()[1], batch = prompt.shape()[0];
+  // Prompts of 2 to 4 tokens, left-padded into one batch.
+  demos::Prompts prompt = demos::left_padded({{3, 9}, {1, 14, 0}, {7, 5}, {5, 5, 2, 8}}, o.device);
+  const std::int64_t prompt_len = prompt.tokens.shape()[1], batch = prompt.tokens.shape()[0];
   Cache eager_cache(config, batch, o.device), compiled_cache(config, batch, o.device);
   // forward_cached is found by argument type: gpt:: or zoo::.
-  auto eager = [&](const Tensor& t, const Tensor& p) {
-    return forward_cached(model, eager_cache, t, p);
+  auto eager = [&](const Tensor& t, const Tensor& r, const Tensor& s) {
+    return forward_cached(model, eager_cache, t, r, s);
   };
   jit::CompileOptions compile_options;
   compile_options.name = std::string(name) + "_decode";
   // A warm step replays as one CUDA graph (the tokens and positions copied into its inputs).
   compile_options.cuda_graphs = o.device.is_cuda();
-  auto step = jit::compile(
-      [&](const Tensor& t, const Tensor& p) { return forward_cached(model, compiled_cache, t, p); },
-      compile_options);
-  auto compiled = [&step](const Tensor& t, const Tensor& p) { return step(t, p); };
+  auto step =
+      jit::compile([&](const Tensor& t, const Tensor& r,
+                       const Tensor& s) { return forward_cached(model, compiled_cache, t, r, s); },
+                   compile_options);
+  auto compiled = [&step](const Tensor& t, const Tensor& r, const Tensor& s) {
+    return step(t, r, s);
+  };
 
   Tensor want = demos::generate(eager, prompt, o.tokens, {.temperature = 0});
   auto& stats = jit::codegen::launch_stats();
@@ -108,7 +116,7 @@ bool decode(const char* name, const Model& model, const Config& config, const Op
   auto launches = stats.launches.load() - launches_before;
   auto graph_launches = stats.graph_launches.load() - graphs_before;
   std::printf("\n%s, greedy (prompt | generated):\n", name);
-  std::int64_t follows = print_rows("compiled", got, prompt_len, config.vocab);
+  std::int64_t follows = print_rows("compiled", got, prompt.starts, prompt_len, config.vocab);
   bool same = got.to(Device::cpu()).to_vector<std::int64_t>() ==
               want.to(Device::cpu()).to_vector<std::int64_t>();
   std::printf("  %lld of %lld generated tokens follow the task's rule; compiled %s eager\n",
@@ -124,7 +132,8 @@ bool decode(const char* name, const Model& model, const Config& config, const Op
   std::printf("\n%s, sampled (temperature %g, top-k %lld, top-p %g, seed %llu):\n", name,
               o.sampling.temperature, static_cast<long long>(o.sampling.top_k), o.sampling.top_p,
               static_cast<unsigned long long>(o.seed));
-  std::int64_t sampled_follows = print_rows("compiled", sampled, prompt_len, config.vocab);
+  std::int64_t sampled_follows =
+      print_rows("compiled", sampled, prompt.starts, prompt_len, config.vocab);
   std::printf("  %lld of %lld generated tokens follow the task's rule\n",
               static_cast<long long>(sampled_follows), static_cast<long long>(batch * o.tokens));
   return same;

@@ -1,15 +1,16 @@
 // Decoding the zoo's Llama-style model (llama.h) from a static KV cache, as demos/gpt_decode.h
 // does for the GPT: module buffers [B, kv_heads, seq_len, head_dim] per layer (grouped-query
 // attention caches the key / value heads only), written in place with index_copy_ at the
-// positions, a device tensor; the rotary tables and the causal mask are read at those positions.
+// cache rows, a device tensor; the rotary tables are read at each token's position, and
+// cached_attention reads the grouped key / value heads without repeating them.
 #pragma once
 
-#include <cmath>
 #include <string>
 #include <vector>
 
 #include "autograd/nn.h"
 #include "autograd/ops.h"
+#include "demos/decode_loop.h"
 #include "demos/zoo/llama.h"
 
 namespace kiln::zoo {
@@ -30,16 +31,19 @@ class LlamaKvCache : public nn::Module {
   std::vector<Tensor> keys, values;
 };
 
-// Logits [B, T, vocab] of `tokens` [B, T] at `positions` (i64 [T] on the model's device), their
-// keys and values written into `cache` first.
+// Logits [B, T, vocab] of `tokens` [B, T] written at cache `rows` (i64 [T]) of sequences whose
+// live rows begin at `starts` (i64 [B]), on the model's device; their keys and values go into
+// `cache` first.
 inline Tensor forward_cached(const Llama& model, const LlamaKvCache& cache, const Tensor& tokens,
-                             const Tensor& positions) {
+                             const Tensor& rows, const Tensor& starts) {
   const LlamaConfig& c = model.config();
   const std::int64_t b = tokens.shape()[0], t = tokens.shape()[1], hd = c.head_dim;
-  Tensor cos = index_select(model.rope_cos, 0, positions);
-  Tensor sin = index_select(model.rope_sin, 0, positions);
-  Tensor mask = index_select(model.causal_mask, 0, positions);  // [T, seq_len]: 0 / -inf
-  auto heads_of = [&](const Tensor& y, std::int64_t n) {        // -> [B, n, T, head_dim]
+  demos::StepPositions at = demos::step_positions(rows, starts);
+  auto rotary = [&](const Tensor& table) {  // -> [B, 1, T, head_dim], at each token's position
+    return index_select(table, 0, at.positions.reshape({b * t})).reshape({b, 1, t, hd});
+  };
+  Tensor cos = rotary(model.rope_cos), sin = rotary(model.rope_sin);
+  auto heads_of = [&](const Tensor& y, std::int64_t n) {  // -> [B, n, T, head_dim]
     return y.reshape({b, t, n, hd}).transpose(1, 2);
   };
   Tensor h = model.tok_embeddings(tokens);
@@ -51,11 +55,10 @@ inline Tensor forward_cached(const Llama& model, const LlamaKvCache& cache, cons
     Tensor k = heads_of(attn.wk(x), c.kv_heads);
     q = q * cos + rotate_half(q) * sin;
     k = k * cos + rotate_half(k) * sin;
-    cache.keys[i].index_copy_(2, positions, k);
-    cache.values[i].index_copy_(2, positions, heads_of(attn.wv(x), c.kv_heads));
-    Tensor scores = matmul(q, attn.repeat_kv(cache.keys[i]).transpose(2, 3)) *
-                    (1.0 / std::sqrt(static_cast<double>(hd)));
-    Tensor out = matmul(softmax(scores + mask, -1), attn.repeat_kv(cache.values[i]));
+    cache.keys[i].index_copy_(2, rows, k);
+    cache.values[i].index_copy_(2, rows, heads_of(attn.wv(x), c.kv_heads));
+    // Grouped-query: each key / value head serves heads / kv_heads query heads, read in place.
+    Tensor out = cached_attention(q, cache.keys[i], cache.values[i], at.lengths, starts);
     h = h + attn.wo(out.transpose(1, 2).reshape({b, t, c.heads * hd}));
     h = h + layer.feed_forward(layer.ffn_norm(h));
   }
