@@ -15,16 +15,17 @@
 
 namespace kiln::gpt {
 
-// Keys and values of every layer for `batch` sequences of up to config.seq_len tokens.
+// Keys and values of every layer for `batch` sequences of up to config.seq_len tokens, in the
+// model's dtype.
 class KvCache : public nn::Module {
  public:
-  KvCache(const GptConfig& config, std::int64_t batch, Device device) {
+  KvCache(const GptConfig& config, std::int64_t batch, Device device, DType dtype = DType::f32) {
     const std::int64_t head_dim = config.d_model / config.heads;
     keys.reserve(config.layers);  // the registered slots must not move
     values.reserve(config.layers);
     for (std::int64_t i = 0; i < config.layers; ++i) {
-      keys.push_back(zeros({batch, config.heads, config.seq_len, head_dim}, DType::f32, device));
-      values.push_back(zeros({batch, config.heads, config.seq_len, head_dim}, DType::f32, device));
+      keys.push_back(zeros({batch, config.heads, config.seq_len, head_dim}, dtype, device));
+      values.push_back(zeros({batch, config.heads, config.seq_len, head_dim}, dtype, device));
       register_buffer("keys." + std::to_string(i), keys.back());
       register_buffer("values." + std::to_string(i), values.back());
     }

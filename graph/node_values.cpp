@@ -7,6 +7,10 @@
 namespace kiln::graph {
 
 Tensor input_value(const Input& in, std::span<const CallArg> args) {
+  return input_ref(in, args);
+}
+
+const Tensor& input_ref(const Input& in, std::span<const CallArg> args) {
   switch (in.kind) {
     case InputKind::argument:
       return *args[in.arg_index].tensor;

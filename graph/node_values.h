@@ -15,6 +15,8 @@ OpAttrs attrs_at(const Graph& g, const Node& n, std::span<const std::int64_t> sy
 // What an input of the graph is in this call: an argument, a declared slot's tensor, or the
 // tensor traced.
 Tensor input_value(const Input& in, std::span<const CallArg> args);
+// The same without a copy of the handle, for the checks every warm call makes of every input.
+const Tensor& input_ref(const Input& in, std::span<const CallArg> args);
 // Draws this call's random numbers: sets each random draw's seed and offset inputs from its
 // generator, advancing it by the draw's counters at this call's sizes, in trace order. Once per
 // call, before anything reads the inputs.

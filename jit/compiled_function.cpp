@@ -447,6 +447,7 @@ CompiledFunctionCore::Entry CompiledFunctionCore::make_entry(std::span<const Cal
       e.graphs =
           std::make_shared<PlanGraphs>(options_.cuda_graph_limit, graph_refusal(e.traced, e.graph));
     e.guards = guards_for(e.graph, args, sym.arg_symbols);
+    e.written = written_input_indices(e.graph);
     return e;
   }
 }
@@ -616,7 +617,7 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
   } else {
     out = run_reference(entry->graph, args, symbol_values);
   }
-  if (!entry->graph.mutated_inputs.empty()) write_back(entry->graph, args, out);
+  if (!entry->written.empty()) write_back(entry->graph, entry->written, args, out);
   return out;
 }
 

@@ -100,6 +100,7 @@ class CompiledFunctionCore {
   struct Entry {
     GuardSet guards;
     graph::Graph graph;              // optimized: what runs
+    std::vector<std::size_t> written;  // graph.inputs each call writes back (written_inputs.h)
     graph::Graph traced;             // as recorded: what a verification re-trace is compared with
     graph::Partition fusion;         // the kernels `graph` becomes
     std::optional<KernelPlan> plan;  // for graphs on CUDA tensors

@@ -323,7 +323,7 @@ std::vector<Tensor> PlanGraphs::run(const KernelPlan& plan, const graph::Graph& 
   // An input read in place that moved since the capture (a reassigned parameter): record again.
   if (Recorded& r = *it->second; r.exec) {
     for (const auto& [i, data] : r.fixed)
-      if (graph::input_value(g.inputs[i], args).raw_data() != data) {
+      if (graph::input_ref(g.inputs[i], args).raw_data() != data) {
         ++rerecords_;
         note(fmt::format("'{}' moved since its graph was captured: recorded again",
                          g.inputs[i].name));

@@ -25,13 +25,24 @@ void check_written_inputs_unaliased(const graph::Graph& g, std::span<const CallA
   }
 }
 
+std::vector<std::size_t> written_input_indices(const graph::Graph& g) {
+  std::vector<std::size_t> out;
+  for (int w : g.mutated_inputs)
+    for (std::size_t i = 0; i < g.inputs.size(); ++i)
+      if (g.inputs[i].value == w) out.push_back(i);
+  KILN_CHECK(out.size() == g.mutated_inputs.size(),
+             "compile: internal error: a written value of '{}' is not an input", g.name);
+  return out;
+}
+
 // Writes the final value of each input the function wrote in place into it, and drops those
 // values from `out`: what a call returns is what the function returned.
-void write_back(const graph::Graph& g, std::span<const CallArg> args, std::vector<Tensor>& out) {
-  std::size_t returned = out.size() - g.mutated_inputs.size();
+void write_back(const graph::Graph& g, std::span<const std::size_t> written,
+                std::span<const CallArg> args, std::vector<Tensor>& out) {
+  std::size_t returned = out.size() - written.size();
   NoGradGuard no_grad;
-  for (std::size_t k = 0; k < g.mutated_inputs.size(); ++k) {
-    Tensor dst = graph::input_value(*g.input_of(g.mutated_inputs[k]), args);
+  for (std::size_t k = 0; k < written.size(); ++k) {
+    const Tensor& dst = graph::input_ref(g.inputs[written[k]], args);
     const Tensor& src = out[returned + k];
     // The kernel that computed it wrote it there (jit/buffer_assignment.h: written_into).
     const bool there = src.raw_data() == dst.raw_data() && src.shape() == dst.shape() &&

@@ -15,7 +15,13 @@ namespace kiln::jit {
 void check_written_inputs_unaliased(const graph::Graph& g, std::span<const CallArg> args,
                                     const std::string& fn);
 
-// Writes the final value of each written input into it and drops those values from `out`.
-void write_back(const graph::Graph& g, std::span<const CallArg> args, std::vector<Tensor>& out);
+// The index in g.inputs of each of g.mutated_inputs, in order: found once per entry, since a
+// decode step writes a cache per layer among hundreds of inputs on every call.
+std::vector<std::size_t> written_input_indices(const graph::Graph& g);
+
+// Writes the final value of each written input (`written`: written_input_indices(g)) into it and
+// drops those values from `out`.
+void write_back(const graph::Graph& g, std::span<const std::size_t> written,
+                std::span<const CallArg> args, std::vector<Tensor>& out);
 
 }  // namespace kiln::jit

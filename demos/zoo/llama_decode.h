@@ -15,15 +15,17 @@
 
 namespace kiln::zoo {
 
+// Keys and values of every layer's key / value heads, in the model's dtype.
 class LlamaKvCache : public nn::Module {
  public:
-  LlamaKvCache(const LlamaConfig& config, std::int64_t batch, Device device) {
+  LlamaKvCache(const LlamaConfig& config, std::int64_t batch, Device device,
+               DType dtype = DType::f32) {
     keys.reserve(config.layers);  // the registered slots must not move
     values.reserve(config.layers);
     const Shape shape{batch, config.kv_heads, config.seq_len, config.head_dim};
     for (std::int64_t i = 0; i < config.layers; ++i) {
-      keys.push_back(zeros(shape, DType::f32, device));
-      values.push_back(zeros(shape, DType::f32, device));
+      keys.push_back(zeros(shape, dtype, device));
+      values.push_back(zeros(shape, dtype, device));
       register_buffer("keys." + std::to_string(i), keys.back());
       register_buffer("values." + std::to_string(i), values.back());
     }

@@ -473,6 +473,9 @@ class VirtualBackend final : public Backend {
       check_sticky("cuGraphLaunch");
       ++graph_launches_;
     }
+    // Execution off: a real GPU's cuGraphLaunch returns once the graph is queued, whatever its
+    // nodes, so a benchmark of the host's cost must not walk them either.
+    if (!kernel_execution().load(std::memory_order_relaxed)) return;
     std::vector<void*> params;
     for (const vgpu::GraphNode& node : g->nodes) {
       if (node.kind == vgpu::GraphNode::Kind::host) {
@@ -521,7 +524,7 @@ class VirtualBackend final : public Backend {
         return capture_.record(std::move(node));
       }
     }
-    work();
+    if (kernel_execution().load(std::memory_order_relaxed)) work();
   }
 
   std::uint64_t graph_launches() {
