@@ -4,6 +4,7 @@
 // one length; each sequence's `starts` entry says where its own tokens begin.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 

@@ -617,7 +617,7 @@ std::vector<Tensor> CompiledFunctionCore::call(std::span<const CallArg> args, In
   } else {
     out = run_reference(entry->graph, args, symbol_values);
   }
-  if (!entry->written.empty()) write_back(entry->graph, entry->written, args, out);
+  if (!entry->graph.mutated_inputs.empty()) write_back(entry->graph, entry->written, args, out);
   return out;
 }
 

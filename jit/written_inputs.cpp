@@ -39,6 +39,9 @@ std::vector<std::size_t> written_input_indices(const graph::Graph& g) {
 // values from `out`: what a call returns is what the function returned.
 void write_back(const graph::Graph& g, std::span<const std::size_t> written,
                 std::span<const CallArg> args, std::vector<Tensor>& out) {
+  KILN_CHECK(written.size() == g.mutated_inputs.size() && out.size() >= written.size(),
+             "compile: internal error: '{}' writes {} inputs, {} found, {} values returned", g.name,
+             g.mutated_inputs.size(), written.size(), out.size());
   std::size_t returned = out.size() - written.size();
   NoGradGuard no_grad;
   for (std::size_t k = 0; k < written.size(); ++k) {
