@@ -99,7 +99,7 @@ bool decode(const char* name, const Model& model, const Config& config, const Op
   };
   jit::CompileOptions compile_options;
   compile_options.name = std::string(name) + "_decode";
-  // A warm step replays as one CUDA graph (the tokens and positions copied into its inputs).
+  // A warm step replays as one CUDA graph (the tokens, rows and starts copied into its inputs).
   compile_options.cuda_graphs = o.device.is_cuda();
   auto step =
       jit::compile([&](const Tensor& t, const Tensor& r,

@@ -1,5 +1,5 @@
 // Decoding with the demo GPT (demos/gpt_model.h) from a static KV cache: module buffers
-// [B, heads, seq_len, head_dim] per layer, written in place at the new tokens' positions with
+// [B, heads, seq_len, head_dim] per layer, written in place at the new tokens' cache rows with
 // index_copy_, and the rows as a device tensor, so a compiled step is traced once for the
 // prompt's length and once for one token, never per position. Attention is cached_attention: it
 // reads each sequence's live rows only (its left padding and the rows not yet written skipped).

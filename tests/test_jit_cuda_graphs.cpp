@@ -20,6 +20,8 @@
 #include "jit/cuda_graphs.h"
 #include "runtime/cuda/current_stream.h"
 #include "runtime/cuda/launch_blocking.h"
+#include "runtime/cuda/virtual/virtual_backend.h"
+#include "runtime/cuda_backend.h"
 #include "runtime/device_checks.h"
 #include "runtime/grad_mode.h"
 #include "runtime/random.h"
@@ -89,6 +91,31 @@ BOOST_AUTO_TEST_CASE(a_warm_call_is_one_graph_launch_following_its_arguments) {
   BOOST_REQUIRE(f.core().graphs(0));
   BOOST_TEST(f.core().graphs(0)->recorded() == 1);
   BOOST_TEST(f.explain().find("CUDA graphs: 1 captured") != std::string::npos, f.explain());
+}
+
+// With the virtual GPU's execution off (what a benchmark of the host's cost sets), a replay is
+// counted and returns: neither its kernels nor its cuBLASLt call run, so its output still holds
+// the last replay that ran. With execution on again the next replay computes its argument's.
+BOOST_AUTO_TEST_CASE(with_execution_off_a_replay_is_counted_and_runs_nothing) {
+  if (!cuda::backend().properties(0).is_virtual) return;  // a GPU always runs what it queues
+  Tensor w = randn({16, 16});
+  Tensor w_dev = w.to(Device::cuda());
+  auto f = jit::compile([&](const Tensor& x) { return relu(matmul(x, w_dev) + 1.0); },
+                        with_graphs("execution_off"));
+  auto want = [&](const Tensor& x) { return relu(matmul(x, w) + 1.0); };
+  Tensor a = randn({8, 16}), b = randn({8, 16});
+  for (int call = 0; call < 3; ++call) f(a.to(Device::cuda()));  // warm-up, capture, replay
+  const std::vector<float> ran = host(f(a.to(Device::cuda()))).to_vector<float>();
+  const bool executed = cuda::vgpu::set_kernel_execution(false);
+  Counts before = Counts::now();
+  Tensor skipped = f(b.to(Device::cuda()));
+  Counts off = Counts::now().since(before);
+  cuda::vgpu::set_kernel_execution(executed);
+  BOOST_TEST(off.graph_launches == 1);
+  BOOST_TEST(off.launches == 0);
+  BOOST_TEST(host(skipped).to_vector<float>() == ran, boost::test_tools::per_element());
+  BOOST_TEST(relative_error(f(b.to(Device::cuda())), want(b)) <= 1e-5);
+  BOOST_TEST(relative_error(host(skipped), want(a)) <= 1e-5);  // handed over, still a's
 }
 
 // An output the caller still holds when the next replay comes is handed over first: its bytes

@@ -33,9 +33,10 @@ void check_device_range(Backend& backend, DevicePtr ptr, std::uint64_t bytes, co
 void mark_device_initialized(Backend& backend, DevicePtr ptr, std::uint64_t bytes);
 
 // While off, launches are checked (handle, dims, shared memory) and counted but their kernels do
-// not run, nor do library calls (cuBLASLt, computed on the host here): a benchmark measures the
-// host's cost of a call without the interpreter's (a real GPU's launch returns once the kernel is
-// queued). Nothing they write is written. Returns the previous setting; on by default.
+// not run, nor do library calls (cuBLASLt, computed on the host here) or a graph's nodes (its
+// launch is counted and returns): a benchmark measures the host's cost of a call without the
+// interpreter's (a real GPU's launch returns once the work is queued). Nothing they write is
+// written. Returns the previous setting; on by default.
 bool set_kernel_execution(bool on);
 
 // Makes the virtual GPU `backend` report compute capability major.minor, with that
