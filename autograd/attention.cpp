@@ -93,6 +93,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
 namespace autograd {
 
+Tensor device_counts(std::int64_t n, std::int64_t dim, std::int64_t rank, DType dtype,
+                     Device device) {
+  Shape shape(static_cast<std::size_t>(rank), 1);
+  shape[static_cast<std::size_t>(dim)] = n;
+  Tensor one = scalar_tensor(1, dtype);
+  return cumsum(zeros(shape, dtype, device) + one, dim) - one;
+}
+
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -116,10 +124,10 @@ Tensor masked_scores(const Tensor& qa, const Tensor& ka, const Tensor& mask, dou
   if (mask.defined())
     s = mask.dtype() == DType::bool_ ? where(mask, s, number(-kInf, acc)) : s + cast(mask, acc);
   if (causal) {
-    // Key j <= query i, from running counts made on the scores' device (no host copy).
+    // Key j <= query i, from counts made on the scores' device (no host copy).
     std::int64_t t = s.impl().shape[s.dim() - 2], n = s.impl().shape.back();
-    Tensor rows = cumsum(zeros({t, 1}, acc, s.device()) + number(1, acc), 0);
-    Tensor cols = cumsum(zeros({1, n}, acc, s.device()) + number(1, acc), 1);
+    Tensor rows = device_counts(t, 0, 2, acc, s.device());
+    Tensor cols = device_counts(n, 1, 2, acc, s.device());
     s = where(le(cols, rows), s, number(-kInf, acc));
   }
   return s;

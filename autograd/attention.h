@@ -24,6 +24,11 @@ AttentionOutputs attention_decomposed(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& mask, double scale, bool causal,
                                       const ProbabilityDropout& dropout = {});
 
+// 0, 1, ..., n - 1 along `dim` of a tensor of rank `rank` (size 1 elsewhere), made on `device` by
+// a running count: the index grids the decompositions mask with, without arange's host copy.
+Tensor device_counts(std::int64_t n, std::int64_t dim, std::int64_t rank, DType dtype,
+                     Device device);
+
 // cached_attention (autograd/ops.h) as primitive ops: the visible rows as a bool mask [B, 1, T, S]
 // over attention_decomposed, where the kernels do not take a call (f64, wide heads).
 Tensor cached_attention_decomposed(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,

@@ -33,14 +33,8 @@ namespace kiln::autograd {
 Tensor cached_attention_decomposed(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                    const Tensor& lengths, const Tensor& starts, double scale) {
   const std::int64_t batch = q.shape()[0], time = q.shape()[2], cache = k_cache.shape()[2];
-  // Row and token indices counted on q's device (arange would be a host copy per call).
-  auto iota = [&](std::int64_t n, std::int64_t dim) {
-    Shape shape{1, 1, 1, 1};
-    shape[static_cast<std::size_t>(dim)] = n;
-    return cumsum(zeros(shape, DType::i64, q.device()) + scalar_tensor(1, DType::i64), dim) -
-           scalar_tensor(1, DType::i64);
-  };
-  Tensor rows = iota(cache, 3), tokens = iota(time, 2);
+  Tensor rows = device_counts(cache, 3, 4, DType::i64, q.device());   // [1, 1, 1, S]
+  Tensor tokens = device_counts(time, 2, 4, DType::i64, q.device());  // [1, 1, T, 1]
   Tensor last = lengths.reshape({batch, 1, 1, 1}) - scalar_tensor(time, DType::i64) +
                 tokens;  // each query's position
   Tensor visible = logical_and(ge(rows, starts.reshape({batch, 1, 1, 1})), le(rows, last));

@@ -38,6 +38,7 @@
 
 #include "demos/gpt_decode.h"
 #include "demos/zoo/llama_decode.h"
+#include "jit/codegen/kernel_cache.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/codegen/lt_matmul.h"
 #include "jit/compile.h"
@@ -72,10 +73,6 @@ struct Decoder {
   std::function<std::vector<Tensor>(const Tensor&, const Tensor&, const Tensor&)> step;
 };
 
-std::int64_t bytes_of(const Tensor& t) {
-  return t.numel() * static_cast<std::int64_t>(itemsize(t.dtype()));
-}
-
 // The greedy token and the next cache row after `logits` [B, T, vocab] at `rows` [T].
 std::vector<Tensor> next_token(const Tensor& logits, const Tensor& rows) {
   Tensor next = unsqueeze(argmax(select(logits, 1, logits.shape()[1] - 1), -1), 1);
@@ -93,10 +90,10 @@ void count_weights(const Model& model, const std::set<const void*>& tables,
   for (const auto& [name, p] : model.named_parameters()) {
     if (!seen.insert(p.raw_data()).second) continue;
     if (!tables.count(p.raw_data())) {
-      d.weight_bytes += bytes_of(p);
+      d.weight_bytes += codegen::tensor_bytes(p);
       continue;
     }
-    const std::int64_t row = bytes_of(p) / p.shape()[0];
+    const std::int64_t row = codegen::tensor_bytes(p) / p.shape()[0];
     d.weight_bytes += row;
     if (per_sequence.count(p.raw_data())) d.table_row_bytes += row;
   }

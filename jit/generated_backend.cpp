@@ -7,7 +7,6 @@
 #include <array>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <unordered_map>
 
 #include "autograd/attention.h"
@@ -47,12 +46,8 @@ struct EagerKernel {
 namespace {
 // On KILN_LOG=fusion, once per reason: `op` ran as primitive ops, its scores materialized.
 void log_decomposed(OpId op, const std::string& why) {
-  if (!log_enabled(LogTopic::fusion)) return;
-  static std::mutex mutex;
-  static std::set<std::string> seen;
-  std::string line = fmt::format("kiln: {} -> primitive ops (scores materialized): {}", op, why);
-  std::lock_guard lock(mutex);
-  if (seen.insert(line).second) log_line(line);
+  if (log_enabled(LogTopic::fusion))
+    log_line_once(fmt::format("kiln: {} -> primitive ops (scores materialized): {}", op, why));
 }
 }  // namespace
 

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -62,6 +64,12 @@ bool log_enabled(LogTopic topic) {
 }
 void log_line(std::string_view text) {
   std::fprintf(stderr, "%.*s\n", static_cast<int>(text.size()), text.data());
+}
+void log_line_once(std::string_view text) {
+  static std::mutex mutex;
+  static std::set<std::string, std::less<>> seen;
+  std::lock_guard lock(mutex);
+  if (seen.emplace(text).second) log_line(text);
 }
 void reload_log_settings() {
   mask().store(parse(std::getenv("KILN_LOG")));

@@ -19,6 +19,8 @@ enum class LogTopic {
 
 bool log_enabled(LogTopic topic);
 void log_line(std::string_view text);
+// log_line the first time this process logs `text`: a reason that repeats every call prints once.
+void log_line_once(std::string_view text);
 // Re-reads KILN_LOG (tests change it at run time).
 void reload_log_settings();
 

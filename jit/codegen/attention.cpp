@@ -147,10 +147,6 @@ bool vector_loads_fit(const std::vector<const Tensor*>& operands, const Attentio
   return true;
 }
 
-cuda::DevicePtr address(const Tensor& t) {
-  return reinterpret_cast<cuda::DevicePtr>(t.raw_data());
-}
-
 // The innermost batch dim's size when k and v do not move along it (size 1 or absent there)
 // and q does, else 1.
 std::int64_t kv_group_of(const AttentionCall& c, const Shape& batch) {
@@ -376,8 +372,9 @@ AttentionForward attention_forward(const AttentionCall& c, const std::optional<T
   Variant v = variant_of(c, g, l, vector_loads_fit({&c.q, &c.k, &c.v}, c));
   auto [k, tl] = kernel_for(Kernel::forward, v);
   auto blocks = static_cast<unsigned>(l.batches * ((t + 16 * tl.warps - 1) / (16 * tl.warps)));
-  cuda::DevicePtr pq = address(c.q), pk = address(c.k), pv = address(c.v),
-                  pm = mask ? address(*mask) : 0, po = address(r.out), pl = address(r.lse);
+  cuda::DevicePtr pq = device_address(c.q), pk = device_address(c.k), pv = device_address(c.v),
+                  pm = mask ? device_address(*mask) : 0, po = device_address(r.out),
+                  pl = device_address(r.lse);
   float scale_log2 = static_cast<float>(c.scale * M_LOG2E);
   int causal = c.causal ? 1 : 0;
   DropoutArgument dropout = dropout_argument(c);
@@ -446,9 +443,10 @@ AttentionGrads attention_backward(const AttentionCall& c, const Tensor& out, con
     Layout l = layout_of(c, batch, &out, &dout, mask ? &*mask : nullptr, &grads);
     Variant v = variant_of(c, g, l, vector_loads_fit({&c.q, &c.k, &c.v, &dout}, c));
     v.grouped = kv_group > 1;
-    cuda::DevicePtr pq = address(c.q), pk = address(c.k), pv = address(c.v), po = address(out),
-                    pdo = address(dout), pl = address(lse_c), pm = mask ? address(*mask) : 0,
-                    pdq = address(dq), pdk = address(dk), pdv = address(dvt);
+    cuda::DevicePtr pq = device_address(c.q), pk = device_address(c.k), pv = device_address(c.v),
+                    po = device_address(out), pdo = device_address(dout),
+                    pl = device_address(lse_c), pm = mask ? device_address(*mask) : 0,
+                    pdq = device_address(dq), pdk = device_address(dk), pdv = device_address(dvt);
     float scale_log2 = static_cast<float>(c.scale * M_LOG2E), scale = static_cast<float>(c.scale);
     int causal = c.causal ? 1 : 0;
     // One launch: the dq blocks first, then the dk/dv blocks.

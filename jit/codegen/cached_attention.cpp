@@ -46,10 +46,6 @@ KernelHandle render_part(DType dtype, int head_d, int head_dv, const char* part)
                       render_template("cached_attention.cu.mustache", d));
 }
 
-cuda::DevicePtr pointer(const Tensor& t) {
-  return reinterpret_cast<cuda::DevicePtr>(t.raw_data());
-}
-
 // `t` with a contiguous last dim (a copy only where it is strided).
 Tensor rows_contiguous(const Tensor& t) {
   return t.dim() > 0 && t.strides().back() != 1 && t.shape().back() > 1 ? t.contiguous() : t;
@@ -67,8 +63,8 @@ std::string cached_attention_unsupported(DType dtype, std::int64_t head_d, std::
 }
 
 CachedAttentionKernel render_cached_attention(DType dtype, int head_d, int head_dv) {
-  KILN_CHECK(cached_attention_unsupported(dtype, head_d, head_dv).empty(), "{}",
-             cached_attention_unsupported(dtype, head_d, head_dv));
+  const std::string why = cached_attention_unsupported(dtype, head_d, head_dv);
+  KILN_CHECK(why.empty(), "{}", why);
   return {render_part(dtype, head_d, head_dv, "partial"),
           render_part(dtype, head_d, head_dv, "combine"), head_d, head_dv};
 }
@@ -123,9 +119,11 @@ Tensor run_cached_attention(const CachedAttentionKernel& kernel, std::span<const
                     "(of {} sequences){}",
                     what, b, e[1], batch, device_check_note()));
   });
-  cuda::DevicePtr pq = pointer(q), pk = pointer(k), pv = pointer(v), plen = pointer(lengths),
-                  pstart = pointer(starts), ppart = direct ? 0 : pointer(parts),
-                  plse = direct ? 0 : pointer(lses), pout = pointer(out), perror = check.flag();
+  cuda::DevicePtr pq = device_address(q), pk = device_address(k), pv = device_address(v),
+                  plen = device_address(lengths), pstart = device_address(starts),
+                  ppart = direct ? 0 : device_address(parts),
+                  plse = direct ? 0 : device_address(lses), pout = device_address(out),
+                  perror = check.flag();
   long long qb = q.strides()[0], qh = q.strides()[1], qt = q.strides()[2];
   long long kb = k.strides()[0], kh = k.strides()[1], kr = k.strides()[2];
   long long vb = v.strides()[0], vh = v.strides()[1], vr = v.strides()[2];

@@ -52,5 +52,9 @@ void prepare_kernels(std::span<const KernelHandle* const> kernels);
 // Blocks of `block` threads for a grid-stride loop over n elements (a few waves at most).
 unsigned grid_stride_blocks(long long n, unsigned block);
 std::int64_t tensor_bytes(const Tensor& t);
+// A CUDA tensor's data as a kernel's pointer argument.
+inline cuda::DevicePtr device_address(const Tensor& t) {
+  return reinterpret_cast<cuda::DevicePtr>(t.raw_data());
+}
 
 }  // namespace kiln::jit::codegen

@@ -5,8 +5,6 @@
 
 #include <climits>
 #include <cstdlib>
-#include <mutex>
-#include <set>
 
 #include "runtime/cuda/blaslt/blaslt.h"
 #include "runtime/cuda/blaslt/lt_api.h"
@@ -453,12 +451,8 @@ std::optional<LtGrad> try_lt_backward(const LtBackward& g, std::string* why) {
 }
 
 void log_lt_fallback(std::string_view what, const std::string& why) {
-  if (!log_enabled(LogTopic::fusion)) return;
-  static std::mutex mutex;
-  static std::set<std::string> seen;
-  std::string line = fmt::format("kiln: {} -> generated GEMM + epilogue kernel: {}", what, why);
-  std::lock_guard lock(mutex);
-  if (seen.insert(line).second) log_line(line);
+  if (log_enabled(LogTopic::fusion))
+    log_line_once(fmt::format("kiln: {} -> generated GEMM + epilogue kernel: {}", what, why));
 }
 
 LtStats& lt_stats() {

@@ -32,10 +32,6 @@ constexpr long long kMaxPartials = kBlock;
 
 std::atomic<std::int64_t> uploads{0};
 
-cuda::DevicePtr address(const Tensor& t) {
-  return reinterpret_cast<cuda::DevicePtr>(t.raw_data());
-}
-
 // A device table and the words it holds: uploaded again only when they change, so a step whose
 // tensors stayed where they were copies nothing to the device.
 struct DeviceTable {
@@ -47,11 +43,12 @@ struct DeviceTable {
       auto size = static_cast<std::int64_t>(next.size());
       if (!memory.defined() || memory.numel() < size)
         memory = empty({std::max<std::int64_t>(size, 1)}, DType::i64, Device::cuda());
-      cuda::pinned_staging().upload(address(memory), next.data(), next.size() * sizeof(next[0]));
+      cuda::pinned_staging().upload(device_address(memory), next.data(),
+                                    next.size() * sizeof(next[0]));
       words = std::move(next);
       uploads.fetch_add(1, std::memory_order_relaxed);
     }
-    return address(memory);
+    return device_address(memory);
   }
 };
 
@@ -184,7 +181,8 @@ void run_update(const UpdateKind& kind, std::span<const std::span<const Tensor>>
     for (std::size_t i : group) {
       std::int64_t n = params[i].numel();
       if (n == 0) continue;
-      for (const auto& list : lists) words.push_back(static_cast<std::int64_t>(address(list[i])));
+      for (const auto& list : lists)
+        words.push_back(static_cast<std::int64_t>(device_address(list[i])));
       words.push_back(n);
       words.push_back(chunks);
       chunks += chunks_of(n);
@@ -334,8 +332,8 @@ GradTable grad_table(std::span<const Tensor> grads) {
   for (const auto& g : grads) {
     std::int64_t n = g.numel();
     if (n == 0) continue;
-    t.words.insert(t.words.end(),
-                   {static_cast<std::int64_t>(address(g)), dtype_code(g.dtype()), n, t.chunks});
+    t.words.insert(t.words.end(), {static_cast<std::int64_t>(device_address(g)),
+                                   dtype_code(g.dtype()), n, t.chunks});
     t.chunks += chunks_of(n);
     ++t.rows;
     t.bytes += tensor_bytes(g);
@@ -353,7 +351,7 @@ Tensor clip(std::span<const Tensor> grads, const ClipGradNorm& clip, CallerTable
   if (!tables.partials.defined() || tables.partials.dtype() != t.acc)
     tables.partials = empty({kMaxPartials}, t.acc, Device::cuda());
   Tensor total = empty({}, t.acc, Device::cuda());
-  cuda::DevicePtr partials = address(tables.partials), total_ptr = address(total);
+  cuda::DevicePtr partials = device_address(tables.partials), total_ptr = device_address(total);
   int num_partials = static_cast<int>(std::min(t.chunks, kMaxPartials));
   Scalars scalars;
   scalars.f64 = t.acc == DType::f64;
@@ -381,8 +379,8 @@ void unscale(std::span<const Tensor> grads, const Tensor& scale, const Tensor& f
                    "a list of gradients divided by the loss scale, with their inf check", t.acc,
                    t.dtypes, [](Data& d) { d.set("unscale", true); });
   cuda::DevicePtr table = tables.by_kernel[k.name()].upload(std::move(t.words));
-  cuda::DevicePtr scale_ptr = address(scale), inf_ptr = address(found_inf),
-                  any_ptr = address(found_any);
+  cuda::DevicePtr scale_ptr = device_address(scale), inf_ptr = device_address(found_inf),
+                  any_ptr = device_address(found_any);
   void* params[] = {&table, &t.rows, &t.chunks, &scale_ptr, &inf_ptr, &any_ptr};
   k.launch({grid_for(t.chunks), 1, 1}, {kBlock, 1, 1}, params, t.bytes + 4, t.bytes);
 }
@@ -395,8 +393,8 @@ void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tenso
     d.set("name", name);
     return render_template("grad_scale_update.cu.mustache", d);
   });
-  cuda::DevicePtr scale_ptr = address(scale), tracker_ptr = address(growth_tracker),
-                  flags_ptr = address(flags);
+  cuda::DevicePtr scale_ptr = device_address(scale), tracker_ptr = device_address(growth_tracker),
+                  flags_ptr = device_address(flags);
   int num_flags = static_cast<int>(flags.numel());
   double growth = u.growth_factor, backoff = u.backoff_factor;
   long long interval = u.growth_interval;
@@ -548,11 +546,11 @@ class CudaMultiTensor : public MultiTensorBackend {
                                       bool counts_skips) {
     check_flag(optimizer, "the step's inf flag", flag.found_inf, DType::f32);
     SkipArguments skip;
-    skip.found_inf = address(flag.found_inf);
+    skip.found_inf = device_address(flag.found_inf);
     skip.count_skip = counts_skips ? 1 : 0;
     if (counts_skips) {
       check_flag(optimizer, "the count of skipped steps", flag.skipped_steps, DType::i64);
-      skip.skipped_steps = address(flag.skipped_steps);
+      skip.skipped_steps = device_address(flag.skipped_steps);
     }
     return skip;
   }

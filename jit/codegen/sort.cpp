@@ -53,10 +53,6 @@ KernelHandle render_part(OpId op, const OpAttrs& attrs, DType dtype, const char*
   return KernelHandle(fmt::format("{}_{}", base, part), render_template("sort.cu.mustache", d));
 }
 
-cuda::DevicePtr pointer(const Tensor& t) {
-  return reinterpret_cast<cuda::DevicePtr>(t.raw_data());
-}
-
 // Where the sorted runs of one stage live: keys and indices, `cap` per run.
 struct Runs {
   Tensor keys, indices;
@@ -104,10 +100,10 @@ std::vector<Tensor> run_sort(const SortKernel& kernel, const OpAttrs& attrs, con
       std::min<long long>(kMaxChunk, std::bit_ceil(static_cast<unsigned long long>(n)));
   long long runs = (n + chunk - 1) / chunk, run = chunk, cap = std::min(keep, chunk);
   Runs current = runs > 1 ? allocate_runs(num_rows * runs * cap) : Runs{};
-  cuda::DevicePtr in = pointer(rows), out_values = pointer(row_values),
-                  out_indices = pointer(row_indices);
-  cuda::DevicePtr keys = runs > 1 ? pointer(current.keys) : 0;
-  cuda::DevicePtr idx = runs > 1 ? pointer(current.indices) : 0;
+  cuda::DevicePtr in = device_address(rows), out_values = device_address(row_values),
+                  out_indices = device_address(row_indices);
+  cuda::DevicePtr keys = runs > 1 ? device_address(current.keys) : 0;
+  cuda::DevicePtr idx = runs > 1 ? device_address(current.indices) : 0;
   int final = runs == 1;
   long long blocks = num_rows * runs;
   KILN_CHECK(blocks <= 0x7fffffffLL, "{}: {} rows of shape {} are too many for one launch",
@@ -121,8 +117,8 @@ std::vector<Tensor> run_sort(const SortKernel& kernel, const OpAttrs& attrs, con
     long long runs_out = (runs + 1) / 2, cap_out = std::min(keep, 2 * run);
     final = runs_out == 1;
     Runs next = final ? Runs{} : allocate_runs(num_rows * runs_out * cap_out);
-    cuda::DevicePtr next_keys = final ? 0 : pointer(next.keys);
-    cuda::DevicePtr next_idx = final ? 0 : pointer(next.indices);
+    cuda::DevicePtr next_keys = final ? 0 : device_address(next.keys);
+    cuda::DevicePtr next_idx = final ? 0 : device_address(next.indices);
     long long total = num_rows * runs * cap;
     void* merge_params[] = {&keys,       &idx,         &next_keys, &next_idx, &in,
                             &out_values, &out_indices, &n,         &runs,     &run,
