@@ -4,7 +4,6 @@
 #include "autograd/attention.h"
 #include "autograd/ops.h"
 #include "autograd/record.h"
-#include "runtime/grad_mode.h"
 
 namespace kiln {
 
@@ -14,10 +13,6 @@ Tensor cached_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   KILN_CHECK_AS(ShapeError, q.defined() && q.dim() == 4,
                 "cached_attention: q must be [B, heads, T, head dim], got {}",
                 q.defined() ? shape_str(q.shape()) : std::string("an undefined tensor"));
-  KILN_CHECK(
-      !grad_enabled() || !(q.requires_grad() || k_cache.requires_grad() || v_cache.requires_grad()),
-      "cached_attention: an inference op with no derivative, but an input requires grad "
-      "(train with scaled_dot_product_attention, or decode under NoGradGuard)");
   OpAttrs attrs;
   std::int64_t d = q.shape().back();
   attrs.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d > 0 ? d : 1));

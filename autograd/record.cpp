@@ -27,10 +27,15 @@ Tensor unaliased(const Tensor& out, const std::vector<Tensor>& inputs) {
 
 std::vector<Tensor> record_outputs(OpId op, std::vector<Tensor> inputs, const OpAttrs& attrs) {
   KILN_OP_SCOPE;
+  const Grad grad = op_def(op).grad;
+  KILN_CHECK(grad != Grad::refused || !grad_enabled() || !any_requires_grad(inputs),
+             "{}: an inference op with no derivative, but an input requires grad (decode under "
+             "NoGradGuard; train with the op's differentiable counterpart)",
+             op);
   std::vector<Tensor> outputs = dispatch(op, inputs, attrs);
   const OpInterceptor* tracer = active_interceptor();
-  if ((tracer && !tracer->records_history()) || !grad_enabled() || op_def(op).grad == Grad::none ||
-      !any_requires_grad(inputs))
+  if ((tracer && !tracer->records_history()) || !grad_enabled() || grad == Grad::none ||
+      grad == Grad::refused || !any_requires_grad(inputs))
     return outputs;
   std::shared_ptr<OpNode> node;
   for (std::size_t k = 0; k < outputs.size(); ++k) {

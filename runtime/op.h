@@ -62,6 +62,9 @@ enum class Grad : std::uint8_t {
   none,        // never requires grad (comparisons, argmax, detach)
   zero,        // differentiable with a zero gradient everywhere (sign, floor, ...)
   derivative,  // a derivative rule (autograd/derivatives.cpp)
+  // Inference only (cached_attention): no rule, and an input that requires grad under grad mode
+  // is an Error when the op is recorded, rather than a gradient silently dropped.
+  refused,
 };
 
 // The OpAttrs fields an op reads, as a bit set.
