@@ -62,6 +62,20 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   return composite_linear(x, weight, bias, act);
 }
 
+Tensor linear_int8(const Tensor& x, const Tensor& weight, const Tensor& scale, const Tensor& bias,
+                   Activation act) {
+  KILN_OP_SCOPE;
+  check_linear("linear_int8", x, weight, bias);
+  KILN_CHECK_AS(DTypeError, weight.dtype() == DType::i8 && is_floating(x.dtype()),
+                "linear_int8: takes an i8 weight and a floating input, got weight {} and input {}",
+                dtype_name(weight.dtype()), dtype_name(x.dtype()));
+  KILN_CHECK_AS(ShapeError, scale.dim() == 1 && scale.impl().shape[0] == weight.impl().shape[0],
+                "linear_int8: scale of shape {} is not one per output channel of weight {}",
+                shape_str(scale.impl().shape), shape_str(weight.impl().shape));
+  Tensor y = mul(linear(x, weight.to(x.dtype())), scale);
+  return apply_activation(bias.defined() ? add(y, bias) : y, act);
+}
+
 Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
                     const Tensor& b2, Activation act) {
   KILN_OP_SCOPE;

@@ -61,6 +61,14 @@ std::vector<std::pair<std::string, const Module*>> Module::named_modules() const
   return out;
 }
 
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  for (const auto& [name, child] : children_)
+    for (const auto& [sub, m] : child->named_modules())
+      out.emplace_back(sub.empty() ? name : name + "." + sub, m);
+  return out;
+}
+
 StateDict Module::state_dict() const {
   StateDict out;
   visit_slots("", [&](const std::string& name, const Slot& s) {
@@ -217,6 +225,16 @@ void Module::register_module(const std::string& name, Module& child) {
   children_.emplace_back(name, &child);
 }
 
+void Module::make_buffer(const std::string& name) {
+  for (Slot& s : slots_)
+    if (s.name == name && s.parameter) {
+      s.parameter = false;
+      if (s.tensor->defined()) s.tensor->requires_grad_(false);
+      return;
+    }
+  throw Error(fmt::format("make_buffer: this module has no parameter '{}'", name));
+}
+
 namespace {
 Tensor uniform(const Shape& shape, double bound, DType dtype, Generator* gen) {
   NoGradGuard no_grad;
@@ -242,6 +260,35 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, Activation a
                bool with_bias, DType dtype, Generator* gen)
     : Linear(in_features, out_features, with_bias, dtype, gen) {
   activation_ = activation;
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  if (quantized()) return linear_int8(x, weight, weight_scale, bias, activation_);
+  return linear(x, weight, bias, activation_);
+}
+
+void Linear::quantize_int8() {
+  KILN_CHECK(!quantized(), "Linear::quantize_int8: the weight is int8 already");
+  KILN_CHECK_AS(DTypeError, is_floating(weight.dtype()) && weight.dtype() != DType::f64,
+                "Linear::quantize_int8: the weight is {}; int8 quantization takes f32, f16 or "
+                "bf16 weights",
+                dtype_name(weight.dtype()));
+  NoGradGuard no_grad;
+  // Per output channel: scale = max |w| / 127 (1 for a zero row), q = round(w / scale).
+  Tensor w = weight.detach().to(DType::f32);
+  Tensor amax_w = amax(abs(w), {1}, true);
+  Tensor scale = where(gt(amax_w, 0.0), div(amax_w, 127.0), 1.0);
+  Tensor q = clamp(round(div(w, scale)), -127, 127).to(DType::i8);
+  weight_scale = scale.reshape({weight.shape()[0]}).to(weight.dtype());
+  weight = q;
+  make_buffer("weight");
+  register_buffer("weight_scale", weight_scale);
+}
+
+void quantize_int8(Module& module) {
+  for (auto& [name, m] : module.named_modules())
+    if (auto* linear = dynamic_cast<Linear*>(m); linear && !linear->quantized())
+      linear->quantize_int8();
 }
 
 FeedForward::FeedForward(std::int64_t in_features, std::int64_t hidden_features,

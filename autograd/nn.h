@@ -36,6 +36,7 @@ class Module {
   // This module ("") and every submodule by dotted name, depth first (a compiled function
   // guards each one's training mode).
   std::vector<std::pair<std::string, const Module*>> named_modules() const;
+  std::vector<std::pair<std::string, Module*>> named_modules();
 
   // Parameters and buffers, detached, sharing storage with the module (tied tensors under
   // each of their names).
@@ -70,6 +71,9 @@ class Module {
   // unless `persistent` is false (PyTorch's non-persistent buffers: a rotary table, a cache).
   void register_buffer(const std::string& name, Tensor& slot, bool persistent = true);
   void register_module(const std::string& name, Module& child);
+  // Makes parameter slot `name` of this module a buffer (persistent), its tensor no longer
+  // requiring grad: what a weight quantized to int8 becomes, as it is not trained.
+  void make_buffer(const std::string& name);
 
  private:
   struct Slot {
@@ -94,12 +98,20 @@ class Linear : public Module {
          DType dtype = DType::f32, Generator* gen = nullptr);
   Linear(std::int64_t in_features, std::int64_t out_features, Activation activation,
          bool bias = true, DType dtype = DType::f32, Generator* gen = nullptr);
-  Tensor forward(const Tensor& x) const { return linear(x, weight, bias, activation_); }
+  Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
   Activation activation() const { return activation_; }
 
+  // Weight-only int8, as gpt-fast quantizes: the weight becomes an int8 buffer with one
+  // symmetric scale per output channel (max |w| / 127, in the weight's dtype, the buffer
+  // `weight_scale`), and forward() is linear_int8 (autograd/ops.h): a compiled decode step's
+  // skinny GEMM reads the int8 weight and dequantizes in registers (jit/codegen/skinny_gemm.h).
+  void quantize_int8();
+  bool quantized() const { return weight_scale.defined(); }
+
   Tensor weight;
-  Tensor bias;  // undefined without bias
+  Tensor bias;          // undefined without bias
+  Tensor weight_scale;  // [out]; undefined unless quantized
 
  private:
   Activation activation_ = Activation::none;
@@ -114,6 +126,7 @@ class FeedForward : public Module {
               Activation activation = Activation::gelu_tanh, bool bias = true,
               DType dtype = DType::f32, Generator* gen = nullptr);
   Tensor forward(const Tensor& x) const {
+    if (fc1.quantized() || fc2.quantized()) return fc2(fc1(x));
     return feed_forward(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, fc1.activation());
   }
   Tensor operator()(const Tensor& x) const { return forward(x); }
@@ -149,5 +162,11 @@ class Embedding : public Module {
 
   Tensor weight;
 };
+
+// Quantizes every Linear of `module` and its submodules to weight-only int8
+// (Linear::quantize_int8). A Linear sharing its weight with another module (a tied LM head)
+// gets its own int8 copy; the other keeps the original. To load a quantized checkpoint, quantize
+// the model first: the int8 weights and scales are then the slots the file fills.
+void quantize_int8(Module& module);
 
 }  // namespace kiln::nn

@@ -180,6 +180,12 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 // gelu(x, tanh).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
               Activation act = Activation::none);
+// Weight-only int8 (gpt-fast's WeightOnlyInt8Linear): act((x @ cast(weight, x's dtype)^T) *
+// scale + bias), weight i8 [out, in], scale [out] (floating, one symmetric scale per output
+// channel: nn::Linear::quantize_int8). The scale commutes with the product, so a compiled
+// decode step reads the int8 weight in its GEMM and applies the scale in the epilogue.
+Tensor linear_int8(const Tensor& x, const Tensor& weight, const Tensor& scale,
+                   const Tensor& bias = {}, Activation act = Activation::none);
 // The transformer's feed-forward block linear(linear(x, w1, b1, act), w2, b2) (Apex's
 // FusedDenseGeluDense). On CUDA eagerly: two library calls forward (the first saving what the
 // activation's derivative reads), four backward (the activation's derivative and both bias

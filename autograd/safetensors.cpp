@@ -28,13 +28,12 @@ using Json = nlohmann::ordered_json;  // keeps the header's order
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
 const std::pair<const char*, DType> kDTypeNames[] = {
-    {"BOOL", DType::bool_}, {"I32", DType::i32}, {"I64", DType::i64}, {"F16", DType::f16},
-    {"BF16", DType::bf16},  {"F32", DType::f32}, {"F64", DType::f64},
+    {"BOOL", DType::bool_}, {"I8", DType::i8},     {"I32", DType::i32}, {"I64", DType::i64},
+    {"F16", DType::f16},    {"BF16", DType::bf16}, {"F32", DType::f32}, {"F64", DType::f64},
 };
 // Valid in the format, but not kiln dtypes.
-const char* const kForeignDTypes[] = {"U8",      "I8",      "I16",     "U16",     "U32",
-                                      "U64",     "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",
-                                      "F6_E2M3", "F6_E3M2", "C64"};
+const char* const kForeignDTypes[] = {"U8",      "I16",     "U16", "U32",     "U64",     "F8_E5M2",
+                                      "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
 
 const char* dtype_tag(DType t) {
   for (auto [name, dtype] : kDTypeNames)
@@ -48,8 +47,8 @@ DType parse_dtype(const std::string& tag, const std::string& path, const std::st
   bool foreign = std::find(std::begin(kForeignDTypes), std::end(kForeignDTypes), tag) !=
                  std::end(kForeignDTypes);
   throw DTypeError(fmt::format(
-      "load_safetensors: tensor '{}' in {} has unsupported dtype {} ({}; kiln reads BOOL, I32, "
-      "I64, F16, BF16, F32, F64)",
+      "load_safetensors: tensor '{}' in {} has unsupported dtype {} ({}; kiln reads BOOL, I8, "
+      "I32, I64, F16, BF16, F32, F64)",
       name, path, tag,
       foreign ? "a safetensors dtype kiln has no counterpart for" : "not a safetensors dtype"));
 }

@@ -1,7 +1,10 @@
 // What one decoded token costs: the demo GPT (GPT-2's architecture, demos/gpt_decode.h) and the
 // zoo's Llama-style model (demos/zoo/llama_decode.h) decoding from a static KV cache, at B = 1 and
-// B = 8, with CUDA graphs on and off. The compiled token step is the model's forward_cached, the
-// greedy argmax and the next cache row, so a warm token can be one graph launch. Per token:
+// B = 8, with CUDA graphs on and off, with the model's weights and weight-only int8
+// (nn::quantize_int8: every Linear; the Llama-style model's tied LM head is held apart as a Linear
+// of its own, so that it is quantized too, as gpt-fast quantizes Llama's output layer). The
+// compiled token step is the model's forward_cached, the greedy argmax and the next cache row, so a
+// warm token can be one graph launch. Per token:
 //   - graph launches, kernel launches and cuBLASLt calls;
 //   - the arguments copied into a graph's buffers and the outputs handed over;
 //   - host us: the whole call on the host, the virtual GPU's interpreter off (its launches are
@@ -15,15 +18,21 @@
 // calls are not counted); on a real GPU they print as -, and tokens/s is measured (each run's
 // tokens timed to a synchronization).
 // Checks the targets: 1 graph launch per token, DRAM <= 1.10x ideal, host <= 10 us per token with
-// graphs, and prints MISS where one is missed; exits 0 regardless. Weight-only int8 is not built.
+// graphs, int8 moving <= 0.55x the bytes of the model's dtype, and prints MISS where one is
+// missed; exits 0 regardless.
 //
 //   bench_generate [--size tiny|gpt2-small] [--dtype bf16|f32] [--tokens N] [--prompt N]
 //                  [--batches 1,8] [--models gpt,llama] [--graphs on|off|both]
-//     --size tiny        d_model 256, 4 layers, vocab 4096 (the default: ~20 s on the virtual GPU)
+//                  [--int8 on|off|both] [--csv PATH]
+//     --size tiny        d_model 256, 4 layers, vocab 4096 (the default: a few minutes on the
+//                        virtual GPU, which interprets the skinny GEMMs' every weight)
 //     --size gpt2-small  GPT-2 small (d_model 768, 12 layers, 12 heads, vocab 50257) and a
 //                        Llama-style model of the same width (12 heads over 4 key / value heads);
-//                        ~4 minutes on the virtual GPU
+//                        most of an hour on the virtual GPU (--graphs off --tokens 2: ~20 min)
 //     --graphs on|off    one mode only (the bytes and modeled time come from off)
+//     --int8 on|off      int8 weights only, or the model's dtype only (both by default)
+//     --csv PATH         also writes the rows there (model, batch, weights, graphs, launches,
+//                        ms per token: measured on a GPU, modeled on the virtual one)
 // KILN_BENCH_REPS: the host-time calls per figure (default 400).
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -61,6 +70,8 @@ struct Options {
   std::vector<std::int64_t> batches{1, 8};
   std::vector<std::string> models{"gpt", "llama"};
   std::string graphs = "both";  // on, off or both
+  std::string int8 = "both";    // on, off or both
+  std::string csv;              // a file for the rows, or none
 };
 
 // A model ready to decode: its compiled token step over its own cache, and what it reads ideally.
@@ -84,10 +95,16 @@ std::vector<Tensor> next_token(const Tensor& logits, const Tensor& rows) {
 // `per_sequence` at one more row for each sequence past the first (a position table is read at
 // the one position every sequence is at).
 template <typename Model>
-void count_weights(const Model& model, const std::set<const void*>& tables,
+void count_weights(Model& model, const std::set<const void*>& tables,
                    const std::set<const void*>& per_sequence, Decoder& d) {
   std::set<const void*> seen;
-  for (const auto& [name, p] : model.named_parameters()) {
+  std::vector<std::pair<std::string, Tensor>> weights = model.named_parameters();
+  for (const auto& [name, m] : model.named_modules())  // int8 weights and scales are buffers
+    if (const auto* linear = dynamic_cast<const nn::Linear*>(m); linear && linear->quantized()) {
+      weights.emplace_back(name + ".weight", linear->weight);
+      weights.emplace_back(name + ".weight_scale", linear->weight_scale);
+    }
+  for (const auto& [name, p] : weights) {
     if (!seen.insert(p.raw_data()).second) continue;
     if (!tables.count(p.raw_data())) {
       d.weight_bytes += codegen::tensor_bytes(p);
@@ -99,16 +116,17 @@ void count_weights(const Model& model, const std::set<const void*>& tables,
   }
 }
 
-template <typename Model, typename Cache, typename Config>
-Decoder make_decoder(std::shared_ptr<Model> model, const Config& config, std::int64_t batch,
-                     DType dtype, bool graphs, const std::string& name) {
+// `forward(cache, tokens, rows, starts)` -> logits.
+template <typename Cache, typename Config, typename Forward>
+Decoder make_decoder(const Config& config, std::int64_t batch, DType dtype, bool graphs,
+                     const std::string& name, Forward forward) {
   auto cache = std::make_shared<Cache>(config, batch, Device::cuda(), dtype);
   jit::CompileOptions options;
   options.name = name + "_token";
   options.cuda_graphs = graphs;
   auto f = jit::compile(
-      [model, cache](const Tensor& t, const Tensor& r, const Tensor& s) {
-        return next_token(forward_cached(*model, *cache, t, r, s), r);
+      [forward, cache](const Tensor& t, const Tensor& r, const Tensor& s) {
+        return next_token(forward(*cache, t, r, s), r);
       },
       options);
   Decoder d;
@@ -122,9 +140,10 @@ struct Models {
   gpt::GptConfig gpt_config;
   std::shared_ptr<zoo::Llama> llama;
   zoo::LlamaConfig llama_config;
+  std::shared_ptr<nn::Linear> llama_head;  // int8: the tied head held apart, quantized
 };
 
-Models build_models(const Options& o) {
+Models build_models(const Options& o, bool int8) {
   Models m;
   gpt::GptConfig& g = m.gpt_config;
   zoo::LlamaConfig& l = m.llama_config;
@@ -151,10 +170,18 @@ Models build_models(const Options& o) {
   // Built and converted on the host, then moved: the device never runs the initialization.
   m.gpt = std::make_shared<gpt::Gpt>(g, 5, Device::cpu());
   m.gpt->to(o.dtype);
+  if (int8) nn::quantize_int8(*m.gpt);
   m.gpt->to(Device::cuda());
   m.gpt->eval();
   m.llama = std::make_shared<zoo::Llama>(l, 3);
   m.llama->to(o.dtype);
+  if (int8) {
+    nn::quantize_int8(*m.llama);
+    m.llama_head = std::make_shared<nn::Linear>(l.d_model(), l.vocab, false, o.dtype);
+    m.llama_head->weight = m.llama->tok_embeddings.weight;
+    m.llama_head->quantize_int8();
+    m.llama_head->to(Device::cuda());
+  }
   m.llama->to(Device::cuda());
   m.llama->eval();
   return m;
@@ -163,8 +190,10 @@ Models build_models(const Options& o) {
 Decoder decoder_for(const Models& m, const std::string& which, std::int64_t batch, DType dtype,
                     bool graphs) {
   if (which == "gpt") {
-    Decoder d =
-        make_decoder<gpt::Gpt, gpt::KvCache>(m.gpt, m.gpt_config, batch, dtype, graphs, "gpt");
+    Decoder d = make_decoder<gpt::KvCache>(
+        m.gpt_config, batch, dtype, graphs, "gpt",
+        [model = m.gpt](const gpt::KvCache& cache, const Tensor& t, const Tensor& r,
+                        const Tensor& s) { return forward_cached(*model, cache, t, r, s); });
     d.vocab = m.gpt_config.vocab;
     d.layers = m.gpt_config.layers;
     d.kv_width = m.gpt_config.d_model;
@@ -172,12 +201,22 @@ Decoder decoder_for(const Models& m, const std::string& which, std::int64_t batc
     count_weights(*m.gpt, {tokens, m.gpt->position_embedding.weight.raw_data()}, {tokens}, d);
     return d;
   }
-  Decoder d = make_decoder<zoo::Llama, zoo::LlamaKvCache>(m.llama, m.llama_config, batch, dtype,
-                                                          graphs, "llama");
+  Decoder d = make_decoder<zoo::LlamaKvCache>(
+      m.llama_config, batch, dtype, graphs, "llama",
+      [model = m.llama, head = m.llama_head](const zoo::LlamaKvCache& cache, const Tensor& t,
+                                             const Tensor& r, const Tensor& s) {
+        return forward_cached(*model, cache, t, r, s, head.get());
+      });
   d.vocab = m.llama_config.vocab;
   d.layers = m.llama_config.layers;
   d.kv_width = m.llama_config.kv_heads * m.llama_config.head_dim;
-  count_weights(*m.llama, {}, {}, d);  // the token table is the tied LM head: read whole
+  if (!m.llama_head) {
+    count_weights(*m.llama, {}, {}, d);  // the token table is the tied LM head: read whole
+    return d;
+  }
+  const void* tokens = m.llama->tok_embeddings.weight.raw_data();
+  count_weights(*m.llama, {tokens}, {tokens}, d);  // the table at its rows, the head apart
+  count_weights(*m.llama_head, {}, {}, d);
   return d;
 }
 
@@ -279,6 +318,9 @@ Options parse(int argc, char** argv) {
   app.add_option("--batches", o.batches, "batch sizes")->delimiter(',');
   app.add_option("--graphs", o.graphs, "on, off or both (the DRAM figures come from off)")
       ->check(CLI::IsMember({"on", "off", "both"}));
+  app.add_option("--csv", o.csv, "also write the rows to this CSV file");
+  app.add_option("--int8", o.int8, "on, off or both: weight-only int8, the model's dtype")
+      ->check(CLI::IsMember({"on", "off", "both"}));
   app.add_option("--models", o.models, "gpt, llama")
       ->delimiter(',')
       ->check(CLI::IsMember({"gpt", "llama"}));
@@ -300,41 +342,76 @@ int main(int argc, char** argv) {
               o.size.c_str(), std::string(dtype_name(o.dtype)).c_str(),
               static_cast<long long>(o.prompt), static_cast<long long>(o.tokens),
               std::string(cuda::backend().kind()).c_str());
-  Models models = build_models(o);
-  std::printf("%-6s %3s %6s %7s %8s %7s %7s %9s %11s %11s %7s %10s\n", "model", "B", "graphs",
-              "graph", "kernels", "cuBLAS", "copies", "host us", "DRAM", "ideal", "x ideal",
-              is_virtual ? "H100 tok/s" : "tok/s");
+  std::vector<bool> int8_modes;
+  if (o.int8 != "on") int8_modes.push_back(false);
+  if (o.int8 != "off") int8_modes.push_back(true);
+  std::FILE* csv = o.csv.empty() ? nullptr : std::fopen(o.csv.c_str(), "w");
+  if (!o.csv.empty() && !csv) {
+    std::fprintf(stderr, "bench_generate: cannot write %s\n", o.csv.c_str());
+    return 2;
+  }
+  if (csv)
+    std::fprintf(csv,
+                 "model,batch,weights,graphs,graph_launches,launches,library_calls,host_us,"
+                 "dram_bytes,ideal_bytes,ms_per_token,measured\n");
+  std::vector<Models> models;
+  for (bool int8 : int8_modes) models.push_back(build_models(o, int8));
+  std::printf("%-6s %3s %7s %6s %7s %8s %7s %7s %9s %11s %11s %7s %10s\n", "model", "B", "weights",
+              "graphs", "graph", "kernels", "cuBLAS", "copies", "host us", "DRAM", "ideal",
+              "x ideal", is_virtual ? "H100 tok/s" : "tok/s");
   for (const std::string& which : o.models)
     for (std::int64_t batch : o.batches) {
-      TokenFigures off, on;
-      for (bool graphs : {false, true}) {
-        if (o.graphs != "both" && graphs != (o.graphs == "on")) continue;
-        Decoder d = decoder_for(models, which, batch, o.dtype, graphs);
-        TokenFigures f = measure(d, batch, o, o.dtype, /*profile=*/is_virtual && !graphs);
-        (graphs ? on : off) = f;
-        // The same plans either way; a replay's library calls are not counted, so the bytes
-        // and the modeled time are the graphs-off run's.
-        const TokenFigures& bytes = off;
-        const bool have_bytes = is_virtual && bytes.dram > 0;
-        const double ratio = static_cast<double>(bytes.dram) / static_cast<double>(bytes.ideal);
-        std::printf("%-6s %3lld %6s %7.1f %8.1f %7.1f %7.1f %9.1f %11s %11s %7.2f %10s\n",
-                    d.name.c_str(), static_cast<long long>(batch), graphs ? "on" : "off",
-                    f.graph_launches, f.launches, f.library_calls, f.copies, f.host_us,
-                    have_bytes ? mb(bytes.dram).c_str() : "-", mb(f.ideal).c_str(),
-                    have_bytes ? ratio : 0.0,
-                    have_bytes   ? fmt::format("{:.0f}", 1e6 / bytes.modeled_us).c_str()
-                    : is_virtual ? "-"
-                                 : fmt::format("{:.0f}", 1e6 / f.wall_us).c_str());
+      std::map<bool, std::int64_t> dram_of;  // per int8 mode: the graphs-off run's bytes
+      for (std::size_t mode = 0; mode < int8_modes.size(); ++mode) {
+        const bool int8 = int8_modes[mode];
+        const std::string weights = int8 ? "int8" : std::string(dtype_name(o.dtype));
+        TokenFigures off, on;
+        for (bool graphs : {false, true}) {
+          if (o.graphs != "both" && graphs != (o.graphs == "on")) continue;
+          Decoder d = decoder_for(models[mode], which, batch, o.dtype, graphs);
+          TokenFigures f = measure(d, batch, o, o.dtype, /*profile=*/is_virtual && !graphs);
+          (graphs ? on : off) = f;
+          // The same plans either way; a replay's library calls are not counted, so the bytes
+          // and the modeled time are the graphs-off run's.
+          const TokenFigures& bytes = off;
+          const bool have_bytes = is_virtual && bytes.dram > 0;
+          const double ratio = static_cast<double>(bytes.dram) / static_cast<double>(bytes.ideal);
+          std::printf("%-6s %3lld %7s %6s %7.1f %8.1f %7.1f %7.1f %9.1f %11s %11s %7.2f %10s\n",
+                      d.name.c_str(), static_cast<long long>(batch), weights.c_str(),
+                      graphs ? "on" : "off", f.graph_launches, f.launches, f.library_calls,
+                      f.copies, f.host_us, have_bytes ? mb(bytes.dram).c_str() : "-",
+                      mb(f.ideal).c_str(), have_bytes ? ratio : 0.0,
+                      have_bytes   ? fmt::format("{:.0f}", 1e6 / bytes.modeled_us).c_str()
+                      : is_virtual ? "-"
+                                   : fmt::format("{:.0f}", 1e6 / f.wall_us).c_str());
+          if (csv) {
+            const double us = is_virtual ? bytes.modeled_us : f.wall_us;
+            std::fprintf(csv, "%s,%lld,%s,%s,%.2f,%.2f,%.2f,%.2f,%lld,%lld,%s,%d\n", d.name.c_str(),
+                         static_cast<long long>(batch), weights.c_str(), graphs ? "on" : "off",
+                         f.graph_launches, f.launches, f.library_calls, f.host_us,
+                         static_cast<long long>(bytes.dram), static_cast<long long>(f.ideal),
+                         us > 0 ? fmt::format("{:.4f}", us / 1e3).c_str() : "", is_virtual ? 0 : 1);
+          }
+        }
+        const double ratio = static_cast<double>(off.dram) / static_cast<double>(off.ideal);
+        const bool graphed = o.graphs != "off";
+        if (graphed && on.graph_launches + on.launches > 1.0 + 1e-9)
+          std::printf("  MISS: %.1f launches per token with graphs (target 1)\n",
+                      on.graph_launches + on.launches);
+        if (off.dram > 0 && ratio > 1.10)
+          std::printf("  MISS: DRAM %.2fx the ideal (target 1.10x)\n", ratio);
+        if (graphed && on.host_us > 10.0)
+          std::printf("  MISS: host %.1f us per token with graphs (target 10)\n", on.host_us);
+        if (off.dram > 0) dram_of[int8] = off.dram;
       }
-      const double ratio = static_cast<double>(off.dram) / static_cast<double>(off.ideal);
-      const bool graphed = o.graphs != "off";
-      if (graphed && on.graph_launches + on.launches > 1.0 + 1e-9)
-        std::printf("  MISS: %.1f launches per token with graphs (target 1)\n",
-                    on.graph_launches + on.launches);
-      if (off.dram > 0 && ratio > 1.10)
-        std::printf("  MISS: DRAM %.2fx the ideal (target 1.10x)\n", ratio);
-      if (graphed && on.host_us > 10.0)
-        std::printf("  MISS: host %.1f us per token with graphs (target 10)\n", on.host_us);
+      if (dram_of.size() == 2) {
+        const double ratio =
+            static_cast<double>(dram_of[true]) / static_cast<double>(dram_of[false]);
+        std::printf("  %s B=%lld: int8 moves %.2fx the %s bytes (target 0.55x)%s\n", which.c_str(),
+                    static_cast<long long>(batch), ratio, std::string(dtype_name(o.dtype)).c_str(),
+                    ratio > 0.55 ? " MISS" : "");
+      }
     }
+  if (csv) std::fclose(csv);
   return 0;
 }

@@ -74,6 +74,8 @@ void with_type(DType dtype, const char* op, Visit&& visit) {
       return visit(f16{});
     case DType::bf16:
       return visit(bf16{});
+    case DType::i8:
+      return visit(std::int8_t{});
     case DType::i32:
       return visit(std::int32_t{});
     case DType::i64:

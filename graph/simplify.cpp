@@ -152,6 +152,8 @@ bool widens_exactly(DType from, DType to) {
   switch (from) {
     case DType::bool_:
       return true;
+    case DType::i8:  // 8 bits: every float type's significand holds them
+      return true;
     case DType::i32:
       return to == DType::i64 || to == DType::f64;
     case DType::f16:

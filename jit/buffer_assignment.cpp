@@ -8,6 +8,8 @@
 #include <numeric>
 #include <tuple>
 
+#include "jit/codegen/skinny_gemm.h"
+
 namespace kiln::jit {
 namespace {
 
@@ -43,6 +45,7 @@ std::int64_t Buffer::bytes(std::span<const std::int64_t> symbol_values) const {
 
 std::vector<int> kernel_writes(const PlanStep& step) {
   if (const auto* k = step.as<KernelStep>()) return k->kernel.writes();
+  if (const auto* s = step.as<SkinnyGemmStep>()) return s->gemm->writes;
   std::vector<int> out;
   if (const auto* c = step.as<ComboStep>())
     for (const auto& m : c->members)

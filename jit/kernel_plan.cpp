@@ -9,6 +9,7 @@
 #include <set>
 
 #include "jit/codegen/kernel_cache.h"
+#include "jit/codegen/skinny_gemm.h"
 #include "jit/eager_ops.h"
 #include "jit/plan_arena.h"
 #include "jit/plan_build.h"
@@ -19,9 +20,9 @@ namespace kiln::jit {
 
 KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition) {
   using namespace plan_build;
-  auto kernels = render_kernels(g, partition);
-  Placements placements = place_attention_outputs(g, partition);
   LibraryCalls library = plan_library_calls(g, partition);
+  auto kernels = render_kernels(g, partition, library);
+  Placements placements = place_attention_outputs(g, partition);
   std::vector<int> order = order_groups(partition, library);
   if (log_enabled(LogTopic::fusion))
     for (const auto& line : library.log) log_line(line);
@@ -47,6 +48,8 @@ KernelPlan::KernelPlan(const graph::Graph& g, const graph::Partition& partition)
   for (const auto& s : steps_)
     if (const auto* k = s.as<KernelStep>()) {
       handles.push_back(&k->kernel.expected_kernel());
+    } else if (const auto* skinny = s.as<SkinnyGemmStep>()) {
+      handles.push_back(&skinny->gemm->kernel);
     } else if (const auto* c = s.as<ComboStep>()) {
       handles.push_back(&c->kernel->handle);  // the members compile only where a call refuses it
     }
@@ -60,13 +63,14 @@ int KernelPlan::kernel_count() const {
   int n = 0;
   for (std::size_t i = 0; i < steps_.size(); ++i)
     n += (steps_[i].as<KernelStep>() && !absorbed.contains(static_cast<int>(i))) ||
-         steps_[i].as<ComboStep>();
+         steps_[i].as<ComboStep>() || steps_[i].as<SkinnyGemmStep>();
   return n;
 }
 
 int KernelPlan::kernel_steps() const {
   int n = 0;
-  for (const auto& s : steps_) n += !s.as<HostViewStep>() && !s.as<FallbackStep>();
+  for (const auto& s : steps_)
+    n += !s.as<HostViewStep>() && !s.as<FallbackStep>() && !s.as<AbsorbedStep>();
   return n;
 }
 

@@ -9,6 +9,7 @@
 #include "jit/codegen/attention.h"
 #include "jit/codegen/epilogue_lowering.h"
 #include "jit/codegen/launch_stats.h"
+#include "jit/codegen/skinny_gemm.h"
 #include "jit/eager_ops.h"
 #include "jit/kernel_plan.h"
 #include "jit/plan_arena.h"
@@ -219,6 +220,15 @@ void run_library(const LibraryStep& l, const PlanStep& step, RunState& s) {
   s.check_eager(step);
 }
 
+void run_skinny(const SkinnyGemmStep& k, RunState& s) {
+  codegen::run_skinny_gemm(s.g, *k.gemm, s.values, s.symbol_values, s.buffers_of(k.gemm->writes));
+  if (s.check)
+    check_step_accuracy(
+        s.g, k.gemm->nodes, s.values, s.symbol_values,
+        fmt::format("kernel {} (group {})", k.gemm->kernel.name(), k.gemm->matmul_group),
+        k.gemm->kernel.source());
+}
+
 // The node on the fused kernels with its outputs placed, or (when they refuse the call) eagerly.
 void run_attention(const AttentionStep& a, const PlanStep& step, RunState& s) {
   if (a.placement) {
@@ -277,6 +287,8 @@ void run_step(const PlanStep& step, RunState& s) {
     void operator()(const HostViewStep&) const { run_nodes(step, s); }
     void operator()(const EagerStep& e) const { run_eager(e, step, s); }
     void operator()(const ComboStep& c) const { run_combo(c, step, s); }
+    void operator()(const SkinnyGemmStep& k) const { run_skinny(k, s); }
+    void operator()(const AbsorbedStep&) const {}
     void operator()(const FallbackStep&) const {
       dispatch_nodes(step, s);
       s.check_eager(step);

@@ -4,6 +4,7 @@
 
 #include "jit/codegen/attention.h"
 #include "jit/codegen/epilogue_lowering.h"
+#include "jit/codegen/skinny_gemm.h"
 #include "jit/plan_build.h"
 
 namespace kiln::jit::plan_build {
@@ -38,6 +39,10 @@ std::string eager_note(const graph::FusionGroup& fg) {
 }
 
 StepAction matmul_action(Decisions& d, int group, std::string& note) {
+  if (const auto& skinny = d.library.skinny_of_group[group]) {
+    note = "kernel " + skinny->kernel.name() + ", " + skinny->note;
+    return SkinnyGemmStep{skinny};
+  }
   const auto& lowering = d.library.of_group[group];
   if (!lowering) {
     note = eager_note(d.p.groups[group]);
@@ -85,6 +90,11 @@ StepAction eager_action(Decisions& d, int group, std::string& note) {
 
 StepAction action_of(Decisions& d, int group, std::string& note) {
   const graph::FusionGroup& fg = d.p.groups[group];
+  if (int by = d.library.skinny_absorbed_by[group]; by >= 0) {
+    note = fmt::format("{} {}: computed by the skinny GEMM of group {}",
+                       graph::fusion_kind_name(fg.kind), fg.name, by);
+    return AbsorbedStep{by};
+  }
   switch (fg.kind) {
     case graph::FusionKind::pointwise:
     case graph::FusionKind::reduction:
@@ -137,6 +147,15 @@ std::vector<PlanStep> assemble_steps(const graph::Graph& g, const graph::Partiti
                              std::move(action),
                              {}});
   }
+  // A skinny GEMM reads the graph input its weight's cast read: what that step would drop drops
+  // after the GEMM.
+  for (std::size_t i = 0; i < order.size(); ++i)
+    if (int by = library.skinny_absorbed_by[order[i]];
+        by >= 0 && d.position[by] > static_cast<int>(i)) {
+      auto& to = steps[d.position[by]].releases;
+      to.insert(to.end(), steps[i].releases.begin(), steps[i].releases.end());
+      steps[i].releases.clear();
+    }
   return steps;
 }
 

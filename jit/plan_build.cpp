@@ -1,7 +1,11 @@
 // The decisions a KernelPlan is built from, one phase each (see plan_build.h).
 #include "jit/plan_build.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 namespace kiln::jit::plan_build {
 
@@ -37,10 +41,12 @@ bool renders(graph::FusionKind kind) {
 }  // namespace
 
 std::vector<std::optional<codegen::GroupKernel>> render_kernels(const graph::Graph& g,
-                                                                const graph::Partition& p) {
+                                                                const graph::Partition& p,
+                                                                const LibraryCalls& library) {
   std::vector<std::optional<codegen::GroupKernel>> kernels(p.groups.size());
   for (std::size_t i = 0; i < p.groups.size(); ++i)
-    if (renders(p.groups[i].kind)) kernels[i].emplace(g, p.groups[i]);
+    if (renders(p.groups[i].kind) && library.skinny_absorbed_by[i] < 0)
+      kernels[i].emplace(g, p.groups[i]);
   return kernels;
 }
 
@@ -64,12 +70,49 @@ Placements place_attention_outputs(const graph::Graph& g, const graph::Partition
   return result;
 }
 
+namespace {
+
+// KILN_SKINNY_GEMM: 0 off, 1 every weight size, else (the default) weights of
+// kSkinnyMinWeight elements and more; -1 when off.
+std::int64_t skinny_min_weight() {
+  const char* v = std::getenv("KILN_SKINNY_GEMM");
+  if (v && std::string_view(v) == "0") return -1;
+  if (v && std::string_view(v) == "1") return 0;
+  return codegen::kSkinnyMinWeight;
+}
+
+// The skinny GEMMs: at decode's few rows a generated kernel that reads each weight once beats
+// the library's tiles, and it takes the epilogue cuBLASLt could not (a residual, a scale).
+void plan_skinny_gemms(const graph::Graph& g, const graph::Partition& p, LibraryCalls& result) {
+  const std::int64_t min_weight = skinny_min_weight();
+  if (min_weight < 0) return;
+  for (std::size_t gi = 0; gi < p.groups.size(); ++gi) {
+    if (p.groups[gi].kind != graph::FusionKind::matmul) continue;
+    std::string why;
+    auto gemm = codegen::plan_skinny_gemm(g, p, static_cast<int>(gi), min_weight, why);
+    if (!gemm) {
+      result.log.push_back(fmt::format("kiln: group {} (matmul): no skinny GEMM: {}", gi, why));
+      continue;
+    }
+    result.log.push_back(fmt::format("kiln: group {} (matmul) -> {}", gi, gemm->note));
+    if (gemm->epilogue_group >= 0) result.skinny_absorbed_by[gemm->epilogue_group] = gi;
+    for (int pg : gemm->prologue_groups) result.skinny_absorbed_by[pg] = gi;
+    result.skinny_of_group[gi] = std::make_shared<const codegen::SkinnyGemm>(std::move(*gemm));
+  }
+}
+
+}  // namespace
+
 LibraryCalls plan_library_calls(const graph::Graph& g, const graph::Partition& p) {
   LibraryCalls result;
   result.of_group.resize(p.groups.size());
   result.absorbed_by.assign(p.groups.size(), -1);
   result.runs_after.assign(p.groups.size(), -1);
+  result.skinny_of_group.resize(p.groups.size());
+  result.skinny_absorbed_by.assign(p.groups.size(), -1);
+  plan_skinny_gemms(g, p, result);
   for (auto& l : codegen::plan_epilogues(g, p, result.log)) {
+    if (result.skinny_of_group[l.matmul_group]) continue;  // the skinny GEMM computes it
     result.absorbed_by[l.epilogue_group] = l.matmul_group;
     if (l.widening_group >= 0) result.absorbed_by[l.widening_group] = l.matmul_group;
     if (l.epilogue_group < l.matmul_group) result.runs_after[l.epilogue_group] = l.matmul_group;

@@ -3,8 +3,9 @@
 //   render_kernels           the generated kernel of each pointwise/reduction group
 //   place_attention_outputs  which attention steps write their outputs in place (and the cat
 //                            each such backward makes)
-//   plan_library_calls       which matmul groups become one cuBLASLt call, what each absorbs,
-//                            and the groups that must run right after one (BGRADB)
+//   plan_library_calls       which matmul groups become a skinny GEMM (few rows: a generated
+//                            kernel) or one cuBLASLt call, what each absorbs, and the groups
+//                            that must run right after one (BGRADB)
 //   order_groups             the order the groups run in
 //   plan_releases            what each step drops, and the plan's peak bytes
 //   assemble_steps           the steps, each built once with all it needs
@@ -23,13 +24,18 @@
 #include "graph/fusion.h"
 #include "graph/graph.h"
 #include "jit/codegen/epilogue_lowering.h"
+#include "jit/codegen/skinny_gemm.h"
 #include "jit/plan_step.h"
 
 namespace kiln::jit::plan_build {
 
-// Per group: its kernel, for the kinds a template renders.
+struct LibraryCalls;
+
+// Per group: its kernel, for the kinds a template renders (none for a group a skinny GEMM
+// computes).
 std::vector<std::optional<codegen::GroupKernel>> render_kernels(const graph::Graph& g,
-                                                                const graph::Partition& p);
+                                                                const graph::Partition& p,
+                                                                const LibraryCalls& library);
 
 struct Placements {
   std::vector<std::optional<OutputPlacement>> of_group;  // per attention group
@@ -43,6 +49,9 @@ struct LibraryCalls {
   // Per group: the matmul group it runs right after (a BGRADB sum the partition puts before
   // its matmul, and the host views of it), or -1.
   std::vector<int> runs_after;
+  // Per matmul group: its skinny GEMM, chosen over cuBLASLt where it applies.
+  std::vector<std::shared_ptr<const codegen::SkinnyGemm>> skinny_of_group;
+  std::vector<int> skinny_absorbed_by;  // per group: the matmul group whose skinny GEMM computes it
   std::vector<std::string> log;  // KILN_LOG=fusion: what each matmul group became, and why
 };
 LibraryCalls plan_library_calls(const graph::Graph& g, const graph::Partition& p);

@@ -15,6 +15,7 @@
 namespace kiln::jit {
 namespace codegen {
 struct EpilogueLowering;  // epilogue_lowering.h: kept out of the public headers (cublasLt.h)
+struct SkinnyGemm;        // skinny_gemm.h
 }
 
 // A generated kernel (pointwise, row reduction or normalization).
@@ -45,6 +46,18 @@ struct LibraryStep {
   std::vector<int> absorbs;
 };
 
+// A matmul of few rows as ONE generated kernel (codegen/skinny_gemm.h) that also computes the
+// pointwise group after it and reads the weight through its cast: those groups' steps are
+// AbsorbedSteps. It takes every call of its (static) shapes, so nothing falls back.
+struct SkinnyGemmStep {
+  std::shared_ptr<const codegen::SkinnyGemm> gemm;
+};
+
+// A group another step computes (a skinny GEMM's epilogue or weight cast): it runs nothing.
+struct AbsorbedStep {
+  int by_group = -1;
+};
+
 // An attention or attention-backward node, with its outputs written where their readers want
 // them when that saves a copy (jit/output_placement.h).
 struct AttentionStep {
@@ -68,7 +81,7 @@ struct FallbackStep {
 };
 
 using StepAction = std::variant<KernelStep, LibraryStep, AttentionStep, HostViewStep, EagerStep,
-                                FallbackStep, ComboStep>;
+                                FallbackStep, ComboStep, SkinnyGemmStep, AbsorbedStep>;
 
 struct PlanStep {
   int group = -1;  // the partition's fusion group it runs

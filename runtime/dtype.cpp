@@ -6,6 +6,8 @@ namespace kiln {
 std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::bool_: return "bool";
+    case DType::i8:
+      return "i8";
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::f16: return "f16";
@@ -18,7 +20,9 @@ std::string_view dtype_name(DType t) {
 
 std::size_t itemsize(DType t) {
   switch (t) {
-    case DType::bool_: return 1;
+    case DType::bool_:
+    case DType::i8:
+      return 1;
     case DType::f16:
     case DType::bf16: return 2;
     case DType::i32:
@@ -37,7 +41,7 @@ DType promote_types(DType a, DType b) {
   if (a == b) return a;
   int ca = category(a), cb = category(b);
   if (ca != cb) return ca > cb ? a : b;
-  if (ca == 1) return DType::i64;  // i32 with i64
+  if (ca == 1) return itemsize(a) >= itemsize(b) ? a : b;  // the wider integer
   // Two different floats: f16/bf16 mix widens to f32; otherwise the wider one.
   if ((a == DType::f16 && b == DType::bf16) || (a == DType::bf16 && b == DType::f16))
     return DType::f32;

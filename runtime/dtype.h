@@ -1,7 +1,8 @@
 // Element types, their C++ storage types, and the promotion rules of binary ops.
 //
 // Promotion (what `a + b` yields), lowest to highest category: bool < integer < floating.
-// - Same category: the wider type wins (i32+i64 -> i64, f16+f32 -> f32, f32+f64 -> f64).
+// - Same category: the wider type wins (i8+i32 -> i32, i32+i64 -> i64, f16+f32 -> f32,
+//   f32+f64 -> f64).
 // - f16 with bf16 -> f32 (neither holds the other).
 // - Different categories: the higher category's type (i64 + f16 -> f16, bool + i32 -> i32).
 // - A C++ number (runtime/scalar.h) adopts the tensor's dtype unless its category is higher:
@@ -20,20 +21,23 @@
 
 namespace kiln {
 
-enum class DType : std::uint8_t { bool_, i32, i64, f16, bf16, f32, f64 };
+// i8 is last so that the others keep their numbers (kernel cache keys, files written before).
+enum class DType : std::uint8_t { bool_, i32, i64, f16, bf16, f32, f64, i8 };
 
 using f16 = Eigen::half;
 using bf16 = Eigen::bfloat16;
 
-inline constexpr DType kAllDTypes[] = {DType::bool_, DType::i32, DType::i64, DType::f16,
-                                       DType::bf16,  DType::f32, DType::f64};
+inline constexpr DType kAllDTypes[] = {DType::bool_, DType::i8,   DType::i32, DType::i64,
+                                       DType::f16,   DType::bf16, DType::f32, DType::f64};
 
 std::string_view dtype_name(DType t);
 std::size_t itemsize(DType t);
 inline bool is_floating(DType t) {
   return t == DType::f16 || t == DType::bf16 || t == DType::f32 || t == DType::f64;
 }
-inline bool is_integral(DType t) { return t == DType::i32 || t == DType::i64; }
+inline bool is_integral(DType t) {
+  return t == DType::i8 || t == DType::i32 || t == DType::i64;
+}
 DType promote_types(DType a, DType b);
 // The dtype a C++ number of kind `kind` takes next to a tensor of dtype `t` (see above).
 DType scalar_result_type(DType t, Scalar::Kind kind);
@@ -45,6 +49,10 @@ inline DType compute_dtype(DType t) {
 template <typename T>
 struct DTypeOf;
 template <> struct DTypeOf<bool> { static constexpr DType value = DType::bool_; };
+template <>
+struct DTypeOf<std::int8_t> {
+  static constexpr DType value = DType::i8;
+};
 template <> struct DTypeOf<std::int32_t> { static constexpr DType value = DType::i32; };
 template <> struct DTypeOf<std::int64_t> { static constexpr DType value = DType::i64; };
 template <> struct DTypeOf<f16> { static constexpr DType value = DType::f16; };
@@ -59,6 +67,8 @@ template <typename Fn>
 decltype(auto) visit_dtype(DType t, Fn&& fn) {
   switch (t) {
     case DType::bool_: return fn(bool{});
+    case DType::i8:
+      return fn(std::int8_t{});
     case DType::i32: return fn(std::int32_t{});
     case DType::i64: return fn(std::int64_t{});
     case DType::f16: return fn(f16{});

@@ -71,6 +71,7 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape) {
   return out;
 }
 template Tensor from_vector(const std::vector<bool>&, const Shape&);
+template Tensor from_vector(const std::vector<std::int8_t>&, const Shape&);
 template Tensor from_vector(const std::vector<std::int32_t>&, const Shape&);
 template Tensor from_vector(const std::vector<std::int64_t>&, const Shape&);
 template Tensor from_vector(const std::vector<f16>&, const Shape&);

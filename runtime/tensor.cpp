@@ -60,6 +60,7 @@ T* Tensor::data() const {
   return static_cast<T*>(raw_data());
 }
 template bool* Tensor::data<bool>() const;
+template std::int8_t* Tensor::data<std::int8_t>() const;
 template std::int32_t* Tensor::data<std::int32_t>() const;
 template std::int64_t* Tensor::data<std::int64_t>() const;
 template f16* Tensor::data<f16>() const;
@@ -108,6 +109,7 @@ std::vector<T> Tensor::to_vector() const {
   return out;
 }
 template std::vector<bool> Tensor::to_vector<bool>() const;
+template std::vector<std::int8_t> Tensor::to_vector<std::int8_t>() const;
 template std::vector<std::int32_t> Tensor::to_vector<std::int32_t>() const;
 template std::vector<std::int64_t> Tensor::to_vector<std::int64_t>() const;
 template std::vector<float> Tensor::to_vector<float>() const;

@@ -2,8 +2,9 @@
 // (demos/gpt_decode.h, demos/zoo/llama_decode.h): greedy tokens equal the argmax of the model's
 // uncached forward over the whole sequence at every step, compiled steps equal eager ones token
 // for token on both devices with at most two traces (the prompt's length and one token), a seed
-// reproduces a sampled run, under CUDA graphs a warm step is one graph launch, and left-padded
-// prompts of different lengths decode in one batch as each would alone.
+// reproduces a sampled run, under CUDA graphs a warm step is one graph launch, left-padded
+// prompts of different lengths decode in one batch as each would alone, and with int8 weights
+// the compiled step's matmuls are skinny GEMMs reading them and decode as eager does.
 #include <boost/test/unit_test.hpp>
 
 #include "autograd/ops.h"
@@ -12,6 +13,9 @@
 #include "demos/zoo/llama_decode.h"
 #include "jit/codegen/launch_stats.h"
 #include "jit/compile.h"
+#include "jit/kernel_plan.h"
+#include "support/plan_steps.h"
+#include "support/scoped_env.h"
 
 using namespace kiln;
 
@@ -243,6 +247,31 @@ BOOST_AUTO_TEST_CASE(llama_left_padded_prompts_decode_as_each_prompt_alone) {
   zoo::Llama cpu_model(config, 3), cuda_model(config, 3);
   cuda_model.to(Device::cuda());
   check_left_padded_decoding<zoo::LlamaKvCache>(cpu_model, cuda_model, config);
+}
+
+// Weight-only int8 (nn::quantize_int8): at two rows, every weight size taken, each of the compiled
+// token step's 9 matmuls is a skinny GEMM reading its int8 weight, and graphed decoding equals
+// eager decoding (casts and cuBLASLt) token for token, greedy and sampled.
+BOOST_AUTO_TEST_CASE(int8_weights_decode_through_skinny_gemms_as_eager) {
+  test::ScopedEnv every_size("KILN_SKINNY_GEMM", "1");
+  gpt::GptConfig config = gpt_config();
+  gpt::Gpt model(config, 5, Device::cpu());
+  model.eval();
+  nn::quantize_int8(model);
+  model.to(Device::cuda());
+  check_graphed_decoding<gpt::KvCache>(model, config);
+
+  NoGradGuard no_grad;
+  gpt::KvCache cache(config, 2, Device::cuda());
+  auto step = jit::compile([&](const Tensor& t, const Tensor& r, const Tensor& s) {
+    return gpt::forward_cached(model, cache, t, r, s);
+  });
+  step(from_vector<std::int64_t>({3, 9}, {2, 1}).to(Device::cuda()),
+       zeros({1}, DType::i64, Device::cuda()), zeros({2}, DType::i64, Device::cuda()));
+  const jit::KernelPlan* plan = step.core().plan(0);
+  BOOST_TEST_REQUIRE(plan != nullptr);
+  BOOST_TEST(test::count_steps<jit::SkinnyGemmStep>(*plan) == 9, plan->str());
+  BOOST_TEST(plan->str().find("as i8 in registers") != std::string::npos, plan->str());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

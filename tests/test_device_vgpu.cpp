@@ -184,6 +184,43 @@ extern "C" __global__ void __launch_bounds__(256) reduce(const float* a, float* 
   BOOST_TEST(g.download<float>(dout, 1)[0] == static_cast<float>(want));
 }
 
+// Each kernel of a module is charged for its own static shared memory only, as a GPU lays out
+// each kernel's alone: two kernels of 32 KiB each launch, one kernel of 64 KiB is refused, and
+// dynamic shared memory after a kernel's static array does not overlap it.
+BOOST_AUTO_TEST_CASE(static_shared_memory_is_charged_per_kernel) {
+  Gpu g;
+  std::string ptx = compile(R"(
+extern "C" __global__ void first(float* out, float* dyn_out) {
+  __shared__ float s[8192];
+  extern __shared__ float dyn[];
+  s[threadIdx.x] = threadIdx.x; dyn[threadIdx.x] = -1.0f; __syncthreads();
+  out[threadIdx.x] = s[31 - threadIdx.x];
+  dyn_out[threadIdx.x] = dyn[threadIdx.x];
+}
+extern "C" __global__ void second(float* out) {
+  __shared__ float t[8192];
+  t[threadIdx.x] = 2.0f * threadIdx.x; __syncthreads();
+  out[threadIdx.x] = t[31 - threadIdx.x];
+}
+extern "C" __global__ void both(float* out) {
+  __shared__ float u[8192], w[8192];
+  u[threadIdx.x] = threadIdx.x; w[threadIdx.x] = u[threadIdx.x]; __syncthreads();
+  out[threadIdx.x] = u[8191 - threadIdx.x] + w[8191 - threadIdx.x];
+})");
+  DevicePtr a = g.zeros<float>(32), b = g.zeros<float>(32), d = g.zeros<float>(32);
+  g.run(ptx, "first", Dim3{1}, Dim3{32}, 32 * sizeof(float), a, d);
+  g.run(ptx, "second", Dim3{1}, Dim3{32}, 0, b);
+  std::vector<float> got_a = g.download<float>(a, 32), got_b = g.download<float>(b, 32);
+  std::vector<float> got_d = g.download<float>(d, 32);
+  for (int i = 0; i < 32; ++i) {
+    BOOST_TEST(got_a[i] == static_cast<float>(31 - i));
+    BOOST_TEST(got_b[i] == 2.0f * static_cast<float>(31 - i));
+    BOOST_TEST(got_d[i] == -1.0f);
+  }
+  std::string why = error_text([&] { g.run(ptx, "both", Dim3{1}, Dim3{32}, 0, a); });
+  BOOST_TEST(why.find("65536 bytes of static shared memory") != std::string::npos, why);
+}
+
 BOOST_AUTO_TEST_CASE(dynamic_shared_memory_and_2d_blocks) {
   Gpu g;
   std::string ptx = compile(R"(

@@ -17,6 +17,7 @@
 #include "runtime/cuda/pinned_staging.h"
 #include "support/autograd_leaves.h"
 #include "support/device_compare.h"
+#include "support/plan_steps.h"
 
 using namespace kiln;
 using test::leaf;
@@ -24,12 +25,7 @@ using test::relative_error;
 
 namespace {
 
-template <class T>
-int count(const jit::KernelPlan& plan) {
-  int n = 0;
-  for (const auto& s : plan.steps()) n += s.as<T>() != nullptr;
-  return n;
-}
+using test::count_steps;
 
 // The position of the first step of type T, or -1.
 template <class T>
@@ -71,7 +67,7 @@ BOOST_AUTO_TEST_CASE(matmul_bias_gelu_is_one_library_step_absorbing_the_epilogue
 
   const jit::KernelPlan* plan = f.core().plan(0);
   BOOST_TEST_REQUIRE(plan != nullptr);
-  BOOST_TEST(count<jit::LibraryStep>(*plan) == 1, plan->str());
+  BOOST_TEST(count_steps<jit::LibraryStep>(*plan) == 1, plan->str());
   const auto& steps = plan->steps();
   int at = first<jit::LibraryStep>(*plan);
   BOOST_TEST_REQUIRE(at >= 0);
@@ -86,7 +82,7 @@ BOOST_AUTO_TEST_CASE(matmul_bias_gelu_is_one_library_step_absorbing_the_epilogue
   BOOST_TEST(absorbed.group == library.lowering->epilogue_group);
   BOOST_TEST(absorbed.note.find("computed by the cuBLASLt epilogue") != std::string::npos);
   // The weight's transpose is a host view; nothing falls back; no kernel launches.
-  BOOST_TEST(count<jit::HostViewStep>(*plan) == 1, plan->str());
+  BOOST_TEST(count_steps<jit::HostViewStep>(*plan) == 1, plan->str());
   BOOST_TEST(plan->fallback_steps() == 0);
   BOOST_TEST(plan->kernel_count() == 0);
   BOOST_TEST(plan->kernel_steps() == 2);

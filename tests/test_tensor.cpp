@@ -40,20 +40,28 @@ BOOST_AUTO_TEST_CASE(every_dtype_has_its_itemsize_and_name) {
   for (DType t : kAllDTypes) BOOST_TEST(zeros({3}, t).dtype() == t);
 }
 
-// Row/column order: bool, i32, i64, f16, bf16, f32, f64.
-constexpr DType kPromotion[7][7] = {
-    {DType::bool_, DType::i32, DType::i64, DType::f16, DType::bf16, DType::f32, DType::f64},
-    {DType::i32, DType::i32, DType::i64, DType::f16, DType::bf16, DType::f32, DType::f64},
-    {DType::i64, DType::i64, DType::i64, DType::f16, DType::bf16, DType::f32, DType::f64},
-    {DType::f16, DType::f16, DType::f16, DType::f16, DType::f32, DType::f32, DType::f64},
-    {DType::bf16, DType::bf16, DType::bf16, DType::f32, DType::bf16, DType::f32, DType::f64},
-    {DType::f32, DType::f32, DType::f32, DType::f32, DType::f32, DType::f32, DType::f64},
-    {DType::f64, DType::f64, DType::f64, DType::f64, DType::f64, DType::f64, DType::f64},
+// Row/column order: bool, i8, i32, i64, f16, bf16, f32, f64.
+constexpr DType kPromotion[8][8] = {
+    {DType::bool_, DType::i8, DType::i32, DType::i64, DType::f16, DType::bf16, DType::f32,
+     DType::f64},
+    {DType::i8, DType::i8, DType::i32, DType::i64, DType::f16, DType::bf16, DType::f32, DType::f64},
+    {DType::i32, DType::i32, DType::i32, DType::i64, DType::f16, DType::bf16, DType::f32,
+     DType::f64},
+    {DType::i64, DType::i64, DType::i64, DType::i64, DType::f16, DType::bf16, DType::f32,
+     DType::f64},
+    {DType::f16, DType::f16, DType::f16, DType::f16, DType::f16, DType::f32, DType::f32,
+     DType::f64},
+    {DType::bf16, DType::bf16, DType::bf16, DType::bf16, DType::f32, DType::bf16, DType::f32,
+     DType::f64},
+    {DType::f32, DType::f32, DType::f32, DType::f32, DType::f32, DType::f32, DType::f32,
+     DType::f64},
+    {DType::f64, DType::f64, DType::f64, DType::f64, DType::f64, DType::f64, DType::f64,
+     DType::f64},
 };
 
 BOOST_AUTO_TEST_CASE(promote_types_follows_category_then_width_table) {
-  for (int i = 0; i < 7; ++i)
-    for (int j = 0; j < 7; ++j) {
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 8; ++j) {
       BOOST_TEST_CONTEXT(dtype_name(kAllDTypes[i]) << " with " << dtype_name(kAllDTypes[j])) {
         BOOST_TEST(dtype_name(promote_types(kAllDTypes[i], kAllDTypes[j])) ==
                    dtype_name(kPromotion[i][j]));
@@ -62,8 +70,8 @@ BOOST_AUTO_TEST_CASE(promote_types_follows_category_then_width_table) {
 }
 
 BOOST_AUTO_TEST_CASE(binary_op_result_dtype_follows_promotion_table) {
-  for (int i = 0; i < 7; ++i)
-    for (int j = 0; j < 7; ++j) {
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 8; ++j) {
       if (i == 0 && j == 0) continue;  // bool + bool is rejected (test_errors)
       Tensor a = ones({2}, kAllDTypes[i]), b = ones({2}, kAllDTypes[j]);
       Tensor c = a + b;
@@ -335,6 +343,9 @@ double converted(double v, DType to) {
   switch (to) {
     case DType::bool_:
       return v != 0 ? 1 : 0;
+    case DType::i8:  // truncated, then wrapped modulo 256 as integers narrow
+      return static_cast<double>(
+          static_cast<std::int8_t>(static_cast<std::int64_t>(std::trunc(v))));
     case DType::i32:
     case DType::i64:
       return std::trunc(v);

@@ -1,6 +1,7 @@
 """The bundle's kiln / PyTorch table: per benchmark, kiln's time over the peer's (eager and
 torch.compile); below 1 kiln is faster. Reads what `run` left under $OUT: bandwidth.csv
-(bench_bandwidth at 8192 x 4096), peer_blocks.csv, peer_gpt_train.csv. Writes
+(bench_bandwidth at 8192 x 4096), peer_blocks.csv, peer_gpt_train.csv, generate.csv
+(bench_generate --csv) with peer_generate.csv. Writes
 $OUT/peer_ratios.csv and prints the table. Needs only the standard library."""
 import csv
 import os
@@ -39,6 +40,14 @@ def main():
         if "compile" in g["kiln"]:
             table.append((f"gpt {size} step (compiled)", g["kiln"]["compile"], None,
                           g["peer"].get("compile")))
+    # Decoding: kiln's graphed step against torch.compile(mode="reduce-overhead"), per token.
+    peer_gen = {(r["batch"], r["weights"]): float(r["ms_per_token"])
+                for r in rows_of(os.path.join(out, "peer_generate.csv")) if r["mode"] == "compile"}
+    for r in rows_of(os.path.join(out, "generate.csv")):
+        if r["model"] == "gpt" and r["graphs"] == "on" and r["ms_per_token"]:
+            key = (r["batch"], r["weights"])
+            table.append((f"gpt2-small decode B={key[0]} {key[1]}", float(r["ms_per_token"]),
+                          None, peer_gen.get(key)))
     if not table:
         print("no kiln/peer pairs found under", out)
         return

@@ -35,9 +35,11 @@ class LlamaKvCache : public nn::Module {
 
 // Logits [B, T, vocab] of `tokens` [B, T] written at cache `rows` (i64 [T]) of sequences whose
 // live rows begin at `starts` (i64 [B]), on the model's device; their keys and values go into
-// `cache` first.
+// `cache` first. The LM head is the token embedding (tied) unless `head` is given: a Linear
+// holding it apart, as quantizing the head to int8 (nn::quantize_int8) wants.
 inline Tensor forward_cached(const Llama& model, const LlamaKvCache& cache, const Tensor& tokens,
-                             const Tensor& rows, const Tensor& starts) {
+                             const Tensor& rows, const Tensor& starts,
+                             const nn::Linear* head = nullptr) {
   const LlamaConfig& c = model.config();
   const std::int64_t b = tokens.shape()[0], t = tokens.shape()[1], hd = c.head_dim;
   demos::StepPositions at = demos::step_positions(rows, starts);
@@ -64,6 +66,7 @@ inline Tensor forward_cached(const Llama& model, const LlamaKvCache& cache, cons
     h = h + attn.wo(out.transpose(1, 2).reshape({b, t, c.heads * hd}));
     h = h + layer.feed_forward(layer.ffn_norm(h));
   }
+  if (head) return (*head)(model.norm(h));
   return linear(model.norm(h), model.tok_embeddings.weight);  // the tied LM head
 }
 

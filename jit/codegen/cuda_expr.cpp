@@ -35,6 +35,8 @@ std::string storage_type(DType t) {
   switch (t) {
     case DType::bool_:
       return "bool";
+    case DType::i8:
+      return "signed char";
     case DType::i32:
       return "int";
     case DType::i64:
@@ -76,6 +78,9 @@ std::string convert_expr(DType from, DType to, const std::string& value) {
   }
   if (register_type(from) == register_type(to)) return value;
   if (to == DType::bool_) return fmt::format("({} != 0)", value);
+  // A float reaches i8 through i64 and wraps, as the CPU converts it (a direct cvt saturates).
+  if (to == DType::i8 && is_floating(from))
+    return fmt::format("static_cast<signed char>(static_cast<long long>({}))", value);
   return fmt::format("static_cast<{}>({})", register_type(to), value);
 }
 
@@ -84,6 +89,8 @@ std::string infinity(DType t, bool negative) {
   switch (t) {
     case DType::f64:
       return sign + "__longlong_as_double(0x7ff0000000000000ll)";
+    case DType::i8:
+      return negative ? "(-128)" : "127";
     case DType::i32:
       return negative ? "(-2147483647 - 1)" : "2147483647";
     case DType::i64:
@@ -97,6 +104,9 @@ std::string literal(DType t, double value) {
   switch (compute_dtype(t)) {
     case DType::bool_:
       return value != 0 ? "true" : "false";
+    case DType::i8:
+      return fmt::format("static_cast<signed char>({})",
+                         static_cast<int>(static_cast<std::int8_t>(value)));
     case DType::i32:
       return fmt::format("{}", static_cast<std::int32_t>(value));
     case DType::i64:

@@ -70,6 +70,7 @@ std::array<unsigned char, 8> number_argument(const Tensor& number) {
   std::array<unsigned char, 8> bytes{};
   switch (t.dtype()) {
     case DType::bool_:
+    case DType::i8:
     case DType::i32:
     case DType::i64:
     case DType::f64:

@@ -42,6 +42,7 @@ KernelHandle render_part(OpId op, const OpAttrs& attrs, DType dtype, const char*
     case DType::f64:
       d.set("double_key", true);
       break;
+    case DType::i8:
     case DType::i32:
     case DType::i64:
       d.set("signed_key", true);

@@ -63,6 +63,8 @@ KernelFacts kernel_facts(const std::string& name, const std::string& source) {
 std::string step_kind(const PlanStep& s, const graph::FusionGroup& group) {
   if (s.as<KernelStep>()) return "kernel";
   if (s.as<LibraryStep>()) return "cuBLASLt";
+  if (s.as<SkinnyGemmStep>()) return "skinny GEMM";
+  if (s.as<AbsorbedStep>()) return "absorbed";
   if (s.as<AttentionStep>()) return "attention";
   if (s.as<HostViewStep>()) return "host view";
   if (s.as<FallbackStep>()) return "fallback";

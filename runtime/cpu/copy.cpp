@@ -19,6 +19,9 @@ To convert(From v) {
       return static_cast<float>(v) != 0.0f;
     else
       return v != From(0);
+  } else if constexpr (std::is_same_v<To, std::int8_t> && !std::is_integral_v<From>) {
+    // Through i64, wrapping as integers narrow (a float past i8's range is undefined in C++).
+    return static_cast<To>(static_cast<std::int64_t>(static_cast<double>(v)));
   } else if constexpr (std::is_same_v<From, f16> || std::is_same_v<From, bf16>) {
     return static_cast<To>(static_cast<float>(v));
   } else if constexpr (std::is_same_v<To, f16> || std::is_same_v<To, bf16>) {

@@ -106,6 +106,8 @@ inline double round_to(DType dtype, double v) {
       return static_cast<float>(bf16(static_cast<float>(v)));
     case DType::f32:
       return static_cast<float>(v);
+    case DType::i8:  // wrapped modulo 256, as a conversion to i8 narrows
+      return static_cast<std::int8_t>(static_cast<std::int64_t>(v));
     default:
       return v;
   }

@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
+#include <set>
 
 #include "runtime/cuda/virtual/fault.h"
 #include "runtime/cuda/virtual/float_format.h"
@@ -259,8 +261,12 @@ class ModuleDecoder final : public DecodeCtx {
   }
   void note_shared(const SymAddr& a) {
     if (a.space == Space::shared && a.base == kSlotZero)
-      fn->own_shared_end =
-          std::max(fn->own_shared_end, static_cast<std::uint64_t>(a.offset) + a.size);
+      name_shared(static_cast<std::uint64_t>(a.offset), a.size);
+  }
+  void name_shared(std::uint64_t offset, std::uint64_t size) {
+    const std::pair<std::uint64_t, std::uint64_t> var{offset, size};
+    if (std::find(fn->own_shared.begin(), fn->own_shared.end(), var) == fn->own_shared.end())
+      fn->own_shared.push_back(var);
   }
   static std::uint64_t var_size(const ast::VarDecl& v) {
     std::uint64_t n = v.count < 0 ? 1 : static_cast<std::uint64_t>(v.count);
@@ -317,7 +323,7 @@ void ModuleDecoder::declare(const ast::VarDecl& v) {
       std::uint64_t off = alloc_shared(var_size(v), var_align(v));
       scope[v.name] = LocalSym{
           false, 0, SymAddr{kSlotZero, static_cast<std::int64_t>(off), Space::shared, var_size(v)}};
-      fn->own_shared_end = std::max(fn->own_shared_end, off + var_size(v));
+      name_shared(off, var_size(v));
       return;
     }
     default:
@@ -577,21 +583,25 @@ Program decode_module(
     Function& f = *prog.by_name[af.name];
     if (af.has_body || f.is_extern) dec.decode_function(af, f);
   }
-  // Static shared a kernel can reach: its own and its callees' variables.
+  // Static shared a kernel can reach: its own and its callees' variables. Two kernels of one
+  // module each reach only theirs, so neither is charged for the other's.
   for (auto& f : prog.functions) {
     if (!f->is_entry) continue;
     std::vector<const Function*> stack{f.get()};
     std::vector<const Function*> seen;
-    std::uint64_t end = 0;
+    std::set<std::pair<std::uint64_t, std::uint64_t>> vars;
     while (!stack.empty()) {
       const Function* g = stack.back();
       stack.pop_back();
       if (std::find(seen.begin(), seen.end(), g) != seen.end()) continue;
       seen.push_back(g);
-      end = std::max(end, g->own_shared_end);
+      vars.insert(g->own_shared.begin(), g->own_shared.end());
       for (const Function* c : g->callees) stack.push_back(c);
     }
-    f->static_shared_bytes = end;
+    for (const auto& [offset, size] : vars) {
+      f->static_shared_bytes += size;
+      f->static_shared_extent = std::max(f->static_shared_extent, offset + size);
+    }
   }
   prog.extern_shared_align = dec.extern_shared_align;
   return prog;

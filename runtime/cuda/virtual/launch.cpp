@@ -385,7 +385,7 @@ LaunchStats run_launch(const LaunchRequest& rq) {
   l.param_bytes = k.param_bytes;
 
   std::uint64_t align = std::max<std::uint64_t>(rq.program->extern_shared_align, 16);
-  std::uint64_t dyn_base = (k.static_shared_bytes + align - 1) / align * align;
+  std::uint64_t dyn_base = (k.static_shared_extent + align - 1) / align * align;
   std::uint32_t n = rq.block.x * rq.block.y * rq.block.z;
   std::vector<ThreadState> threads(n);
   BlockContext b;

@@ -168,8 +168,13 @@ struct Function {
   std::uint64_t param_frame_bytes = 0;  // .func: frame size in the param stack
   std::uint64_t local_bytes = 0;        // .local depot size
   std::uint64_t local_align = 16;
-  std::uint64_t static_shared_bytes = 0;  // end of the static .shared this kernel can reach
-  std::uint64_t own_shared_end = 0;       // end of the .shared this function names itself
+  // The static .shared this kernel can reach: their bytes (what a GPU charges the kernel, which
+  // lays out only its own), and the end of their offsets in the module's one layout (what a
+  // block's shared memory backs; dynamic shared memory starts after it).
+  std::uint64_t static_shared_bytes = 0;
+  std::uint64_t static_shared_extent = 0;
+  // The .shared this function names itself, as (offset, size) in the module's layout.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> own_shared;
   std::vector<const Function*> callees;
   unsigned maxntid[3] = {0, 0, 0};
   unsigned reqntid[3] = {0, 0, 0};
