@@ -3,10 +3,11 @@
 // continuation has token t + 1 = perm(token t - 1)), then continues prompts from a static KV
 // cache (demos/gpt_decode.h, demos/zoo/llama_decode.h): one compiled call for the prompt, one per
 // new token. Greedy decoding runs eager and compiled and must agree token for token; a sampled
-// run follows.
+// run follows. With --int8 the trained models' Linears are quantized to weight-only int8 first
+// (nn::quantize_int8).
 //
 //   build/generate [--model gpt|llama|all] [--steps N] [--tokens N] [--temperature T]
-//                  [--top-k K] [--top-p P] [--seed S] [--device cpu|cuda]
+//                  [--top-k K] [--top-p P] [--seed S] [--device cpu|cuda] [--int8]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +31,7 @@ struct Options {
   std::uint64_t seed = 7;
   std::string model = "all";  // gpt, llama or all
   Device device = Device::cuda();
+  bool int8 = false;  // decode with weight-only int8 Linears
 };
 
 // The flags, by CLI11 (as the kiln tool's); a bad one prints why and exits 2.
@@ -49,6 +51,7 @@ Options parse(int argc, char** argv) {
   app.add_option("--top-k", o.sampling.top_k, "0 keeps every token")->check(CLI::NonNegativeNumber);
   app.add_option("--top-p", o.sampling.top_p, "1 keeps every token")->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", o.seed, "the sampled run's generator seed");
+  app.add_flag("--int8", o.int8, "quantize the trained Linears to weight-only int8 first");
   app.add_option("--device", device, "cpu or cuda (the virtual GPU without one)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   try {
@@ -139,6 +142,12 @@ bool decode(const char* name, const Model& model, const Config& config, const Op
   return same;
 }
 
+void quantize_if_asked(nn::Module& model, const char* name, const Options& o) {
+  if (!o.int8) return;
+  nn::quantize_int8(model);
+  std::printf("%s: Linear weights quantized to int8 (one scale per output channel)\n", name);
+}
+
 void print_trained(const char* name, std::int64_t steps, Device device, double loss) {
   std::printf("%s: trained %lld steps on %s, loss %.4f (ln 16 = 2.77 knows nothing)\n", name,
               static_cast<long long>(steps), device.str().c_str(), loss);
@@ -154,6 +163,7 @@ bool run_gpt(const Options& o) {
   for (std::int64_t s = 0; s < train.steps; ++s) loss = trainer.step();
   print_trained("gpt", train.steps, o.device, loss);
   trainer.model().eval();
+  quantize_if_asked(trainer.model(), "gpt", o);
   return decode<gpt::KvCache>("gpt", trainer.model(), config, o);
 }
 
@@ -181,6 +191,7 @@ bool run_llama(const Options& o) {
   print_trained("llama", steps, o.device, loss);
   auto& model = static_cast<zoo::Llama&>(run->module());
   model.eval();
+  quantize_if_asked(model, "llama", o);
   return decode<zoo::LlamaKvCache>("llama", model, config, o);
 }
 
