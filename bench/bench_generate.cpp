@@ -23,7 +23,7 @@
 //
 //   bench_generate [--size tiny|gpt2-small] [--dtype bf16|f32] [--tokens N] [--prompt N]
 //                  [--batches 1,8] [--models gpt,llama] [--graphs on|off|both]
-//                  [--int8 on|off|both] [--csv PATH]
+//                  [--int8 on|off|both] [--csv PATH] [--kernels]
 //     --size tiny        d_model 256, 4 layers, vocab 4096 (the default: a few minutes on the
 //                        virtual GPU, which interprets the skinny GEMMs' every weight)
 //     --size gpt2-small  GPT-2 small (d_model 768, 12 layers, 12 heads, vocab 50257) and a
@@ -33,6 +33,8 @@
 //     --int8 on|off      int8 weights only, or the model's dtype only (both by default)
 //     --csv PATH         also writes the rows there (model, batch, weights, graphs, launches,
 //                        ms per token: measured on a GPU, modeled on the virtual one)
+//     --kernels          prints the virtual GPU's profile of each graphs-off run's tokens, per
+//                        kernel: DRAM, issue slots, the modeled time and what bounds it
 // KILN_BENCH_REPS: the host-time calls per figure (default 400).
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -72,6 +74,7 @@ struct Options {
   std::string graphs = "both";  // on, off or both
   std::string int8 = "both";    // on, off or both
   std::string csv;              // a file for the rows, or none
+  bool kernels = false;         // print each profiled run's kernels (the virtual GPU's table)
 };
 
 // A model ready to decode: its compiled token step over its own cache, and what it reads ideally.
@@ -264,6 +267,7 @@ TokenFigures measure(Decoder& d, std::int64_t batch, const Options& o, DType dty
   const std::int64_t library = lt.bytes_read + lt.bytes_written - lib0;
   if (profile) {
     vgpu::set_profiling(false);
+    if (o.kernels) std::printf("%s", vgpu::profile_table(vgpu::profiles()).c_str());
     std::int64_t kernels = 0;
     double us = 0;
     for (const auto& p : vgpu::profiles()) {
@@ -319,6 +323,7 @@ Options parse(int argc, char** argv) {
   app.add_option("--graphs", o.graphs, "on, off or both (the DRAM figures come from off)")
       ->check(CLI::IsMember({"on", "off", "both"}));
   app.add_option("--csv", o.csv, "also write the rows to this CSV file");
+  app.add_flag("--kernels", o.kernels, "print the profiled tokens' kernels (virtual GPU)");
   app.add_option("--int8", o.int8, "on, off or both: weight-only int8, the model's dtype")
       ->check(CLI::IsMember({"on", "off", "both"}));
   app.add_option("--models", o.models, "gpt, llama")

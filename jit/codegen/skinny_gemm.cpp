@@ -313,6 +313,7 @@ KernelHandle render_skinny(const graph::Graph& g, const SkinnyGemm& s,
   d.set("threads", std::to_string(32 * kWarps));
   d.set("chunk", std::to_string(kChunk));
   d.set("vec", std::to_string(16 / itemsize(wt)));
+  d.set("int8", wt == DType::i8);
   d.set("a_type", storage_type(t));
   d.set("w_type", storage_type(wt));
   d.set("load_a", load_expr(t, "a[m * a_row + (k0 + k) * a_k]"));
